@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/rdmago/rdmago/internal/dump"
+)
+
+func runDump(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("dump", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var opt dump.Options
+	check := fs.Bool("check", false, "exit with status 1 if any RoCEv2 packet is malformed or has a bad ICRC (a file that cannot be read always fails)")
+	fs.BoolVar(&opt.All, "a", false, "print packets that are not RoCEv2 too (they are always counted)")
+	fs.BoolVar(&opt.AbsTime, "abs", false, "print absolute timestamps instead of seconds since the file's first packet")
+	fs.BoolVar(&opt.Quiet, "q", false, "print only each file's summary line")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: rdmago dump [-check] [-a] [-abs] [-q] FILE...")
+		fmt.Fprintln(stderr, "\nDecodes the RoCEv2 packets (UDP to port 4791) in pcap and pcapng files, one line")
+		fmt.Fprintln(stderr, "each, verifying every ICRC, then prints a summary line per file.")
+		fmt.Fprintln(stderr, "Link types: Ethernet, Linux cooked v1/v2, raw IP, BSD loopback; IPv4 and IPv6.")
+		fmt.Fprintln(stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	files, err := parseInterspersed(fs, args)
+	if err != nil {
+		return flagError(err)
+	}
+	if len(files) == 0 {
+		fs.Usage()
+		return 2
+	}
+	out := bufio.NewWriter(stdout)
+	defer out.Flush()
+	readFailed, badPackets := false, false
+	for _, name := range files {
+		if len(files) > 1 && !opt.Quiet {
+			fmt.Fprintf(out, "== %s\n", name)
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			out.Flush()
+			fmt.Fprintf(stderr, "rdmago dump: %v\n", err)
+			readFailed = true
+			continue
+		}
+		st, err := dump.File(out, f, opt)
+		f.Close()
+		if err != nil {
+			out.Flush()
+			fmt.Fprintf(stderr, "rdmago dump: %s: %v\n", name, err)
+			readFailed = true
+		}
+		fmt.Fprintf(out, "%s: %s\n", name, st)
+		if !st.OK() {
+			badPackets = true
+		}
+	}
+	if readFailed || *check && badPackets {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,100 @@
+// Command rdmago is the command-line face of rdmago, an RDMA stack for Go:
+// tools named and flagged like the rdma-core, perftest and libfabric tools
+// RDMA programmers know.
+//
+// Usage:
+//
+//	rdmago <command> [flags] [args]
+//
+// Commands:
+//
+//	dump    decode RoCEv2 packets in pcap and pcapng files, checking each ICRC
+//
+// Run `rdmago <command> -h` for a command's flags.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// command is one subcommand: run gets the arguments after its name and
+// returns the process exit status.
+type command struct {
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]command{
+	"dump": {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", runDump},
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "rdmago: unknown command %q\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return c.run(args[1:], stdout, stderr)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: rdmago <command> [flags] [args]")
+	fmt.Fprintln(w, "\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nrun 'rdmago <command> -h' for a command's flags")
+}
+
+// parseInterspersed parses flags that may come before, between or after the
+// positional arguments, as GNU tools allow, and returns the positional ones.
+// "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// flagError turns a flag parsing error into an exit status: 0 for -h, 2 otherwise.
+func flagError(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCmd(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestDumpCheckPassesOnGoldenCaptures(t *testing.T) {
+	files, _ := filepath.Glob("../../testdata/captures/*.pcapng")
+	if len(files) == 0 {
+		t.Fatal("no captures")
+	}
+	code, out, errs := runCmd(append([]string{"dump", "--check", "-q"}, files...)...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errs)
+	}
+	if n := strings.Count(out, "0 icrc bad, 0 malformed"); n != len(files) {
+		t.Errorf("%d clean summaries for %d files:\n%s", n, len(files), out)
+	}
+}
+
+func TestDumpExitStatus(t *testing.T) {
+	dir := t.TempDir()
+	golden := "../../testdata/captures/rc_pingpong.pcapng"
+	data, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	truncated := filepath.Join(dir, "truncated.pcapng")
+	os.WriteFile(truncated, data[:len(data)-10], 0o644)
+	corrupt := filepath.Join(dir, "corrupt.pcapng")
+	bad := bytes.Clone(data)
+	udp := bytes.Index(bad, []byte{0x12, 0xb7, 0x00, 0x58, 0x00, 0x00}) // UDP to 4791, length 88, checksum 0
+	if udp < 0 {
+		t.Fatal("no RoCEv2 packet found in the capture")
+	}
+	bad[udp+6+12+20] ^= 0x40 // a payload byte of the first SEND
+	os.WriteFile(corrupt, bad, 0o644)
+	garbage := filepath.Join(dir, "garbage.pcap")
+	os.WriteFile(garbage, []byte("hello, world, this is no capture"), 0o644)
+
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"no command", nil, 2, "usage: rdmago"},
+		{"unknown command", []string{"frob"}, 2, `unknown command "frob"`},
+		{"help", []string{"help"}, 0, ""},
+		{"dump without files", []string{"dump"}, 2, "usage: rdmago dump"},
+		{"dump bad flag", []string{"dump", "-z", golden}, 2, "flag provided but not defined: -z"},
+		{"dump -h", []string{"dump", "-h"}, 0, "usage: rdmago dump"},
+		{"clean file", []string{"dump", "--check", golden}, 0, ""},
+		{"flag after file", []string{"dump", golden, "--check"}, 0, ""},
+		{"missing file", []string{"dump", filepath.Join(dir, "nope.pcap")}, 1, "nope.pcap: no such file"},
+		{"truncated file without check", []string{"dump", truncated}, 1, "truncated.pcapng: offset "},
+		{"truncated file", []string{"dump", "--check", truncated}, 1, "truncated.pcapng: offset "},
+		{"bad ICRC without check", []string{"dump", corrupt}, 0, ""},
+		{"bad ICRC with check", []string{"dump", "--check", corrupt}, 1, ""},
+		{"garbage file", []string{"dump", "--check", garbage}, 1, "garbage.pcap: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errs := runCmd(tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tt.code, errs)
+			}
+			if !strings.Contains(errs, tt.stderr) {
+				t.Errorf("stderr %q lacks %q", errs, tt.stderr)
+			}
+		})
+	}
+}
