@@ -134,41 +134,53 @@ func (ph *PseudoHeader) CheckICRC(pkt []byte) bool {
 // ignored). CRC-32 is linear in its input, so this takes a small linear
 // solve rather than a search; the price is that a corrupted packet slips
 // through with probability 2^-15 instead of 2^-32. For IPv6, where every IP
-// field the ICRC covers is known, it is CheckICRC.
+// field the ICRC covers is known, it is CheckICRC. A receiver checking many
+// packets should keep an IPv4IDSolver, which remembers work between them.
 func (ph *PseudoHeader) CheckICRCAnyIPv4ID(pkt []byte) (id, flags uint16, ok bool) {
+	var s IPv4IDSolver
+	return s.Check(ph, pkt)
+}
+
+// IPv4IDSolver does CheckICRCAnyIPv4ID for a stream of packets, caching
+// what depends only on the packet length. The zero value is ready to use;
+// it is not safe for concurrent use.
+type IPv4IDSolver struct {
+	n   int    // packet length the cached shift is for
+	inv uint32 // x^(-8T) for that length
+}
+
+// Check is PseudoHeader.CheckICRCAnyIPv4ID.
+func (s *IPv4IDSolver) Check(ph *PseudoHeader, pkt []byte) (id, flags uint16, ok bool) {
 	if len(pkt) < BTHLen+ICRCLen {
 		return 0, 0, false
 	}
 	if !ph.ipv4() {
 		return 0, 0, ph.CheckICRC(pkt)
 	}
+	// Fast path: what Linux sends from an unconnected UDP socket in
+	// IP_PMTUDISC_DO mode: ID 0 with DF set.
 	base := *ph
-	base.IPv4ID, base.IPv4Flags = 0, 0
+	base.IPv4ID, base.IPv4Flags = 0, IPv4DontFragment
 	delta := binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]) ^ base.ICRC(pkt)
-	// Each unknown bit flips the CRC by its effect at the end of the IPv4
-	// header, carried through the bytes that follow it.
-	shift := xPow8n(uint64(UDPLen + len(pkt) - ICRCLen))
-	var basis, combo [32]uint32
-	for j, v := range ipv4IDBitEffect {
-		w, c := mulModP(v, shift), uint32(1)<<j
-		for w != 0 {
-			p := bits.Len32(w) - 1
-			if basis[p] == 0 {
-				basis[p], combo[p] = w, c
-				break
-			}
-			w ^= basis[p]
-			c ^= combo[p]
-		}
+	if delta == 0 {
+		return 0, IPv4DontFragment, true
 	}
+	// The unknown bits e (relative to ID 0 without DF) change the CRC by
+	// Σ e_j·v_j·x^(8T), v_j being bit j's effect at the end of the IPv4
+	// header and T the number of bytes after it. Undo the shift, then
+	// express the result in the basis of the v_j.
+	if s.n != len(pkt) {
+		s.n, s.inv = len(pkt), xPowNeg8n(uint64(UDPLen+len(pkt)-ICRCLen))
+	}
+	u := mulModP(delta, s.inv) ^ ipv4IDBitEffect[16]
 	var c uint32
-	for delta != 0 {
-		p := bits.Len32(delta) - 1
-		if basis[p] == 0 {
+	for u != 0 {
+		p := bits.Len32(u) - 1
+		if idBasis.vec[p] == 0 {
 			return 0, 0, false
 		}
-		delta ^= basis[p]
-		c ^= combo[p]
+		u ^= idBasis.vec[p]
+		c ^= idBasis.combo[p]
 	}
 	id = uint16(c)
 	if c&(1<<16) != 0 {
@@ -176,6 +188,24 @@ func (ph *PseudoHeader) CheckICRCAnyIPv4ID(pkt []byte) (id, flags uint16, ok boo
 	}
 	return id, flags, true
 }
+
+// idBasis is ipv4IDBitEffect in reduced form: vec[p] has its highest bit at
+// p, and combo[p] says which unknown bits it is the sum of.
+var idBasis = func() (b struct{ vec, combo [32]uint32 }) {
+	for j, v := range ipv4IDBitEffect {
+		c := uint32(1) << j
+		for v != 0 {
+			p := bits.Len32(v) - 1
+			if b.vec[p] == 0 {
+				b.vec[p], b.combo[p] = v, c
+				break
+			}
+			v ^= b.vec[p]
+			c ^= b.combo[p]
+		}
+	}
+	return b
+}()
 
 // ipv4IDBitEffect[j] is the CRC difference made by flipping unknown bit j in
 // a 20-byte IPv4 header, as seen right after the header: bits 0-15 are the
@@ -218,22 +248,36 @@ func mulModP(a, b uint32) uint32 {
 	return p
 }
 
-// xPow8 holds x^(8·2^k) modulo the polynomial: the effect on the CRC state
-// of 2^k zero bytes.
-var xPow8 = func() (t [64]uint32) {
-	t[0] = crcOne >> 8 // x^8
-	for k := 1; k < len(t); k++ {
-		t[k] = mulModP(t[k-1], t[k-1])
+// xPowNeg8 holds x^(-8·2^k) modulo the polynomial. x has order 2^32-1
+// modulo the CRC-32 polynomial (x^(2^32-1) = 1, checked by a test), so
+// x^(-m) = x^(2^32-1-m).
+var xPowNeg8 = func() (t [64]uint32) {
+	const order = 1<<32 - 1
+	for k := range t {
+		m := (uint64(8) << k) % order
+		t[k] = xPow(order - m)
 	}
 	return t
 }()
 
-// xPow8n returns x^(8n) modulo the polynomial.
-func xPow8n(n uint64) uint32 {
+// xPow returns x^e modulo the polynomial.
+func xPow(e uint64) uint32 {
+	r, b := uint32(crcOne), uint32(crcOne>>1) // 1 and x
+	for ; e != 0; e >>= 1 {
+		if e&1 != 0 {
+			r = mulModP(r, b)
+		}
+		b = mulModP(b, b)
+	}
+	return r
+}
+
+// xPowNeg8n returns x^(-8n) modulo the polynomial.
+func xPowNeg8n(n uint64) uint32 {
 	r := uint32(crcOne)
 	for k := 0; n != 0; k, n = k+1, n>>1 {
 		if n&1 != 0 {
-			r = mulModP(r, xPow8[k])
+			r = mulModP(r, xPowNeg8[k])
 		}
 	}
 	return r

@@ -185,21 +185,33 @@ func padFor(n int) int { return -n & 3 }
 // ignores h.BTH.PadCount. It fails if the opcode is invalid or carries no
 // payload and payload is not empty.
 func AppendPacket(b []byte, h *Headers, payload []byte) ([]byte, error) {
+	b, room, err := AppendHeaders(b, h, len(payload))
+	if err == nil {
+		copy(room, payload)
+	}
+	return b, err
+}
+
+// AppendHeaders is AppendPacket for a sender that writes the payload
+// itself, straight from where it lives: it appends the headers, n bytes of
+// room for the payload, the pad and a zero ICRC, and returns the packet
+// and the room (which it leaves as it finds it).
+func AppendHeaders(b []byte, h *Headers, n int) (pkt, payload []byte, err error) {
 	op := h.BTH.OpCode
 	info := &opTable[op]
 	if info.flags&valid == 0 {
-		return b, fmt.Errorf("%w: 0x%02x", ErrOpCode, uint8(op))
+		return b, nil, fmt.Errorf("%w: 0x%02x", ErrOpCode, uint8(op))
 	}
-	if info.flags&hasPayload == 0 && len(payload) != 0 {
-		return b, fmt.Errorf("%w: %s carries no payload, given %d bytes", ErrLength, op, len(payload))
+	if info.flags&hasPayload == 0 && n != 0 {
+		return b, nil, fmt.Errorf("%w: %s carries no payload, given %d bytes", ErrLength, op, n)
 	}
-	if info.flags&isAtomicWrite != 0 && len(payload) != 8 {
-		return b, fmt.Errorf("%w: %s payload must be 8 bytes, given %d", ErrLength, op, len(payload))
+	if info.flags&isAtomicWrite != 0 && n != 8 {
+		return b, nil, fmt.Errorf("%w: %s payload must be 8 bytes, given %d", ErrLength, op, n)
 	}
-	pad := padFor(len(payload))
+	pad := padFor(n)
 	start := len(b)
-	b = grow(b, int(info.hdrLen)+len(payload)+pad+ICRCLen)
-	pkt := b[start:]
+	b = grow(b, int(info.hdrLen)+n+pad+ICRCLen)
+	pkt = b[start:]
 	bth := BTH(pkt)
 	bth.Encode(&h.BTH)
 	bth.SetPadCount(pad)
@@ -241,9 +253,9 @@ func AppendPacket(b []byte, h *Headers, payload []byte) ([]byte, error) {
 		clear(pkt[off : off+CNPPadLen])
 		off += CNPPadLen
 	}
-	off += copy(pkt[off:], payload)
-	clear(pkt[off:]) // pad and ICRC
-	return b, nil
+	payload = pkt[off : off+n : off+n]
+	clear(pkt[off+n:]) // pad and ICRC
+	return b, payload, nil
 }
 
 // grow extends b by n bytes, reallocating only when its capacity is short.

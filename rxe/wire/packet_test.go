@@ -434,6 +434,42 @@ func TestCheckICRCAnyIPv4IDRecoversIDAndDF(t *testing.T) {
 	}
 }
 
+// xPow8 holds x^(8·2^k) modulo the polynomial: the effect on the CRC state
+// of 2^k zero bytes.
+var xPow8 = func() (t [64]uint32) {
+	t[0] = crcOne >> 8 // x^8
+	for k := 1; k < len(t); k++ {
+		t[k] = mulModP(t[k-1], t[k-1])
+	}
+	return t
+}()
+
+// xPow8n returns x^(8n) modulo the polynomial.
+func xPow8n(n uint64) uint32 {
+	r := uint32(crcOne)
+	for k := 0; n != 0; k, n = k+1, n>>1 {
+		if n&1 != 0 {
+			r = mulModP(r, xPow8[k])
+		}
+	}
+	return r
+}
+
+func TestCRCPolynomialArithmetic(t *testing.T) {
+	// The inverse powers rely on x having order 2^32-1.
+	if got := xPow(1<<32 - 1); got != crcOne {
+		t.Fatalf("x^(2^32-1) = %#x, want 1 (%#x)", got, uint32(crcOne))
+	}
+	for _, n := range []uint64{0, 1, 7, 100, 4096, 65535} {
+		if got := mulModP(xPow8n(n), xPowNeg8n(n)); got != crcOne {
+			t.Errorf("x^(8·%d)·x^(-8·%d) = %#x, want 1", n, n, got)
+		}
+		if got, want := xPow8n(n), xPow(8*n); got != want {
+			t.Errorf("xPow8n(%d) = %#x, xPow(%d) = %#x", n, got, 8*n, want)
+		}
+	}
+}
+
 func TestParseDatagram(t *testing.T) {
 	roce, _ := AppendPacket(nil, sampleHeaders(RCSendOnly), []byte("abcd"))
 	ph := &PseudoHeader{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 0xc000, DstPort: UDPPort, IPv4ID: 7, IPv4Flags: IPv4DontFragment}
