@@ -1,0 +1,234 @@
+package verbs
+
+import (
+	"context"
+	"sort"
+	"sync"
+)
+
+var providers struct {
+	mu   sync.Mutex
+	list []Provider
+}
+
+// RegisterProvider makes a provider's devices appear in Devices. Providers
+// call it from an init function, so importing the provider's package is
+// enough (the software device registers itself when package rxe is
+// imported).
+func RegisterProvider(p Provider) {
+	providers.mu.Lock()
+	defer providers.mu.Unlock()
+	providers.list = append(providers.list, p)
+}
+
+// Device is an RDMA device (struct ibv_device).
+type Device struct {
+	name     string
+	guid     uint64
+	nodeType NodeType
+	drv      DeviceDriver
+}
+
+// NewDevice is for providers: it wraps a driver as a Device.
+func NewDevice(name string, guid uint64, drv DeviceDriver) *Device {
+	return &Device{name: name, guid: guid, nodeType: NodeCA, drv: drv}
+}
+
+// Devices returns the RDMA devices of every registered provider, sorted by
+// name (ibv_get_device_list).
+func Devices() ([]*Device, error) {
+	providers.mu.Lock()
+	list := append([]Provider(nil), providers.list...)
+	providers.mu.Unlock()
+	var devs []*Device
+	for _, p := range list {
+		d, err := p.Devices()
+		if err != nil {
+			return nil, err
+		}
+		devs = append(devs, d...)
+	}
+	sort.SliceStable(devs, func(i, j int) bool { return devs[i].name < devs[j].name })
+	return devs, nil
+}
+
+// DeviceByName returns the device with that name, or an error wrapping
+// ErrNoDevice that lists the devices there are.
+func DeviceByName(name string) (*Device, error) {
+	devs, err := Devices()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, d := range devs {
+		if d.name == name {
+			return d, nil
+		}
+		names = append(names, d.name)
+	}
+	return nil, Errorf("ibv_get_device_list", ErrNoDevice, "no device "+quote(name)+"; have "+joinNames(names))
+}
+
+func joinNames(n []string) string {
+	if len(n) == 0 {
+		return "none"
+	}
+	s := n[0]
+	for _, x := range n[1:] {
+		s += ", " + x
+	}
+	return s
+}
+
+// Name returns the device's name (ibv_get_device_name), such as "rxe_lo".
+func (d *Device) Name() string { return d.name }
+
+// GUID returns the device's node GUID (ibv_get_device_guid).
+func (d *Device) GUID() uint64 { return d.guid }
+
+// NodeType returns the device's node type.
+func (d *Device) NodeType() NodeType { return d.nodeType }
+
+// TransportType returns the device's transport: InfiniBand for RoCE.
+func (d *Device) TransportType() TransportType { return TransportIB }
+
+// Driver returns the provider's side of the device, for providers.
+func (d *Device) Driver() DeviceDriver { return d.drv }
+
+// Open opens the device (ibv_open_device).
+func (d *Device) Open() (*Context, error) {
+	c := &Context{dev: d, qps: map[uint32]*QP{}, async: make(chan AsyncEvent, asyncQueueLen)}
+	drv, err := d.drv.Open(c)
+	if err != nil {
+		return nil, err
+	}
+	c.drv = drv
+	return c, nil
+}
+
+// asyncQueueLen bounds the asynchronous events a context holds before
+// dropping new ones (an unread event queue must never stall the device).
+const asyncQueueLen = 1024
+
+// AsyncEvent is an asynchronous event (struct ibv_async_event): for a QP,
+// a CQ, a port or the device.
+type AsyncEvent struct {
+	Type EventType
+	QP   *QP   // for QP events
+	Port uint8 // for port events
+}
+
+// Context is an open device (struct ibv_context).
+type Context struct {
+	dev   *Device
+	drv   ContextDriver
+	async chan AsyncEvent
+
+	mu     sync.Mutex
+	qps    map[uint32]*QP
+	closed bool
+}
+
+// Event implements EventSink: it queues the event for GetAsyncEvent,
+// dropping it if the queue is full.
+func (c *Context) Event(typ EventType, qpNum uint32, port uint8) {
+	ev := AsyncEvent{Type: typ, Port: port}
+	if qpNum != 0 || typ <= EventPathMigErr || typ == EventQPLastWQEReached {
+		c.mu.Lock()
+		ev.QP = c.qps[qpNum]
+		c.mu.Unlock()
+	}
+	select {
+	case c.async <- ev:
+	default:
+	}
+}
+
+// Device returns the device the context was opened on.
+func (c *Context) Device() *Device { return c.dev }
+
+// Driver returns the provider's side of the context, for providers.
+func (c *Context) Driver() ContextDriver { return c.drv }
+
+// Close closes the device context (ibv_close_device).
+func (c *Context) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	return c.drv.Close()
+}
+
+func (c *Context) check(op string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return Errorf(op, ErrClosed, "device context closed")
+	}
+	return nil
+}
+
+// QueryDevice returns the device's attributes (ibv_query_device).
+func (c *Context) QueryDevice() (DeviceAttr, error) {
+	if err := c.check("ibv_query_device"); err != nil {
+		return DeviceAttr{}, err
+	}
+	return c.drv.QueryDevice()
+}
+
+// QueryPort returns a port's attributes (ibv_query_port). Ports are
+// numbered from 1.
+func (c *Context) QueryPort(port uint8) (PortAttr, error) {
+	if err := c.check("ibv_query_port"); err != nil {
+		return PortAttr{}, err
+	}
+	return c.drv.QueryPort(port)
+}
+
+// QueryGID returns entry index of a port's GID table (ibv_query_gid).
+func (c *Context) QueryGID(port uint8, index int) (GID, error) {
+	if err := c.check("ibv_query_gid"); err != nil {
+		return GID{}, err
+	}
+	return c.drv.QueryGID(port, index)
+}
+
+// QueryPKey returns entry index of a port's P_Key table (ibv_query_pkey).
+func (c *Context) QueryPKey(port uint8, index int) (uint16, error) {
+	if err := c.check("ibv_query_pkey"); err != nil {
+		return 0, err
+	}
+	return c.drv.QueryPKey(port, index)
+}
+
+// GetAsyncEvent waits for the next asynchronous event (ibv_get_async_event).
+func (c *Context) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	select {
+	case ev := <-c.async:
+		return ev, nil
+	case <-ctx.Done():
+		return AsyncEvent{}, ctx.Err()
+	}
+}
+
+// AsyncEvents returns the channel GetAsyncEvent reads, for use in select.
+func (c *Context) AsyncEvents() <-chan AsyncEvent { return c.async }
+
+// AckAsyncEvent acknowledges an event (ibv_ack_async_event). Events need
+// no acknowledgement here; it exists so code ported from C reads the same.
+func (c *Context) AckAsyncEvent(AsyncEvent) {}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (c *Context) AllocPD() (*PD, error) {
+	if err := c.check("ibv_alloc_pd"); err != nil {
+		return nil, err
+	}
+	drv, err := c.drv.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	return &PD{ctx: c, drv: drv}, nil
+}

@@ -1,0 +1,73 @@
+package verbs
+
+// The interfaces below are implemented by providers — the software RoCE
+// device (package rxe) and, behind the rdmacore build tag, rdma-core —
+// much as libibverbs' providers fill in struct verbs_context_ops. Programs
+// do not use them: they use Device, Context, PD, MR, CQ and QP, which check
+// what every provider would check and hand the rest to the provider.
+
+// Provider lists the devices of one kind of RDMA device.
+type Provider interface {
+	// Name names the provider ("rxe").
+	Name() string
+	// Devices returns the provider's devices, in a stable order.
+	Devices() ([]*Device, error)
+}
+
+// DeviceDriver is a provider's device.
+type DeviceDriver interface {
+	// Open opens the device (ibv_open_device). events receives the
+	// context's asynchronous events.
+	Open(events EventSink) (ContextDriver, error)
+}
+
+// EventSink takes asynchronous events from a provider.
+type EventSink interface {
+	// Event reports an asynchronous event. The provider names the QP by
+	// number; the verbs layer finds the *QP. It never blocks.
+	Event(typ EventType, qpNum uint32, port uint8)
+}
+
+// ContextDriver is an open device.
+type ContextDriver interface {
+	QueryDevice() (DeviceAttr, error)
+	QueryPort(port uint8) (PortAttr, error)
+	QueryGID(port uint8, index int) (GID, error)
+	QueryPKey(port uint8, index int) (uint16, error)
+	AllocPD() (PDDriver, error)
+	Close() error
+}
+
+// PDDriver is a provider's protection domain.
+type PDDriver interface {
+	// RegMR registers buf. It returns the region's keys and the virtual
+	// address of buf[0] that SGEs and remote peers use.
+	RegMR(buf []byte, access AccessFlags) (MRDriver, error)
+	CreateQP(attr *QPInitAttr) (QPDriver, error)
+	CreateAH(attr *AHAttr) (AHDriver, error)
+	Dealloc() error
+}
+
+// MRDriver is a provider's memory region.
+type MRDriver interface {
+	Keys() (lkey, rkey uint32)
+	Addr() uint64
+	Dereg() error
+}
+
+// AHDriver is a provider's address handle.
+type AHDriver interface {
+	Destroy() error
+}
+
+// QPDriver is a provider's queue pair. Modify must apply CheckModify to the
+// QP's current state itself, as the state can change under the caller (a
+// QP goes to ERR on a fatal error).
+type QPDriver interface {
+	Num() uint32
+	Modify(attr *QPAttr, mask QPAttrMask) error
+	Query() (QPAttr, QPInitAttr, error)
+	PostSend(wrs []SendWR) error
+	PostRecv(wrs []RecvWR) error
+	Destroy() error
+}
