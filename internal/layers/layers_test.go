@@ -20,6 +20,8 @@ var rules = []struct {
 	{"rxe/wire", []string{module + "/", "net", "os", "syscall", "golang.org/x/sys/", "sync"}},
 	// The verbs API knows nothing of UDP or of any provider.
 	{"verbs", []string{module + "/rxe", "net", "syscall", "golang.org/x/sys/"}},
+	// Links carry packets; they know the wire format and nothing above it.
+	{"rxe/link", []string{module + "/verbs", module + "/rdmacm", module + "/fabric"}},
 	// The capture reader is a leaf.
 	{"internal/pcap", []string{module + "/"}},
 }

@@ -1,0 +1,61 @@
+// Package link carries RoCEv2 packets between software RDMA devices.
+//
+// A [Link] moves whole RoCEv2 packets — the UDP payload, from the Base
+// Transport Header to the invariant CRC — in batches. It computes the ICRC
+// of every packet it sends and checks the ICRC of every packet it receives,
+// dropping and counting the bad ones, so the device above it only ever sees
+// packets that arrived intact. Two implementations are here:
+//
+//   - [UDP], the real one: a UDP socket bound to one IP address of the host
+//     (the device's GID) and, in production, port 4791 ([wire.UDPPort]). On
+//     Linux it reads and writes batches with recvmmsg and sendmmsg through
+//     the Go netpoller and sends runs of equal-sized packets to one peer as a
+//     single UDP GSO send.
+//   - [Mem], for tests: a link attached to an in-memory [Network] that can
+//     drop, duplicate, reorder, delay and corrupt packets, deterministically
+//     from a seed.
+//
+// # Ports
+//
+// A link sends to the same UDP port number it listens on, and sends from it
+// too. Production devices all use 4791; tests give every device one odd port
+// and its own loopback address (127.0.0.1, 127.0.0.2, ...), so that test
+// packages running in parallel never collide.
+//
+// # The ICRC and the IPv4 header
+//
+// The ICRC (IBTA vol. 1 Annex A17.3.3) covers the IP and UDP headers too,
+// IPv4's identification field and DF flag included, but a program on a UDP
+// socket neither writes nor sees those headers. So each side reasons about
+// them:
+//
+//   - Sending, the link computes the ICRC over the headers Linux will write.
+//     The UDP socket is put in IP_PMTUDISC_DO mode, so every datagram leaves
+//     with DF set; and an unconnected socket sending a DF datagram gets
+//     identification 0 (ip_select_ident_segs in the kernel: only connected
+//     sockets and non-DF datagrams draw an ID). The pseudo header is
+//     therefore {local address, peer, port, port, ID 0, flags DF}, which is
+//     what a Linux Soft-RoCE peer, verifying against the real header,
+//     expects. A UDP GSO send is cut into datagrams whose IDs count up from
+//     0 (inet_gso_segment), and the link computes the ICRC of the k-th
+//     packet of such a send with ID k. TestUDPSendsExactPseudoHeader and
+//     TestUDPGSOSendsExactPseudoHeader capture the datagrams and check both
+//     (the second through a veth pair that makes the kernel segment in
+//     software; a NIC that segments UDP in hardware is expected to number
+//     the datagrams alike, but that is untested). RDMAGO_DISABLE_GSO=1
+//     turns GSO off.
+//   - Receiving, a UDP socket shows the source address and port (the ICRC
+//     covers both) but not the sender's IPv4 ID and flags, which senders set
+//     differently (Linux Soft-RoCE draws an ID per datagram). For IPv4 the
+//     link therefore accepts a packet if some ID and DF bit make its ICRC
+//     match ([wire.PseudoHeader.CheckICRCAnyIPv4ID]); this weakens the check
+//     from 32 to 15 bits, on top of the UDP checksum the kernel verifies when
+//     the sender sets one. IPv6 has no such fields and is checked exactly
+//     ([wire.PseudoHeader.CheckICRC]). The in-memory link knows the ID is 0
+//     and checks exactly.
+//
+// On other systems than Linux the UDP link sends one datagram per system
+// call and cannot ask for DF, so the IPv4 ID and flags are the system's
+// choice: peers that check the ICRC loosely (this package) accept the
+// packets, Linux Soft-RoCE may not.
+package link

@@ -1,0 +1,164 @@
+package link
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/rdmago/rdmago/rxe/wire"
+)
+
+// MinPacket is the length of the shortest RoCEv2 packet: a BTH and an ICRC.
+// Links drop and count shorter ones.
+const MinPacket = wire.BTHLen + wire.ICRCLen
+
+// Packet is one RoCEv2 packet: the UDP payload from the BTH to the ICRC.
+type Packet struct {
+	// Buf holds the packet. On Send, len(Buf) is the packet length and its
+	// last four bytes are overwritten with the ICRC the link computes for
+	// the IP and UDP headers it sends the packet with. On Recv, the caller
+	// provides Buf with a capacity of at least the link's MaxPacket (a
+	// longer packet is dropped and counted as Truncated), and Recv sets its
+	// length.
+	Buf []byte
+
+	// Addr is the peer: the destination IP address on Send, the source on
+	// Recv. Send accepts IPv4 addresses in either form, plain or
+	// IPv4-mapped IPv6 (::ffff:a.b.c.d, the form of a RoCEv2 GID); Recv
+	// reports them plain.
+	Addr netip.Addr
+
+	// TClass and HopLimit are, on Recv, the IPv4 type of service or IPv6
+	// traffic class and the IPv4 TTL or IPv6 hop limit the packet arrived
+	// with, when the link can see them (0 otherwise). A UD receiver reports
+	// them in the GRH. Send ignores them.
+	TClass, HopLimit uint8
+}
+
+// Link carries RoCEv2 packets between devices. Send may be called from
+// several goroutines at once; Recv from one at a time.
+type Link interface {
+	// LocalAddr returns the IP address packets are sent from: the
+	// device's GID, in plain form for IPv4.
+	LocalAddr() netip.Addr
+
+	// Port returns the UDP port the link listens on, sends from and sends
+	// to (wire.UDPPort in production).
+	Port() uint16
+
+	// MaxPacket returns the length of the largest packet (UDP payload)
+	// the link carries.
+	MaxPacket() int
+
+	// Send computes the ICRC of each packet and sends them all. Delivery
+	// is unreliable: a packet may be lost without an error. Send blocks
+	// only while the network pushes back (a full socket buffer). It tries
+	// every packet; a packet that cannot be sent (shorter than MinPacket,
+	// longer than MaxPacket, to an address of the wrong family, refused by
+	// the kernel) is counted in Stats.SendErrors, and Send returns the
+	// first such error once it has tried the rest. After Close it returns
+	// net.ErrClosed.
+	Send(pkts []Packet) error
+
+	// Recv blocks until at least one packet has arrived, fills pkts[:n]
+	// with up to len(pkts) of them and returns n. Packets with a bad ICRC,
+	// shorter than MinPacket or longer than their buffer are dropped and
+	// counted, never returned. Recv may exchange buffers between the
+	// elements of pkts (each buffer given stays somewhere in pkts). After
+	// Close it returns net.ErrClosed.
+	Recv(pkts []Packet) (n int, err error)
+
+	// Stats returns the link's counters.
+	Stats() Stats
+
+	// Close closes the link, unblocking Recv, and releases everything it
+	// holds (no goroutine outlives it). Closing twice is harmless.
+	Close() error
+}
+
+// Stats holds a link's counters. All count packets.
+type Stats struct {
+	// Sent counts packets handed to the network.
+	Sent uint64
+	// SendErrors counts packets Send could not send.
+	SendErrors uint64
+	// Dropped counts packets this link sent that the network lost on the
+	// way: on a Mem, by fault injection, the Filter, or for want of a link
+	// at the destination address.
+	Dropped uint64
+
+	// Received counts packets Recv returned.
+	Received uint64
+	// BadICRC counts received packets dropped because their ICRC did not
+	// match.
+	BadICRC uint64
+	// Short counts received packets dropped for being shorter than
+	// MinPacket.
+	Short uint64
+	// Truncated counts received packets dropped for being longer than the
+	// buffer Recv was given.
+	Truncated uint64
+	// Overflow counts packets dropped on arrival because the receive queue
+	// was full (on Linux, the socket's SO_RXQ_OVFL count).
+	Overflow uint64
+}
+
+// counters are the live counters behind Stats.
+type counters struct {
+	sent, sendErrors, dropped                     atomic.Uint64
+	received, badICRC, short, truncated, overflow atomic.Uint64
+}
+
+// snapshot returns the counters' current values.
+func (c *counters) snapshot() Stats {
+	return Stats{
+		Sent:       c.sent.Load(),
+		SendErrors: c.sendErrors.Load(),
+		Dropped:    c.dropped.Load(),
+		Received:   c.received.Load(),
+		BadICRC:    c.badICRC.Load(),
+		Short:      c.short.Load(),
+		Truncated:  c.truncated.Load(),
+		Overflow:   c.overflow.Load(),
+	}
+}
+
+// Errors Send returns for packets it cannot send. Each is wrapped with the
+// details; test for them with errors.Is.
+var (
+	// ErrShortPacket means a packet is shorter than MinPacket.
+	ErrShortPacket = errors.New("rxe/link: packet shorter than a BTH and an ICRC")
+	// ErrPacketTooLarge means a packet is longer than the link's
+	// MaxPacket.
+	ErrPacketTooLarge = errors.New("rxe/link: packet longer than the link carries")
+	// ErrAddr means a destination address is invalid, unspecified or of
+	// the other IP family than the link's.
+	ErrAddr = errors.New("rxe/link: bad destination address")
+)
+
+// checkPacket checks that p can be sent from local over a link carrying
+// packets of up to max bytes, and returns its destination in plain form.
+func checkPacket(p *Packet, local netip.Addr, max int) (netip.Addr, error) {
+	dst := p.Addr.Unmap()
+	switch {
+	case len(p.Buf) < MinPacket:
+		return dst, fmt.Errorf("%w: %d bytes", ErrShortPacket, len(p.Buf))
+	case len(p.Buf) > max:
+		return dst, fmt.Errorf("%w: %d bytes, at most %d", ErrPacketTooLarge, len(p.Buf), max)
+	case !dst.IsValid() || dst.IsUnspecified() || dst.IsMulticast() || dst.Is4() != local.Is4():
+		return dst, fmt.Errorf("%w: %v from %v", ErrAddr, p.Addr, local)
+	}
+	return dst, nil
+}
+
+// pseudoHeader returns the pseudo header of a packet sent from local to
+// peer with both UDP ports port, by a sender whose IPv4 datagrams carry
+// identification id and DF (see the package documentation).
+func pseudoHeader(local, peer netip.Addr, port, id uint16) wire.PseudoHeader {
+	return wire.PseudoHeader{
+		Src: local, Dst: peer,
+		SrcPort: port, DstPort: port,
+		IPv4ID: id, IPv4Flags: wire.IPv4DontFragment,
+	}
+}

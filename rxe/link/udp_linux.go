@@ -1,0 +1,99 @@
+package link
+
+import (
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// batchSize is the most packets one recvmmsg or sendmmsg call moves.
+const batchSize = 64
+
+// mmsghdr is struct mmsghdr of <sys/socket.h>, which x/sys/unix does not
+// define: a message header and the byte count the kernel returns. Go pads
+// the struct to its alignment as C does.
+type mmsghdr struct {
+	Hdr unix.Msghdr
+	Len uint32
+}
+
+// controlSocket sets up a new socket before it is bound (net.ListenConfig's
+// Control hook):
+//
+//   - path MTU discovery in "do" mode, so that datagrams leave with DF set and
+//     IPv4 identification 0, as the ICRC assumes (see the package doc); this
+//     one must succeed;
+//   - the receipt of the traffic class and hop limit of each datagram, and of
+//     the socket's drop count (SO_RXQ_OVFL);
+//   - large socket buffers, forced past the system limits when the process
+//     may (CAP_NET_ADMIN), and otherwise as large as the limits allow.
+func controlSocket(c syscall.RawConn, v4 bool, opt *UDPOptions) error {
+	var err error
+	cerr := c.Control(func(fd uintptr) {
+		s := int(fd)
+		if v4 {
+			err = unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+			unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+			unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_RECVTTL, 1)
+		} else {
+			err = unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+			unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
+			unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1)
+		}
+		unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
+		setBuffer(s, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, opt.RecvBuffer)
+		setBuffer(s, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, opt.SendBuffer)
+	})
+	if cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		return os.NewSyscallError("setsockopt IP_MTU_DISCOVER", err)
+	}
+	return nil
+}
+
+// setBuffer sets a socket buffer to size bytes, with the force option if
+// the process has the privilege and the plain one, which the kernel caps,
+// otherwise.
+func setBuffer(fd, force, plain, size int) {
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, size) != nil {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, plain, size)
+	}
+}
+
+// init prepares the batches of a new link.
+func (u *UDP) init(_ *UDPOptions, gso bool) error {
+	raw, err := u.conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	u.receiver.init(raw)
+	u.sender.init(raw, gso && gsoSupported(raw))
+	return nil
+}
+
+// gsoSupported reports whether the kernel can segment UDP sends (UDP_SEGMENT,
+// Linux 4.18). Like quic-go, it wants Linux 5 or later, as earlier kernels
+// had bugs in this path.
+func gsoSupported(raw syscall.RawConn) bool {
+	var err error
+	if cerr := raw.Control(func(fd uintptr) {
+		_, err = unix.GetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT)
+	}); cerr != nil || err != nil {
+		return false
+	}
+	var uts unix.Utsname
+	if unix.Uname(&uts) != nil {
+		return false
+	}
+	major := 0
+	for _, c := range uts.Release {
+		if c < '0' || c > '9' {
+			break
+		}
+		major = major*10 + int(c-'0')
+	}
+	return major >= 5
+}

@@ -1,0 +1,120 @@
+package link_test
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/rxe/wire"
+)
+
+func TestUDPReportsTrafficClassAndHopLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		local, peer      netip.Addr
+		tclassOpt, hlOpt [2]int // level, option
+	}{
+		{"IPv4", addr2, addr3, [2]int{unix.IPPROTO_IP, unix.IP_TOS}, [2]int{unix.IPPROTO_IP, unix.IP_TTL}},
+		{"IPv6", netip.IPv6Loopback(), netip.IPv6Loopback(), [2]int{unix.IPPROTO_IPV6, unix.IPV6_TCLASS}, [2]int{unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := listenOne(t, tc.local, link.UDPOptions{})
+			c := plainConn(t, tc.peer)
+			raw, err := c.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			const tclass, hops = 0xb8, 9 // DSCP EF
+			raw.Control(func(fd uintptr) {
+				if err := unix.SetsockoptInt(int(fd), tc.tclassOpt[0], tc.tclassOpt[1], tclass); err != nil {
+					t.Error(err)
+				}
+				if err := unix.SetsockoptInt(int(fd), tc.hlOpt[0], tc.hlOpt[1], hops); err != nil {
+					t.Error(err)
+				}
+			})
+			src := c.LocalAddr().(*net.UDPAddr).AddrPort()
+			pkt := newPacket(t, newRand(4), wire.UDSendOnly, 64, 1)
+			ph := wire.PseudoHeader{Src: tc.peer, Dst: tc.local, SrcPort: src.Port(), DstPort: l.Port()}
+			ph.SetICRC(pkt)
+			if _, err := c.WriteToUDPAddrPort(pkt, netip.AddrPortFrom(tc.local, l.Port())); err != nil {
+				t.Fatal(err)
+			}
+			got := recvAll(t, l, 1, 10*time.Second)
+			if got[0].TClass != tclass || got[0].HopLimit != hops {
+				t.Errorf("TClass %#x, HopLimit %d; want %#x, %d", got[0].TClass, got[0].HopLimit, tclass, hops)
+			}
+		})
+	}
+}
+
+func TestUDPSteadyStateDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, tc := range []struct {
+		name string
+		opt  link.UDPOptions
+	}{
+		{"GSO", link.UDPOptions{}},
+		{"no GSO", link.UDPOptions{DisableGSO: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := listenPair(t, addr1, addr2, tc.opt)
+			pkts := make([]link.Packet, 48)
+			for i := range pkts {
+				pkts[i] = link.Packet{Buf: newPacket(t, newRand(5), wire.RCWriteMiddle, 4096, uint32(i)), Addr: addr2}
+			}
+			bufs := recvBuffers(64, b.MaxPacket())
+			round := func() {
+				if err := a.Send(pkts); err != nil {
+					t.Fatal(err)
+				}
+				for got := 0; got < len(pkts); {
+					n, err := b.Recv(bufs)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got += n
+				}
+			}
+			round() // warm up
+			if allocs := testing.AllocsPerRun(50, round); allocs != 0 {
+				t.Errorf("a round of Send and Recv of %d packets allocates %.1f times, want 0", len(pkts), allocs)
+			}
+		})
+	}
+}
+
+func TestUDPCountsDatagramsTheSocketDropped(t *testing.T) {
+	// A receive buffer of one byte becomes the kernel's minimum, a few
+	// KiB: a burst of 4 KiB packets overflows it at once.
+	a, b := listenPair(t, addr1, addr2, link.UDPOptions{RecvBuffer: 1})
+	pkts := make([]link.Packet, 50)
+	for i := range pkts {
+		pkts[i] = link.Packet{Buf: newPacket(t, newRand(6), wire.RCWriteMiddle, 4096, uint32(i)), Addr: addr2}
+	}
+	if err := a.Send(pkts); err != nil {
+		t.Fatal(err)
+	}
+	// The drop count rides on datagrams queued after the drops.
+	bufs := recvBuffers(64, b.MaxPacket())
+	for range 100 {
+		if b.Stats().Overflow > 0 {
+			break
+		}
+		if err := a.Send(pkts[:1]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Recv(bufs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := b.Stats(); s.Overflow == 0 || s.Overflow > 50 {
+		t.Errorf("Overflow = %d after a burst of 50 into a full socket, want 1-50", s.Overflow)
+	}
+}

@@ -1,0 +1,181 @@
+package link
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// oobSize is the room for the control messages of one received datagram:
+// its traffic class, its hop limit and the socket's drop count, each an
+// aligned cmsghdr and an int (24 bytes on 64-bit systems), with room to
+// spare.
+const oobSize = 128
+
+// receiver holds what recvmmsg needs, allocated once with the link. The
+// iovecs point into the caller's packet buffers, so datagrams land where
+// Recv returns them, without a copy.
+type receiver struct {
+	raw    syscall.RawConn
+	readFn func(fd uintptr) bool // r.read, bound once
+	want   int                   // messages to ask for
+	got    int                   // messages received
+	err    syscall.Errno         // the error recvmmsg failed with
+	hdrs   [batchSize]mmsghdr
+	iovs   [batchSize]unix.Iovec
+	names  [batchSize]unix.RawSockaddrInet6 // large enough for either family
+	oob    [batchSize][oobSize / 8]uint64   // uint64 for cmsghdr alignment
+}
+
+func (r *receiver) init(raw syscall.RawConn) {
+	r.raw = raw
+	r.readFn = r.read
+}
+
+// read is the RawConn.Read callback: one recvmmsg, retried on EINTR. It
+// returns false to wait for the socket to become readable.
+func (r *receiver) read(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), 0, 0, 0)
+		switch e {
+		case 0:
+			r.got = int(n)
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		r.err = e
+		return true
+	}
+}
+
+// recv implements Recv with recvmmsg. Called with recvMu held.
+func (u *UDP) recv(pkts []Packet) (int, error) {
+	r := &u.receiver
+	want := min(len(pkts), batchSize)
+	for i := range want {
+		b := pkts[i].Buf[:cap(pkts[i].Buf)]
+		if len(b) == 0 {
+			return 0, fmt.Errorf("rxe/link: Recv: packet %d has a buffer of no capacity", i)
+		}
+		r.iovs[i].Base = &b[0]
+		r.iovs[i].SetLen(len(b))
+	}
+	for {
+		for i := range want {
+			h := &r.hdrs[i].Hdr
+			h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
+			h.Namelen = unix.SizeofSockaddrInet6
+			h.Iov = &r.iovs[i]
+			h.SetIovlen(1)
+			h.Control = (*byte)(unsafe.Pointer(&r.oob[i][0]))
+			h.SetControllen(oobSize)
+			h.Flags = 0
+		}
+		r.want, r.got, r.err = want, 0, 0
+		if err := r.raw.Read(r.readFn); err != nil {
+			return 0, closedError(err)
+		}
+		if r.err != 0 {
+			return 0, os.NewSyscallError("recvmmsg", r.err)
+		}
+		k := 0
+		for i := range r.got {
+			h := &r.hdrs[i]
+			if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+				u.stats.truncated.Add(1)
+				continue
+			}
+			from := sockaddrAddrPort(&r.names[i])
+			p := &pkts[i]
+			p.Buf = p.Buf[:h.Len]
+			if !u.accept(p.Buf, from) {
+				continue
+			}
+			oob := unsafe.Slice((*byte)(unsafe.Pointer(&r.oob[i][0])), oobSize)[:h.Hdr.Controllen]
+			tclass, hop, drops, ok := parseControl(oob)
+			if ok {
+				u.stats.overflow.Store(uint64(drops))
+			}
+			if k != i {
+				// Move the packet down over a dropped one, swapping
+				// buffers so that the caller keeps every buffer it gave.
+				pkts[k].Buf, p.Buf = p.Buf, pkts[k].Buf[:0]
+			}
+			q := &pkts[k]
+			q.Addr, q.TClass, q.HopLimit = from.Addr(), tclass, hop
+			k++
+		}
+		if k > 0 {
+			u.stats.received.Add(uint64(k))
+			return k, nil
+		}
+	}
+}
+
+// sockaddrAddrPort returns the address and port of a sockaddr_in or
+// sockaddr_in6, IPv4 in plain form. The IPv6 scope is left out: a GID has
+// none.
+func sockaddrAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
+	if sa.Family == unix.AF_INET {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		port := (*[2]byte)(unsafe.Pointer(&sa4.Port))
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), binary.BigEndian.Uint16(port[:]))
+	}
+	port := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), binary.BigEndian.Uint16(port[:]))
+}
+
+// putSockaddr fills sa with dst and port as a sockaddr_in or sockaddr_in6
+// (with scope for link-local IPv6) and returns its length.
+func putSockaddr(sa *unix.RawSockaddrInet6, dst netip.Addr, port uint16, scope uint32) uint32 {
+	if dst.Is4() {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		*sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: dst.As4()}
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa4.Port))[:], port)
+		return unix.SizeofSockaddrInet4
+	}
+	*sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: dst.As16()}
+	if dst.IsLinkLocalUnicast() {
+		sa.Scope_id = scope
+	}
+	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], port)
+	return unix.SizeofSockaddrInet6
+}
+
+// parseControl reads the control messages of a received datagram: its
+// traffic class and hop limit (IP_TOS and IP_TTL, or IPV6_TCLASS and
+// IPV6_HOPLIMIT) and the socket's drop count (SO_RXQ_OVFL, present once
+// the socket has dropped something; hasDrops says whether it was).
+func parseControl(b []byte) (tclass, hop uint8, drops uint32, hasDrops bool) {
+	hdrLen := unix.CmsgLen(0)
+	for len(b) >= hdrLen {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		n := int(h.Len)
+		if n < hdrLen || n > len(b) {
+			break
+		}
+		data := b[hdrLen:n]
+		switch {
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
+			tclass = data[0]
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TTL && len(data) >= 4:
+			hop = uint8(binary.NativeEndian.Uint32(data))
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			tclass = uint8(binary.NativeEndian.Uint32(data))
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_HOPLIMIT && len(data) >= 4:
+			hop = uint8(binary.NativeEndian.Uint32(data))
+		case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
+			drops, hasDrops = binary.NativeEndian.Uint32(data), true
+		}
+		b = b[min(unix.CmsgSpace(n-hdrLen), len(b)):]
+	}
+	return tclass, hop, drops, hasDrops
+}
