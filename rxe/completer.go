@@ -1,0 +1,291 @@
+package rxe
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/rdmago/rdmago/internal/racesync"
+	"github.com/rdmago/rdmago/rxe/wire"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// receive handles one packet for this QP.
+func (q *qp) receive(in *inPacket, now time.Time) {
+	var p wire.Packet
+	if err := p.Decode(in.buf); err != nil {
+		return // malformed: dropped (the link already checked the ICRC)
+	}
+	op := p.OpCode()
+	if q.typ == verbs.QPTRC && op.Transport() != wire.TransportRC ||
+		q.typ == verbs.QPTUC && op.Transport() != wire.TransportUC {
+		return // wrong transport for this QP: silently dropped (IBTA C9-54)
+	}
+	switch q.st.state {
+	case verbs.QPSReset, verbs.QPSInit, verbs.QPSErr:
+		return
+	}
+	if op.IsResponse() {
+		if q.st.state == verbs.QPSRTR {
+			return
+		}
+		q.complete(&p, now)
+		return
+	}
+	q.respond(&p, in, now)
+}
+
+// complete handles an acknowledgement or read response (the completer).
+func (q *qp) complete(p *wire.Packet, now time.Time) {
+	r := &q.req
+	if !r.inited {
+		return
+	}
+	psn := p.BTH.PSN()
+	// Only responses to PSNs we sent and that are not yet acknowledged
+	// count; the rest are stale duplicates.
+	if psn.Diff(r.una) < 0 && !p.OpCode().IsReadResponse() || psn.Diff(r.psn) >= 0 {
+		return
+	}
+	op := p.OpCode()
+	if op == wire.RCAcknowledge {
+		syn := p.AETH.Syndrome()
+		switch syn.Kind() {
+		case wire.KindACK:
+			q.ackThrough(psn, now)
+		case wire.KindRNRNAK:
+			q.ackThrough(psn.Add(0xffffff), now) // everything before psn
+			if r.rnrRetries == 0 && q.st.rnrRetry != 7 {
+				q.failAt(psn, verbs.WCRNRRetryExcErr)
+				return
+			}
+			if q.st.rnrRetry != 7 {
+				r.rnrRetries--
+			}
+			r.rnrPending = true
+			r.rnrUntil = now.Add(wire.RNRTimerDuration(syn.Value()))
+			q.rewind(psn)
+		case wire.KindNAK:
+			q.ackThrough(psn.Add(0xffffff), now)
+			switch syn {
+			case wire.NAKPSNSequenceError:
+				if !q.useRetry() {
+					q.failAt(psn, verbs.WCRetryExcErr)
+					return
+				}
+				q.rewind(psn)
+			case wire.NAKRemoteAccessError:
+				q.failAt(psn, verbs.WCRemAccessErr)
+			case wire.NAKRemoteOperational:
+				q.failAt(psn, verbs.WCRemOpErr)
+			default:
+				q.failAt(psn, verbs.WCRemInvReqErr)
+			}
+		}
+		return
+	}
+	// A read response or atomic acknowledgement: find its WQE.
+	w := q.wqeAt(psn)
+	if w == nil {
+		return
+	}
+	if op == wire.RCAtomicAcknowledge {
+		if !w.isReadOrAtomic() || w.wr.Opcode == verbs.WRRDMARead || psn != w.firstPSN || w.done {
+			return
+		}
+		q.ackThrough(psn.Add(0xffffff), now)
+		racesync.Sync()
+		binary.NativeEndian.PutUint64(w.segs[0], p.AtomicAckETH.OrigData())
+		racesync.Sync()
+		w.done = true
+		q.ackThrough(psn, now)
+		return
+	}
+	// RDMA READ response.
+	if w.wr.Opcode != verbs.WRRDMARead || w.done {
+		return
+	}
+	want := w.firstPSN.Add(w.readDone)
+	if psn != want {
+		// A gap: responses were lost. Ask again from the first missing
+		// one, once per gap.
+		if psn.Diff(want) > 0 {
+			q.resendFrom(want)
+		}
+		return
+	}
+	q.ackThrough(psn.Add(0xffffff), now)
+	mtu := uint64(q.st.mtu)
+	off := uint64(w.readDone) * mtu
+	expect := min(mtu, w.length-min(w.length, off))
+	lastPkt := w.readDone == w.npkts-1
+	if uint64(len(p.Payload)) != expect || op.IsLast() != lastPkt {
+		q.failAt(psn, verbs.WCBadRespErr)
+		return
+	}
+	scatter(w.segs, off, p.Payload)
+	w.readDone++
+	r.progress = true
+	if lastPkt {
+		w.done = true
+		q.ackThrough(psn, now)
+	}
+}
+
+// resendFrom rewinds to a READ or atomic whose response is missing, once
+// for each such PSN (every later response or ACK would ask again).
+func (q *qp) resendFrom(psn wire.PSN) {
+	r := &q.req
+	if r.gapSet && r.readGap == psn {
+		return
+	}
+	r.readGap, r.gapSet = psn, true
+	q.rewind(psn)
+}
+
+// useRetry spends one transport retry; false when none are left.
+func (q *qp) useRetry() bool {
+	r := &q.req
+	if r.retries <= 0 {
+		return false
+	}
+	r.retries--
+	return true
+}
+
+// ackThrough retires what an acknowledgement of PSN a covers: SENDs and
+// WRITEs whose last PSN is not after a. A READ or atomic it passes without
+// its response lost that response: it is asked for again.
+func (q *qp) ackThrough(a wire.PSN, now time.Time) {
+	r := &q.req
+	if a.Diff(r.una) < 0 {
+		return
+	}
+	advanced := false
+	for _, w := range q.sq {
+		if !w.started || w.firstPSN.Diff(a) > 0 {
+			break
+		}
+		if w.done {
+			continue
+		}
+		if w.isReadOrAtomic() {
+			// The responder acknowledged past a request whose
+			// response has not come: the response was lost.
+			if a.Diff(w.lastPSN()) > 0 {
+				q.resendFrom(w.firstPSN.Add(w.readDone))
+			}
+			break
+		}
+		if w.lastPSN().Diff(a) > 0 {
+			break
+		}
+		w.done = true
+		advanced = true
+	}
+	newUna := a.Add(1)
+	// una never passes an unfinished READ or atomic.
+	for _, w := range q.sq {
+		if w.started && !w.done && w.isReadOrAtomic() {
+			if u := w.firstPSN.Add(w.readDone); u.Diff(newUna) < 0 {
+				newUna = u
+			}
+			break
+		}
+	}
+	if newUna.Diff(r.una) > 0 {
+		r.una = newUna
+		advanced = true
+	}
+	if advanced {
+		q.madeProgress(now)
+	}
+}
+
+// madeProgress resets the retry budget and restarts the retransmit timer.
+func (q *qp) madeProgress(now time.Time) {
+	r := &q.req
+	r.retries = q.st.retryCnt
+	r.rnrRetries = q.st.rnrRetry
+	if r.una == r.psn || q.st.timeout == 0 {
+		r.retryAt = time.Time{}
+	} else {
+		r.retryAt = now.Add(q.st.timeout)
+	}
+}
+
+// wqeAt returns the started WQE whose PSN range holds psn.
+func (q *qp) wqeAt(psn wire.PSN) *sendWQE {
+	for _, w := range q.sq {
+		if !w.started {
+			return nil
+		}
+		if psn.Diff(w.firstPSN) >= 0 && psn.Diff(w.lastPSN()) <= 0 {
+			return w
+		}
+	}
+	return nil
+}
+
+// rewind makes the requester send again from PSN psn (go-back-N): the WQE
+// holding it resumes there and every later one starts over. It never
+// moves the send position forward, nor una, which only ACKs advance.
+func (q *qp) rewind(psn wire.PSN) {
+	r := &q.req
+	for i, w := range q.sq {
+		if !w.started {
+			return
+		}
+		if w.done || w.lastPSN().Diff(psn) < 0 {
+			continue
+		}
+		if i < r.next {
+			r.next = i
+		}
+		switch d := psn.Diff(w.firstPSN); {
+		case w.isReadOrAtomic() || d <= 0:
+			w.sent = 0
+		case w.sent > uint32(d):
+			w.sent = uint32(d)
+		}
+		for _, x := range q.sq[i+1:] {
+			if !x.started {
+				break
+			}
+			x.sent = 0
+		}
+		return
+	}
+}
+
+// failAt completes the WQE holding psn with status and fails the QP.
+func (q *qp) failAt(psn wire.PSN, status verbs.WCStatus) {
+	if w := q.wqeAt(psn); w != nil {
+		w.done, w.status = true, status
+	} else {
+		for _, w := range q.sq {
+			if !w.done {
+				w.done, w.status = true, status
+				break
+			}
+		}
+	}
+	q.toError()
+}
+
+// onTimer handles the retransmit timer: resend from the oldest
+// unacknowledged PSN, or fail with RETRY_EXC_ERR when retries run out.
+func (q *qp) onTimer(now time.Time) {
+	r := &q.req
+	if r.retryAt.IsZero() || now.Before(r.retryAt) || r.una == r.psn {
+		if r.una == r.psn {
+			r.retryAt = time.Time{}
+		}
+		return
+	}
+	if !q.useRetry() {
+		q.failAt(r.una, verbs.WCRetryExcErr)
+		return
+	}
+	r.retryAt = now.Add(q.st.timeout)
+	q.rewind(r.una)
+}

@@ -1,0 +1,343 @@
+package rxe
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/rxe/wire"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// Device limits, as Linux rxe reports them (rxe_param.h).
+const (
+	maxQP         = 0x10000
+	maxQPWR       = 0x4000
+	maxSGE        = 32
+	maxInline     = 400
+	maxCQ         = 0x4000
+	maxCQE        = 0x7fff
+	maxMR         = 0x10000
+	maxPD         = 0x7ff0
+	maxRdAtomic   = 128
+	maxSRQ        = 960
+	maxSRQWR      = 0x4000
+	maxPKeys      = 64
+	maxMsgSize    = 0x800000 // 8 MiB
+	maxMRSize     = 1 << 40
+	minQPN        = 0x11 // QP numbers start above the special QPs, as in rxe
+	vendorID      = 0xffffff
+	maxUnackedPSN = 128 // the most PSNs a requester has in flight
+	maxPktPerAck  = 64  // the requester asks for an ACK at least this often
+	// maxPacket bounds a RoCE packet: the largest path MTU plus headers.
+	maxPacket = 4096 + 128
+	// recvBatch is how many packets the receive loop takes per call.
+	recvBatch = 64
+)
+
+// device implements verbs.DeviceDriver. Its hardware state (sockets, QP
+// and key tables) starts with the first Open and stops with the last Close.
+type device struct {
+	cfg  Config
+	guid uint64
+
+	mu   sync.Mutex
+	hw   *hw
+	refs int
+}
+
+// Open implements verbs.DeviceDriver.
+func (d *device) Open(events verbs.EventSink) (verbs.ContextDriver, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.hw == nil {
+		h, err := startHW(d)
+		if err != nil {
+			return nil, err
+		}
+		d.hw = h
+	}
+	d.refs++
+	return &devctx{dev: d, hw: d.hw, events: events}, nil
+}
+
+func (d *device) release() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.refs--
+	if d.refs == 0 {
+		d.hw.stop()
+		d.hw = nil
+	}
+}
+
+// hw is a running device: its links, receive loops and object tables.
+type hw struct {
+	dev   *device
+	links []link.Link
+	gids  []verbs.GID
+	mtu   verbs.MTU
+	port  uint16
+
+	mu      sync.RWMutex
+	qps     map[uint32]*qp
+	keys    map[uint32]*mr
+	nextQPN uint32
+	nextMR  uint32
+
+	atomicMu sync.Mutex // makes atomics atomic with respect to each other (IBV_ATOMIC_HCA)
+	bufs     sync.Pool  // receive buffers of maxPacket bytes
+	wg       sync.WaitGroup
+}
+
+func startHW(d *device) (*hw, error) {
+	h := &hw{
+		dev:     d,
+		mtu:     activeMTU(d.cfg.NetdevMTU),
+		port:    d.cfg.Port,
+		qps:     map[uint32]*qp{},
+		keys:    map[uint32]*mr{},
+		nextQPN: minQPN,
+	}
+	h.bufs.New = func() any { b := make([]byte, maxPacket); return &b }
+	links := d.cfg.Links
+	if len(links) == 0 {
+		for _, a := range d.cfg.Addrs {
+			l, err := link.ListenUDP(netip.AddrPortFrom(a, d.cfg.Port), link.UDPOptions{})
+			if err != nil {
+				for _, l := range links {
+					l.Close()
+				}
+				return nil, fmt.Errorf("rxe: opening %s: %w", d.cfg.Name, err)
+			}
+			links = append(links, l)
+		}
+	}
+	h.links = links
+	for _, l := range links {
+		h.gids = append(h.gids, verbs.GIDFromAddr(l.LocalAddr()))
+	}
+	for i := range links {
+		h.wg.Add(1)
+		go h.recvLoop(i)
+	}
+	return h, nil
+}
+
+// stop closes the links and waits for the receive loops.
+func (h *hw) stop() {
+	for _, l := range h.links {
+		l.Close()
+	}
+	h.wg.Wait()
+	h.mu.Lock()
+	qps := make([]*qp, 0, len(h.qps))
+	for _, q := range h.qps {
+		qps = append(qps, q)
+	}
+	h.mu.Unlock()
+	for _, q := range qps {
+		q.Destroy()
+	}
+}
+
+// recvLoop reads packets from link i and hands each to its QP.
+func (h *hw) recvLoop(i int) {
+	defer h.wg.Done()
+	l := h.links[i]
+	batch := make([]link.Packet, recvBatch)
+	for j := range batch {
+		batch[j].Buf = *(h.bufs.Get().(*[]byte))
+	}
+	for {
+		n, err := l.Recv(batch)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		h.mu.RLock()
+		for j := 0; j < n; j++ {
+			p := &batch[j]
+			q := h.qps[binary.BigEndian.Uint32(p.Buf[4:8])&0xffffff]
+			if q == nil {
+				continue // no such QP: dropped, as hardware does
+			}
+			if q.deliver(inPacket{buf: p.Buf, src: p.Addr, tclass: p.TClass, hop: p.HopLimit, link: uint8(i)}) {
+				p.Buf = *(h.bufs.Get().(*[]byte))
+			}
+		}
+		h.mu.RUnlock()
+		for j := 0; j < n; j++ {
+			batch[j].Buf = batch[j].Buf[:cap(batch[j].Buf)]
+		}
+	}
+}
+
+// putBuf returns a receive buffer to the pool.
+func (h *hw) putBuf(b []byte) {
+	b = b[:cap(b)]
+	h.bufs.Put(&b)
+}
+
+// send hands packets to the link that serves GID index sgid.
+func (h *hw) send(sgid int, pkts []link.Packet) {
+	if sgid >= len(h.links) {
+		sgid = 0
+	}
+	h.links[sgid].Send(pkts)
+}
+
+// newKey returns an unused memory key: random, so that keys are not
+// guessable, with its low byte free to change like rxe's key variant.
+func (h *hw) newKey() uint32 {
+	var b [4]byte
+	for {
+		rand.Read(b[:])
+		k := binary.LittleEndian.Uint32(b[:])
+		if k == 0 || k == ^uint32(0) {
+			continue
+		}
+		if _, taken := h.keys[k]; !taken {
+			return k
+		}
+	}
+}
+
+// gidIndex returns the GID table index of addr, or -1.
+func (h *hw) gidIndex(a netip.Addr) int {
+	g := verbs.GIDFromAddr(a)
+	for i, x := range h.gids {
+		if x == g {
+			return i
+		}
+	}
+	return -1
+}
+
+// devctx implements verbs.ContextDriver.
+type devctx struct {
+	dev    *device
+	hw     *hw
+	events verbs.EventSink
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// QueryDevice implements verbs.ContextDriver (ibv_query_device).
+func (c *devctx) QueryDevice() (verbs.DeviceAttr, error) {
+	return verbs.DeviceAttr{
+		FWVer:                 "0.0.0",
+		NodeGUID:              c.dev.guid,
+		SysImageGUID:          c.dev.guid,
+		MaxMRSize:             maxMRSize,
+		PageSizeCap:           0xfffff000,
+		VendorID:              vendorID,
+		HWVer:                 0,
+		MaxQP:                 maxQP,
+		MaxQPWR:               maxQPWR,
+		DeviceCapFlags:        verbs.DeviceBadPKeyCntr | verbs.DeviceBadQKeyCntr | verbs.DeviceAutoPathMig | verbs.DeviceChangePhyPort | verbs.DeviceUDAVPortEnforce | verbs.DevicePortActiveEvent | verbs.DeviceSysImageGUID | verbs.DeviceRCRNRNAKGen | verbs.DeviceSRQResize | verbs.DeviceMemWindow | verbs.DeviceMemWindowType2B | verbs.DeviceMemMgtExtensions,
+		MaxSGE:                maxSGE,
+		MaxSGERD:              maxSGE,
+		MaxCQ:                 maxCQ,
+		MaxCQE:                maxCQE,
+		MaxMR:                 maxMR,
+		MaxPD:                 maxPD,
+		MaxQPRdAtom:           maxRdAtomic,
+		MaxResRdAtom:          0x3f000, // RXE_MAX_RES_RD_ATOM
+		MaxQPInitRdAtom:       maxRdAtomic,
+		AtomicCap:             verbs.AtomicHCA,
+		MaxMW:                 maxMR,
+		MaxMcastGrp:           8192,
+		MaxMcastQPAttach:      56,
+		MaxTotalMcastQPAttach: 0x70000,
+		MaxAH:                 0x7fff,
+		MaxSRQ:                maxSRQ,
+		MaxSRQWR:              maxSRQWR,
+		MaxSRQSGE:             maxSGE,
+		MaxPKeys:              maxPKeys,
+		LocalCADelayAck:       15,
+		PhysPortCnt:           1,
+		MaxInlineData:         maxInline,
+	}, nil
+}
+
+// QueryPort implements verbs.ContextDriver (ibv_query_port).
+func (c *devctx) QueryPort(port uint8) (verbs.PortAttr, error) {
+	if port != 1 {
+		return verbs.PortAttr{}, verbs.Errorf("ibv_query_port", verbs.ErrInvalidArgument, fmt.Sprintf("port %d: rxe devices have port 1 only", port))
+	}
+	return verbs.PortAttr{
+		State:         verbs.PortActive,
+		MaxMTU:        verbs.MTU4096,
+		ActiveMTU:     c.hw.mtu,
+		GIDTblLen:     len(c.hw.gids),
+		PortCapFlags:  0x00010000 | 0x04000000, // IBV_PORT_CM_SUP, IBV_PORT_IP_BASED_GIDS
+		MaxMsgSz:      maxMsgSize,
+		PKeyTblLen:    1,
+		MaxVLNum:      1,
+		ActiveWidth:   2,    // 4X
+		ActiveSpeed:   0x20, // EDR, what rxe reports for fast links
+		PhysState:     5,    // LinkUp
+		LinkLayer:     verbs.LinkLayerEthernet,
+		SubnetTimeout: 0,
+	}, nil
+}
+
+// QueryGID implements verbs.ContextDriver (ibv_query_gid).
+func (c *devctx) QueryGID(port uint8, index int) (verbs.GID, error) {
+	if port != 1 || index < 0 || index >= len(c.hw.gids) {
+		return verbs.GID{}, verbs.Errorf("ibv_query_gid", verbs.ErrInvalidArgument, fmt.Sprintf("port %d GID index %d: table has %d entries", port, index, len(c.hw.gids)))
+	}
+	return c.hw.gids[index], nil
+}
+
+// QueryPKey implements verbs.ContextDriver (ibv_query_pkey).
+func (c *devctx) QueryPKey(port uint8, index int) (uint16, error) {
+	if port != 1 || index != 0 {
+		return 0, verbs.Errorf("ibv_query_pkey", verbs.ErrInvalidArgument, fmt.Sprintf("port %d P_Key index %d", port, index))
+	}
+	return wire.DefaultPKey, nil
+}
+
+// AllocPD implements verbs.ContextDriver (ibv_alloc_pd).
+func (c *devctx) AllocPD() (verbs.PDDriver, error) {
+	return &pd{ctx: c}, nil
+}
+
+// Close implements verbs.ContextDriver (ibv_close_device).
+func (c *devctx) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	// Destroy this context's QPs, then let go of the hardware.
+	c.hw.mu.Lock()
+	var mine []*qp
+	for _, q := range c.hw.qps {
+		if q.ctx == c {
+			mine = append(mine, q)
+		}
+	}
+	c.hw.mu.Unlock()
+	for _, q := range mine {
+		q.Destroy()
+	}
+	c.dev.release()
+	return nil
+}
+
+var (
+	_ verbs.DeviceDriver  = (*device)(nil)
+	_ verbs.ContextDriver = (*devctx)(nil)
+)

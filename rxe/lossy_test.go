@@ -1,0 +1,209 @@
+package rxe
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// memPair connects two devices over an in-memory network with faults.
+func memPair(t testing.TB, seed uint64, f link.Faults, o pairOpts) (*end, *end, *link.Network) {
+	t.Helper()
+	n := link.NewNetwork(seed)
+	la, err := n.Attach(netip.MustParseAddr("10.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := n.Attach(netip.MustParseAddr("10.0.0.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.SetFaults(f)
+	a, b := newPair(t, la, lb, o)
+	return a, b, n
+}
+
+// lossyCase is one network condition of the reliability tests.
+type lossyCase struct {
+	name   string
+	faults link.Faults
+	big    bool // run the 8 MiB messages too
+}
+
+var lossyCases = []lossyCase{
+	{"clean", link.Faults{}, true},
+	{"loss 1%", link.Faults{Drop: 0.01}, true},
+	{"loss 10%", link.Faults{Drop: 0.10}, true},
+	{"reorder 5% duplicate 5%", link.Faults{Reorder: 0.05, Duplicate: 0.05}, false},
+	{"loss 3% reorder 3% duplicate 3% corrupt 1%", link.Faults{Drop: 0.03, Reorder: 0.03, Duplicate: 0.03, Corrupt: 0.01}, false},
+}
+
+// TestRCDeliversEveryOperationExactlyOnce runs every RC operation at the
+// sizes around the path MTU and up to 8 MiB, under loss, reordering,
+// duplication and corruption: data must arrive byte for byte and each
+// signaled request must complete exactly once.
+func TestRCDeliversEveryOperationExactlyOnce(t *testing.T) {
+	const mtu = 1024
+	sizes := []int{0, 1, mtu - 1, mtu, mtu + 1, 1 << 20, 8 << 20}
+	ops := []verbs.WROpcode{verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead}
+	for ci, c := range lossyCases {
+		t.Run(c.name, func(t *testing.T) {
+			a, b, _ := memPair(t, uint64(100+ci), c.faults, pairOpts{bufSize: 3*region + 8192, mtu: verbs.MTU1024, timeout: 12, retry: 7})
+			k := 0
+			for _, op := range ops {
+				for _, size := range sizes {
+					if size == 8<<20 && (!c.big || testing.Short()) {
+						continue
+					}
+					name := fmt.Sprintf("%s/%d", op, size)
+					checkTransfer(t, name, a, b, op, size, k%2*2*region)
+					k++
+				}
+			}
+			checkAtomicsExactlyOnce(t, a, b, 200)
+		})
+	}
+}
+
+// region is the size of the buffer regions the transfers use.
+const region = 8<<20 + 4096
+
+// checkTransfer moves size bytes from a to b (or, for READ, b to a) and
+// checks data and completions. Successive calls alternate the source
+// region src: a responder may still be replaying a READ from its memory
+// after the requester completed it (when a duplicate request reached it),
+// as RDMA devices may, so the next transfer must not rewrite that memory.
+func checkTransfer(t *testing.T, name string, a, b *end, op verbs.WROpcode, size, src int) {
+	t.Helper()
+	const dst = region // the destination region inside each end's buffer
+	seed := byte(size*31 + int(op))
+	from, to := a, b
+	if op == verbs.WRRDMARead {
+		from, to = b, a
+	}
+	fill(from.buf[src:src+size], seed)
+	clear(to.buf[dst : dst+size+64])
+	wantRecv := op == verbs.WRSend || op == verbs.WRSendWithImm || op == verbs.WRRDMAWriteWithImm
+	if wantRecv {
+		if err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 77, SGList: []verbs.SGE{b.mr.SGE(dst, size+64)}}}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	wr := verbs.SendWR{WRID: 88, Opcode: op, SendFlags: verbs.SendSignaled, ImmData: 0xabcd0000 | uint32(size&0xffff),
+		RKey: b.mr.RKey()}
+	switch op {
+	case verbs.WRRDMARead:
+		wr.SGList = []verbs.SGE{a.mr.SGE(dst, size)}
+		wr.RemoteAddr = b.mr.Addr() + uint64(src)
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		wr.SGList = []verbs.SGE{a.mr.SGE(src, size)}
+		wr.RemoteAddr = b.mr.Addr() + uint64(dst)
+	default:
+		wr.SGList = []verbs.SGE{a.mr.SGE(src, size)}
+	}
+	if size == 0 {
+		wr.SGList = nil
+	}
+	if err := a.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	timeout := 20 * time.Second
+	wc := a.wait(1, timeout)[0]
+	if wc.Status != verbs.WCSuccess || wc.WRID != 88 {
+		t.Fatalf("%s: requester completion %+v", name, wc)
+	}
+	if wantRecv {
+		rc := b.wait(1, timeout)[0]
+		if rc.Status != verbs.WCSuccess || rc.WRID != 77 {
+			t.Fatalf("%s: responder completion %+v", name, rc)
+		}
+		if op == verbs.WRSendWithImm || op == verbs.WRRDMAWriteWithImm {
+			if rc.WCFlags&verbs.WCWithImm == 0 || rc.ImmData != wr.ImmData {
+				t.Fatalf("%s: immediate %#x flags %#x", name, rc.ImmData, rc.WCFlags)
+			}
+		}
+		if int(rc.ByteLen) != size {
+			t.Fatalf("%s: byte_len %d", name, rc.ByteLen)
+		}
+	}
+	if !bytes.Equal(to.buf[dst:dst+size], from.buf[src:src+size]) {
+		t.Fatalf("%s: data differs", name)
+	}
+	for i, v := range to.buf[dst+size : dst+size+64] {
+		if v != 0 {
+			t.Fatalf("%s: byte %d past the end written", name, i)
+		}
+	}
+	// Exactly one completion each: nothing else may be queued.
+	time.Sleep(time.Millisecond)
+	if n := a.cq.Len() + b.cq.Len(); n != 0 {
+		t.Fatalf("%s: %d extra completions", name, n)
+	}
+}
+
+// checkAtomicsExactlyOnce runs n FETCH_ADDs of 1 and checks that each was
+// executed once: the results are 0..n-1 and the counter ends at n; then a
+// COMPARE_SWAP chain of n steps.
+func checkAtomicsExactlyOnce(t *testing.T, a, b *end, n int) {
+	t.Helper()
+	target := len(b.buf) - 4096 // outside the transfer regions
+	binary.NativeEndian.PutUint64(b.buf[target:], 0)
+	for i := 0; i < n; i++ {
+		wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRAtomicFetchAndAdd, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.mr.SGE(8*i, 8)}, RemoteAddr: b.mr.Addr() + uint64(target), RKey: b.mr.RKey(), CompareAdd: 1}
+		if err := a.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wcs := a.wait(n, 30*time.Second)
+	for _, wc := range wcs {
+		if wc.Status != verbs.WCSuccess {
+			var bad []verbs.WC
+			for _, w := range wcs {
+				if w.Status != verbs.WCSuccess && w.Status != verbs.WCWRFlushErr {
+					bad = append(bad, w)
+				}
+			}
+			t.Fatalf("FETCH_ADD %d: %s; the failure: %s", wc.WRID, wc.Status, describe(bad))
+		}
+	}
+	got := make([]int, n)
+	for i := range got {
+		got[i] = int(binary.NativeEndian.Uint64(a.buf[8*i:]))
+	}
+	sort.Ints(got)
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("FETCH_ADD results %v: some executed twice or not at all", got)
+		}
+	}
+	if v := binary.NativeEndian.Uint64(b.buf[target:]); v != uint64(n) {
+		t.Fatalf("counter %d after %d FETCH_ADDs", v, n)
+	}
+	// COMPARE_SWAP k -> k+1, in order: each succeeds only if all before did,
+	// once.
+	for i := 0; i < n; i++ {
+		wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRAtomicCmpAndSwp, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.mr.SGE(8*i, 8)}, RemoteAddr: b.mr.Addr() + uint64(target), RKey: b.mr.RKey(),
+			CompareAdd: uint64(n + i), Swap: uint64(n + i + 1)}
+		if err := a.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.wait(n, 30*time.Second)
+	for i := 0; i < n; i++ {
+		if v := binary.NativeEndian.Uint64(a.buf[8*i:]); v != uint64(n+i) {
+			t.Fatalf("COMPARE_SWAP %d returned %d, want %d", i, v, n+i)
+		}
+	}
+	if v := binary.NativeEndian.Uint64(b.buf[target:]); v != uint64(2*n) {
+		t.Fatalf("counter %d after the swaps, want %d", v, 2*n)
+	}
+}

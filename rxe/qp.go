@@ -1,0 +1,519 @@
+package rxe
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/rxe/wire"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// qp implements verbs.QPDriver. Fields under mu are shared with the
+// goroutines that post, modify and query; the rest belongs to the owner
+// goroutine (run), the only one that touches protocol state.
+type qp struct {
+	ctx    *devctx
+	hw     *hw
+	pd     *pd
+	num    uint32
+	typ    verbs.QPType
+	sendCQ *verbs.CQ
+	recvCQ *verbs.CQ
+	sigAll bool
+	cap    verbs.QPCap
+
+	mu        sync.Mutex
+	attr      verbs.QPAttr
+	posted    []*sendWQE // send WQEs posted, not yet taken by the owner
+	rq        []recvWQE  // receive WQEs, oldest first
+	inbox     []inPacket
+	sqDepth   int // send WQEs posted and not yet completed
+	pending   pendingOps
+	destroyed bool
+
+	wake   chan struct{}
+	done   chan struct{}
+	exited chan struct{}
+
+	// Owner state.
+	st      ownerAttr // the owner's copy of the attributes
+	req     requester
+	resp    responder
+	sq      []*sendWQE // WQEs taken from posted, oldest first, until completed
+	out     []link.Packet
+	outBufs [][]byte
+	timer   *time.Timer
+	work    []inPacket
+}
+
+// pendingOps are state changes Modify asks the owner to carry out.
+type pendingOps struct {
+	resetReq, resetResp bool // SQ_PSN / RQ_PSN were set
+	reset               bool // the QP went to RESET
+	flush               bool // the QP went to ERR
+}
+
+// ownerAttr is the owner's snapshot of what it needs from the attributes.
+type ownerAttr struct {
+	state       verbs.QPState
+	mtu         int
+	destQP      uint32
+	dest        netip.Addr
+	sgid        int
+	timeout     time.Duration // 0: no retransmit timer
+	retryCnt    int
+	rnrRetry    int
+	minRNR      uint8
+	maxRdAtomic int
+	maxDestRd   int
+	access      verbs.AccessFlags
+	qkey        uint32
+	rqPSN       wire.PSN
+	sqPSN       wire.PSN
+}
+
+// inPacket is a received packet on its way to the owner. buf comes from
+// the device's pool and goes back to it once processed.
+type inPacket struct {
+	buf    []byte
+	src    netip.Addr
+	tclass uint8
+	hop    uint8
+	link   uint8
+}
+
+// recvWQE is a posted receive request.
+type recvWQE struct {
+	wrid uint64
+	sges []verbs.SGE
+}
+
+// CreateQP implements verbs.PDDriver (ibv_create_qp).
+func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
+	c := attr.Cap
+	switch {
+	case c.MaxSendWR > maxQPWR || c.MaxRecvWR > maxQPWR:
+		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, fmt.Sprintf("max_send_wr %d / max_recv_wr %d above the device's %d", c.MaxSendWR, c.MaxRecvWR, maxQPWR))
+	case c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE:
+		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, fmt.Sprintf("max_send_sge %d / max_recv_sge %d above the device's %d", c.MaxSendSGE, c.MaxRecvSGE, maxSGE))
+	case c.MaxInlineData > maxInline:
+		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, fmt.Sprintf("max_inline_data %d above the device's %d", c.MaxInlineData, maxInline))
+	}
+	if attr.QPType != verbs.QPTRC && attr.QPType != verbs.QPTUC && attr.QPType != verbs.QPTUD {
+		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNotSupported, "QP type "+attr.QPType.String())
+	}
+	// Round up as rxe does: at least one of each, inline at least as
+	// much as the SGEs can describe cheaply.
+	c.MaxSendWR = max(c.MaxSendWR, 1)
+	c.MaxRecvWR = max(c.MaxRecvWR, 1)
+	c.MaxSendSGE = max(c.MaxSendSGE, 1)
+	c.MaxRecvSGE = max(c.MaxRecvSGE, 1)
+	attr.Cap = c
+	h := p.ctx.hw
+	q := &qp{
+		ctx: p.ctx, hw: h, pd: p, typ: attr.QPType,
+		sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, sigAll: attr.SQSigAll, cap: c,
+		wake: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{}),
+	}
+	q.attr.QPState = verbs.QPSReset
+	q.attr.PathMTU = verbs.MTU1024
+	q.attr.Cap = c
+	q.attr.PortNum = 1
+	h.mu.Lock()
+	if len(h.qps) >= maxQP {
+		h.mu.Unlock()
+		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNoMemory, "too many QPs")
+	}
+	for {
+		n := h.nextQPN
+		h.nextQPN++
+		if h.nextQPN > 0xffffff {
+			h.nextQPN = minQPN
+		}
+		if _, taken := h.qps[n]; !taken {
+			q.num = n
+			break
+		}
+	}
+	h.qps[q.num] = q
+	h.mu.Unlock()
+	q.timer = time.NewTimer(time.Hour)
+	q.timer.Stop()
+	go q.run()
+	return q, nil
+}
+
+// Num implements verbs.QPDriver.
+func (q *qp) Num() uint32 { return q.num }
+
+// Modify implements verbs.QPDriver (ibv_modify_qp).
+func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return verbs.Errorf("ibv_modify_qp", verbs.ErrClosed, "QP destroyed")
+	}
+	next, err := verbs.CheckModify(q.typ, q.attr.QPState, attr, mask)
+	if err != nil {
+		return err
+	}
+	if err := q.checkValues(attr, mask); err != nil {
+		return err
+	}
+	a := &q.attr
+	if mask&verbs.QPAttrAccessFlags != 0 {
+		a.QPAccessFlags = attr.QPAccessFlags
+	}
+	if mask&verbs.QPAttrPKeyIndex != 0 {
+		a.PKeyIndex = attr.PKeyIndex
+	}
+	if mask&verbs.QPAttrPort != 0 {
+		a.PortNum = attr.PortNum
+	}
+	if mask&verbs.QPAttrQKey != 0 {
+		a.QKey = attr.QKey
+	}
+	if mask&verbs.QPAttrAV != 0 {
+		a.AHAttr = attr.AHAttr
+	}
+	if mask&verbs.QPAttrPathMTU != 0 {
+		a.PathMTU = attr.PathMTU
+	}
+	if mask&verbs.QPAttrTimeout != 0 {
+		a.Timeout = attr.Timeout
+	}
+	if mask&verbs.QPAttrRetryCnt != 0 {
+		a.RetryCnt = attr.RetryCnt
+	}
+	if mask&verbs.QPAttrRNRRetry != 0 {
+		a.RNRRetry = attr.RNRRetry
+	}
+	if mask&verbs.QPAttrRQPSN != 0 {
+		a.RQPSN = attr.RQPSN & wire.PSNMask
+		q.pending.resetResp = true
+	}
+	if mask&verbs.QPAttrMaxQPRdAtomic != 0 {
+		a.MaxRdAtomic = attr.MaxRdAtomic
+	}
+	if mask&verbs.QPAttrMinRNRTimer != 0 {
+		a.MinRNRTimer = attr.MinRNRTimer
+	}
+	if mask&verbs.QPAttrSQPSN != 0 {
+		a.SQPSN = attr.SQPSN & wire.PSNMask
+		q.pending.resetReq = true
+	}
+	if mask&verbs.QPAttrMaxDestRdAtomic != 0 {
+		a.MaxDestRdAtomic = attr.MaxDestRdAtomic
+	}
+	if mask&verbs.QPAttrPathMigState != 0 {
+		a.PathMigState = attr.PathMigState
+	}
+	if mask&verbs.QPAttrDestQPN != 0 {
+		a.DestQPNum = attr.DestQPNum & 0xffffff
+	}
+	if mask&verbs.QPAttrEnSQDAsyncNotify != 0 {
+		a.EnSQDAsyncNotify = attr.EnSQDAsyncNotify
+	}
+	switch next {
+	case verbs.QPSReset:
+		q.pending.reset = true
+		q.pending.flush = false
+		q.posted = nil
+		q.rq = nil
+		q.sqDepth = 0
+	case verbs.QPSErr:
+		q.pending.flush = true
+	}
+	a.QPState = next
+	q.kick()
+	return nil
+}
+
+// checkValues checks attribute values as rxe does, beyond the mask rules.
+func (q *qp) checkValues(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	bad := func(what string) error {
+		return verbs.Errorf("ibv_modify_qp", verbs.ErrInvalidArgument, what)
+	}
+	if mask&verbs.QPAttrPort != 0 && attr.PortNum != 1 {
+		return bad(fmt.Sprintf("port_num %d: rxe devices have port 1 only", attr.PortNum))
+	}
+	if mask&verbs.QPAttrPKeyIndex != 0 && attr.PKeyIndex != 0 {
+		return bad(fmt.Sprintf("pkey_index %d: the P_Key table has one entry", attr.PKeyIndex))
+	}
+	if mask&verbs.QPAttrPathMTU != 0 && (attr.PathMTU < verbs.MTU256 || attr.PathMTU > q.hw.mtu) {
+		return bad(fmt.Sprintf("path_mtu %s above the port's active MTU %s", attr.PathMTU, q.hw.mtu))
+	}
+	if mask&verbs.QPAttrAV != 0 {
+		av := &attr.AHAttr
+		if !av.IsGlobal || av.GRH.DGID.IsZero() {
+			return bad("RoCE needs a global address: ah_attr.is_global and a DGID")
+		}
+		if int(av.GRH.SGIDIndex) >= len(q.hw.gids) {
+			return bad(fmt.Sprintf("sgid_index %d: the GID table has %d entries", av.GRH.SGIDIndex, len(q.hw.gids)))
+		}
+		src := q.hw.gids[av.GRH.SGIDIndex].Addr()
+		if src.Is4() != av.GRH.DGID.Addr().Is4() {
+			return bad(fmt.Sprintf("source GID %s and destination GID %s are of different IP versions", src, av.GRH.DGID.Addr()))
+		}
+	}
+	if mask&verbs.QPAttrTimeout != 0 && attr.Timeout > 31 {
+		return bad(fmt.Sprintf("timeout %d above 31", attr.Timeout))
+	}
+	if mask&verbs.QPAttrRetryCnt != 0 && attr.RetryCnt > 7 {
+		return bad(fmt.Sprintf("retry_cnt %d above 7", attr.RetryCnt))
+	}
+	if mask&verbs.QPAttrRNRRetry != 0 && attr.RNRRetry > 7 {
+		return bad(fmt.Sprintf("rnr_retry %d above 7", attr.RNRRetry))
+	}
+	if mask&verbs.QPAttrMinRNRTimer != 0 && attr.MinRNRTimer > 31 {
+		return bad(fmt.Sprintf("min_rnr_timer %d above 31", attr.MinRNRTimer))
+	}
+	if mask&verbs.QPAttrMaxQPRdAtomic != 0 && int(attr.MaxRdAtomic) > maxRdAtomic {
+		return bad(fmt.Sprintf("max_rd_atomic %d above %d", attr.MaxRdAtomic, maxRdAtomic))
+	}
+	if mask&verbs.QPAttrMaxDestRdAtomic != 0 && int(attr.MaxDestRdAtomic) > maxRdAtomic {
+		return bad(fmt.Sprintf("max_dest_rd_atomic %d above %d", attr.MaxDestRdAtomic, maxRdAtomic))
+	}
+	const accessBits = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic | verbs.AccessMWBind
+	if mask&verbs.QPAttrAccessFlags != 0 && attr.QPAccessFlags&^accessBits != 0 {
+		return bad(fmt.Sprintf("qp_access_flags %#x has bits a QP does not take", attr.QPAccessFlags))
+	}
+	return nil
+}
+
+// Query implements verbs.QPDriver (ibv_query_qp).
+func (q *qp) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	a := q.attr
+	a.CurQPState = a.QPState
+	a.Cap = q.cap
+	return a, verbs.QPInitAttr{SendCQ: q.sendCQ, RecvCQ: q.recvCQ, Cap: q.cap, QPType: q.typ, SQSigAll: q.sigAll}, nil
+}
+
+// Destroy implements verbs.QPDriver (ibv_destroy_qp).
+func (q *qp) Destroy() error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.destroyed = true
+	q.mu.Unlock()
+	q.hw.mu.Lock()
+	if q.hw.qps[q.num] == q {
+		delete(q.hw.qps, q.num)
+	}
+	q.hw.mu.Unlock()
+	close(q.done)
+	<-q.exited
+	return nil
+}
+
+// kick wakes the owner; it never blocks.
+func (q *qp) kick() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deliver queues a received packet for the owner. It reports whether the
+// QP took the buffer (false: the QP is gone and the caller keeps it).
+func (q *qp) deliver(p inPacket) bool {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return false
+	}
+	q.inbox = append(q.inbox, p)
+	q.mu.Unlock()
+	q.kick()
+	return true
+}
+
+// event reports an asynchronous event on this QP.
+func (q *qp) event(t verbs.EventType) {
+	if q.ctx.events != nil {
+		q.ctx.events.Event(t, q.num, 1)
+	}
+}
+
+// run is the owner goroutine.
+func (q *qp) run() {
+	defer close(q.exited)
+	for {
+		select {
+		case <-q.wake:
+		case <-q.timer.C:
+		case <-q.done:
+			q.mu.Lock()
+			inbox := q.inbox
+			q.inbox = nil
+			q.mu.Unlock()
+			for _, p := range inbox {
+				q.hw.putBuf(p.buf)
+			}
+			q.timer.Stop()
+			return
+		}
+		q.step(time.Now())
+	}
+}
+
+// step takes what arrived and was posted and does all the work it allows.
+func (q *qp) step(now time.Time) {
+	q.mu.Lock()
+	pend := q.pending
+	q.pending = pendingOps{}
+	q.snapshot()
+	q.work, q.inbox = q.inbox, q.work[:0]
+	q.sq = append(q.sq, q.posted...)
+	clear(q.posted)
+	q.posted = q.posted[:0]
+	q.mu.Unlock()
+
+	if pend.reset {
+		q.resetOwner()
+	}
+	if pend.resetResp {
+		q.resp.reset(q.st.rqPSN)
+	}
+	if pend.resetReq {
+		q.req.reset(q.st.sqPSN)
+		q.req.retries, q.req.rnrRetries = q.st.retryCnt, q.st.rnrRetry
+	}
+	for i := range q.work {
+		p := &q.work[i]
+		if !pend.reset {
+			q.receive(p, now)
+		}
+		q.hw.putBuf(p.buf)
+		p.buf = nil
+	}
+	q.flushAck()
+	if len(q.resp.reads) > 0 && q.st.state != verbs.QPSErr {
+		q.pumpReads()
+	}
+	if q.st.state == verbs.QPSErr {
+		q.flush()
+	} else {
+		if pend.flush {
+			q.flush()
+		}
+		if q.req.inited {
+			q.onTimer(now)
+		}
+		q.retire() // completions free room under max_rd_atomic
+		q.sendMore(now)
+		q.retire()
+	}
+	q.flushOut()
+	q.armTimer(now)
+}
+
+// snapshot copies the attributes the owner needs (q.mu held).
+func (q *qp) snapshot() {
+	a := &q.attr
+	s := &q.st
+	s.state = a.QPState
+	s.mtu = a.PathMTU.Bytes()
+	s.destQP = a.DestQPNum
+	s.dest = a.AHAttr.GRH.DGID.Addr()
+	s.sgid = int(a.AHAttr.GRH.SGIDIndex)
+	s.timeout = 0
+	if a.Timeout > 0 {
+		s.timeout = time.Duration(4096<<a.Timeout) * time.Nanosecond
+	}
+	s.retryCnt = int(a.RetryCnt)
+	s.rnrRetry = int(a.RNRRetry)
+	s.minRNR = a.MinRNRTimer
+	s.maxRdAtomic = max(int(a.MaxRdAtomic), 1)
+	s.maxDestRd = max(int(a.MaxDestRdAtomic), 1)
+	s.access = a.QPAccessFlags
+	s.qkey = a.QKey
+	s.rqPSN = wire.PSN(a.RQPSN)
+	s.sqPSN = wire.PSN(a.SQPSN)
+}
+
+// resetOwner drops all protocol state (the QP went to RESET).
+func (q *qp) resetOwner() {
+	q.sq = q.sq[:0]
+	q.req = requester{}
+	q.resp = responder{}
+}
+
+// toError moves the QP to ERR from the owner.
+func (q *qp) toError() {
+	q.mu.Lock()
+	if q.attr.QPState != verbs.QPSReset {
+		q.attr.QPState = verbs.QPSErr
+	}
+	q.mu.Unlock()
+	q.st.state = verbs.QPSErr
+}
+
+// flush completes every outstanding WQE with WR_FLUSH_ERR (the QP is in
+// ERR), keeping the status of one that already failed.
+func (q *qp) flush() {
+	for _, w := range q.sq {
+		if !w.done {
+			w.done, w.status = true, verbs.WCWRFlushErr
+		}
+	}
+	q.retire()
+	q.mu.Lock()
+	rq := q.rq
+	q.rq = nil
+	q.mu.Unlock()
+	for _, r := range rq {
+		q.recvCQ.Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+	}
+	q.resp.abortMessage(q)
+}
+
+// queueOut returns a packet buffer of the out batch to build into.
+func (q *qp) queueOut() *link.Packet {
+	if len(q.out) == cap(q.out) {
+		q.flushOut()
+	}
+	if cap(q.out) == 0 {
+		q.out = make([]link.Packet, 0, sendBatch)
+		q.outBufs = make([][]byte, sendBatch)
+		for i := range q.outBufs {
+			q.outBufs[i] = make([]byte, 0, maxPacket)
+		}
+	}
+	q.out = q.out[:len(q.out)+1]
+	p := &q.out[len(q.out)-1]
+	p.Buf = q.outBufs[len(q.out)-1][:0]
+	p.Addr = q.st.dest
+	return p
+}
+
+// sendBatch is how many packets the owner sends per link call.
+const sendBatch = 64
+
+// flushOut sends the out batch.
+func (q *qp) flushOut() {
+	if len(q.out) == 0 {
+		return
+	}
+	q.hw.send(q.st.sgid, q.out)
+	q.out = q.out[:0]
+}
+
+// armTimer sets the owner's timer to the earliest deadline.
+func (q *qp) armTimer(now time.Time) {
+	d := q.req.deadline()
+	if d.IsZero() {
+		q.timer.Stop()
+		return
+	}
+	q.timer.Reset(max(d.Sub(now), time.Microsecond))
+}
+
+var _ verbs.QPDriver = (*qp)(nil)

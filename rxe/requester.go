@@ -1,0 +1,423 @@
+package rxe
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rdmago/rdmago/rxe/wire"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// sendWQE is a send work request on its way through the requester.
+type sendWQE struct {
+	wr       verbs.SendWR
+	sges     []verbs.SGE // owned copy of wr.SGList
+	inline   []byte      // data copied at post time (IBV_SEND_INLINE)
+	length   uint64
+	signaled bool
+
+	// Owner state.
+	segs     [][]byte // local memory, resolved when the WQE starts
+	started  bool     // PSNs assigned
+	firstPSN wire.PSN
+	npkts    uint32 // PSNs the operation uses
+	sent     uint32 // packets sent in the current pass (a request counts 1 for READ and atomics)
+	readDone uint32 // READ: response packets received in order
+	done     bool
+	status   verbs.WCStatus
+}
+
+func (w *sendWQE) lastPSN() wire.PSN { return w.firstPSN.Add(w.npkts - 1) }
+
+// isReadOrAtomic reports whether the WQE needs a response carrying data.
+func (w *sendWQE) isReadOrAtomic() bool {
+	switch w.wr.Opcode {
+	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		return true
+	}
+	return false
+}
+
+// requester is the send side's protocol state.
+type requester struct {
+	psn        wire.PSN // next PSN to assign
+	una        wire.PSN // oldest unacknowledged PSN
+	next       int      // index in sq of the next WQE to (re)send
+	noack      int      // packets sent since the last AckReq
+	retries    int      // transport retries left
+	rnrRetries int      // RNR retries left
+	retryAt    time.Time
+	rnrUntil   time.Time // after an RNR NAK, wait until then
+	rnrPending bool
+	progress   bool     // something was acknowledged since the timer was armed
+	readGap    wire.PSN // the last PSN resendFrom asked again from
+	gapSet     bool
+	inited     bool
+}
+
+func (r *requester) reset(psn wire.PSN) {
+	*r = requester{psn: psn, una: psn, inited: true}
+}
+
+// deadline returns when the owner must next wake for the requester.
+func (r *requester) deadline() time.Time {
+	if r.rnrPending {
+		return r.rnrUntil
+	}
+	return r.retryAt
+}
+
+// PostSend implements verbs.QPDriver (ibv_post_send).
+func (q *qp) PostSend(wrs []verbs.SendWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for i := range wrs {
+		w, err := q.checkSend(&wrs[i])
+		if err != nil {
+			if n > 0 {
+				q.kick()
+			}
+			return &verbs.WRError{Index: i, WRID: wrs[i].WRID, Err: err}
+		}
+		q.posted = append(q.posted, w)
+		q.sqDepth++
+		n++
+	}
+	q.kick()
+	return nil
+}
+
+// checkSend validates a send work request as rxe does at post time and
+// returns its WQE (q.mu held).
+func (q *qp) checkSend(wr *verbs.SendWR) (*sendWQE, error) {
+	bad := func(errno verbs.Errno, format string, args ...any) error {
+		return verbs.Errorf("ibv_post_send", errno, fmt.Sprintf(format, args...))
+	}
+	switch s := q.attr.QPState; s {
+	case verbs.QPSRTS, verbs.QPSSQD, verbs.QPSErr, verbs.QPSSQE:
+	default:
+		return nil, bad(verbs.ErrInvalidArgument, "QP %#x is in %s: sends need RTS", q.num, s)
+	}
+	if !opAllowed(q.typ, wr.Opcode) {
+		return nil, bad(verbs.ErrInvalidArgument, "opcode %s not valid on a %s QP", wr.Opcode, q.typ)
+	}
+	if len(wr.SGList) > int(q.cap.MaxSendSGE) {
+		return nil, bad(verbs.ErrInvalidArgument, "%d SGEs, the QP takes %d", len(wr.SGList), q.cap.MaxSendSGE)
+	}
+	if q.sqDepth >= int(q.cap.MaxSendWR) {
+		return nil, bad(verbs.ErrNoMemory, "send queue full (%d WRs)", q.cap.MaxSendWR)
+	}
+	var length uint64
+	for _, s := range wr.SGList {
+		length += uint64(s.Length)
+	}
+	if length > maxMsgSize {
+		return nil, bad(verbs.ErrInvalidArgument, "message of %d bytes above the %d-byte maximum", length, maxMsgSize)
+	}
+	w := &sendWQE{wr: *wr, length: length, signaled: q.sigAll || wr.SendFlags&verbs.SendSignaled != 0}
+	switch wr.Opcode {
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		if length != 8 || len(wr.SGList) != 1 {
+			return nil, bad(verbs.ErrInvalidArgument, "an atomic needs one 8-byte SGE, have %d bytes", length)
+		}
+		if wr.RemoteAddr&7 != 0 {
+			return nil, bad(verbs.ErrInvalidArgument, "atomic remote address %#x is not 8-byte aligned", wr.RemoteAddr)
+		}
+	}
+	if wr.SendFlags&verbs.SendInline != 0 {
+		if wr.Opcode == verbs.WRRDMARead || w.isReadOrAtomic() {
+			return nil, bad(verbs.ErrInvalidArgument, "IBV_SEND_INLINE with %s", wr.Opcode)
+		}
+		if length > uint64(q.cap.MaxInlineData) {
+			return nil, bad(verbs.ErrInvalidArgument, "%d inline bytes, the QP takes %d", length, q.cap.MaxInlineData)
+		}
+		// Copy now: the caller may reuse the buffer as soon as we return.
+		segs, _, ok := q.hw.resolveSGEs(q.pd, wr.SGList, false, nil)
+		if !ok {
+			return nil, bad(verbs.ErrInvalidArgument, "inline data must lie in memory registered with this PD")
+		}
+		w.inline = make([]byte, length)
+		gather(w.inline, segs, 0)
+	} else {
+		w.sges = append([]verbs.SGE(nil), wr.SGList...)
+	}
+	w.wr.SGList = nil
+	return w, nil
+}
+
+// opAllowed says which work requests each transport takes.
+func opAllowed(t verbs.QPType, op verbs.WROpcode) bool {
+	switch op {
+	case verbs.WRSend, verbs.WRSendWithImm:
+		return true
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		return t == verbs.QPTRC || t == verbs.QPTUC
+	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		return t == verbs.QPTRC
+	}
+	return false
+}
+
+// sendMore sends what the window, the fence and max_rd_atomic allow.
+func (q *qp) sendMore(now time.Time) {
+	r := &q.req
+	if !r.inited || q.st.state != verbs.QPSRTS && q.st.state != verbs.QPSSQD {
+		return
+	}
+	if r.rnrPending {
+		if now.Before(r.rnrUntil) {
+			return
+		}
+		r.rnrPending = false
+	}
+	mtu := uint64(q.st.mtu)
+	for r.next < len(q.sq) {
+		w := q.sq[r.next]
+		if w.done {
+			r.next++
+			continue
+		}
+		if !w.started {
+			if q.st.state == verbs.QPSSQD {
+				return // drained: start nothing new
+			}
+			if !q.startWQE(w, mtu) {
+				return
+			}
+			if w.done { // failed locally
+				r.next++
+				continue
+			}
+		}
+		for w.sent < w.packetsToSend() {
+			psn := w.firstPSN.Add(w.sent)
+			if w.isReadOrAtomic() {
+				psn = w.firstPSN.Add(w.readDone)
+			}
+			if psn.Diff(r.una) >= maxUnackedPSN {
+				return // window full
+			}
+			q.buildRequest(w, mtu)
+		}
+		r.next++
+	}
+}
+
+// packetsToSend is how many packets the WQE sends in a pass.
+func (w *sendWQE) packetsToSend() uint32 {
+	if w.isReadOrAtomic() {
+		return 1
+	}
+	return w.npkts
+}
+
+// startWQE assigns PSNs to a WQE and resolves its memory. It returns false
+// if the WQE must wait (fence, max_rd_atomic).
+func (q *qp) startWQE(w *sendWQE, mtu uint64) bool {
+	r := &q.req
+	if w.wr.SendFlags&verbs.SendFence != 0 || w.isReadOrAtomic() {
+		// In flight: READs and atomics not completed, and those after
+		// the oldest incomplete WQE even if their response came (they
+		// retire in order). Bounding the latter by max_rd_atomic keeps
+		// every request we may have to repeat within the responder's
+		// max_dest_rd_atomic resources, which replay it.
+		pending, inFlight := 0, 0
+		for _, x := range q.sq[:r.next] {
+			if x.started && x.isReadOrAtomic() {
+				inFlight++
+				if !x.done {
+					pending++
+				}
+			}
+		}
+		if w.wr.SendFlags&verbs.SendFence != 0 && pending > 0 {
+			return false
+		}
+		if w.isReadOrAtomic() && inFlight >= q.st.maxRdAtomic {
+			return false
+		}
+	}
+	if w.inline == nil {
+		write := w.isReadOrAtomic()
+		segs, _, ok := q.hw.resolveSGEs(q.pd, w.sges, write, w.segs[:0])
+		if !ok {
+			w.done, w.status = true, verbs.WCLocProtErr
+			q.toError()
+			return true
+		}
+		w.segs = segs
+	}
+	w.npkts = 1
+	if w.wr.Opcode != verbs.WRAtomicCmpAndSwp && w.wr.Opcode != verbs.WRAtomicFetchAndAdd && w.length > mtu {
+		w.npkts = uint32((w.length + mtu - 1) / mtu)
+	}
+	w.firstPSN = r.psn
+	r.psn = r.psn.Add(w.npkts)
+	w.started = true
+	return true
+}
+
+// buildRequest builds the next packet of w into the out batch.
+func (q *qp) buildRequest(w *sendWQE, mtu uint64) {
+	r := &q.req
+	h := wire.Headers{BTH: wire.BTHFields{PKey: wire.DefaultPKey, DestQP: q.st.destQP}}
+	var off, n uint64
+	last := false
+	switch w.wr.Opcode {
+	case verbs.WRRDMARead:
+		k := uint64(w.readDone)
+		h.BTH.OpCode = wire.RCReadRequest
+		h.BTH.PSN = w.firstPSN.Add(w.readDone)
+		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + k*mtu, RKey: w.wr.RKey, DMALen: uint32(w.length - min(w.length, k*mtu))}
+		w.sent = 1
+		last = true
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		h.BTH.OpCode = wire.RCFetchAdd
+		h.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
+		if w.wr.Opcode == verbs.WRAtomicCmpAndSwp {
+			h.BTH.OpCode = wire.RCCompareSwap
+			h.AtomicETH.SwapAdd, h.AtomicETH.Compare = w.wr.Swap, w.wr.CompareAdd
+		}
+		h.BTH.PSN = w.firstPSN
+		w.sent = 1
+		last = true
+	default:
+		k := w.sent
+		off = uint64(k) * mtu
+		n = min(mtu, w.length-off)
+		first := k == 0
+		last = k == w.npkts-1
+		h.BTH.OpCode = requestOpCode(q.typ, w.wr.Opcode, first, last)
+		h.BTH.PSN = w.firstPSN.Add(k)
+		if first && (w.wr.Opcode == verbs.WRRDMAWrite || w.wr.Opcode == verbs.WRRDMAWriteWithImm) {
+			h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
+		}
+		h.Imm = w.wr.ImmData
+		h.IETHRKey = w.wr.InvalidateRKey
+		h.BTH.SolicitedEvent = last && w.wr.SendFlags&verbs.SendSolicited != 0
+		w.sent++
+	}
+	r.noack++
+	if q.typ == verbs.QPTRC && (last || r.noack >= maxPktPerAck) {
+		h.BTH.AckReq = true
+		r.noack = 0
+	}
+	p := q.queueOut()
+	buf, payload, err := wire.AppendHeaders(p.Buf, &h, int(n))
+	if err != nil {
+		panic("rxe: building " + h.BTH.OpCode.String() + ": " + err.Error()) // a bug: the opcode table and this switch disagree
+	}
+	if w.inline != nil {
+		copy(payload, w.inline[off:off+n])
+	} else {
+		gather(payload, w.segs, off)
+	}
+	p.Buf = buf
+	if q.typ == verbs.QPTRC && r.retryAt.IsZero() && q.st.timeout > 0 {
+		r.retryAt = time.Now().Add(q.st.timeout)
+	}
+}
+
+// requestOpCode picks the opcode of one packet of a SEND or WRITE.
+func requestOpCode(t verbs.QPType, op verbs.WROpcode, first, last bool) wire.OpCode {
+	var c wire.OpCode
+	imm := op == verbs.WRSendWithImm || op == verbs.WRRDMAWriteWithImm
+	switch op {
+	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv:
+		switch {
+		case first && last:
+			c = wire.RCSendOnly
+			if imm {
+				c = wire.RCSendOnlyWithImmediate
+			} else if op == verbs.WRSendWithInv {
+				c = wire.RCSendOnlyWithInvalidate
+			}
+		case first:
+			c = wire.RCSendFirst
+		case last:
+			c = wire.RCSendLast
+			if imm {
+				c = wire.RCSendLastWithImmediate
+			} else if op == verbs.WRSendWithInv {
+				c = wire.RCSendLastWithInvalidate
+			}
+		default:
+			c = wire.RCSendMiddle
+		}
+	default: // RDMA WRITE
+		switch {
+		case first && last:
+			c = wire.RCWriteOnly
+			if imm {
+				c = wire.RCWriteOnlyWithImmediate
+			}
+		case first:
+			c = wire.RCWriteFirst
+		case last:
+			c = wire.RCWriteLast
+			if imm {
+				c = wire.RCWriteLastWithImmediate
+			}
+		default:
+			c = wire.RCWriteMiddle
+		}
+	}
+	if t == verbs.QPTUC {
+		c |= wire.OpCode(wire.TransportUC)
+	}
+	return c
+}
+
+// retire completes finished WQEs in order, as a CQ must see them.
+func (q *qp) retire() {
+	k := 0
+	for _, w := range q.sq {
+		if !w.done {
+			break
+		}
+		if w.signaled || w.status != verbs.WCSuccess {
+			wc := verbs.WC{WRID: w.wr.WRID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.num}
+			if w.status == verbs.WCSuccess {
+				wc.ByteLen = uint32(w.length)
+			}
+			if !q.sendCQ.Push(&wc, false) {
+				q.cqOverflow(q.sendCQ)
+			}
+		}
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	clear(q.sq[:k])
+	q.sq = append(q.sq[:0], q.sq[k:]...)
+	q.req.next = max(q.req.next-k, 0)
+	q.mu.Lock()
+	q.sqDepth -= k
+	q.mu.Unlock()
+}
+
+// cqOverflow handles a full CQ: the QP fails, as with hardware.
+func (q *qp) cqOverflow(cq *verbs.CQ) {
+	q.ctx.events.Event(verbs.EventCQErr, 0, 1)
+	q.toError()
+}
+
+func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
+	switch op {
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		return verbs.WCRDMAWrite
+	case verbs.WRRDMARead:
+		return verbs.WCRDMARead
+	case verbs.WRAtomicCmpAndSwp:
+		return verbs.WCCompSwap
+	case verbs.WRAtomicFetchAndAdd:
+		return verbs.WCFetchAdd
+	case verbs.WRLocalInv:
+		return verbs.WCLocalInv
+	case verbs.WRBindMW:
+		return verbs.WCBindMW
+	}
+	return verbs.WCSend
+}

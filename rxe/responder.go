@@ -1,0 +1,532 @@
+package rxe
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/rdmago/rdmago/internal/racesync"
+	"github.com/rdmago/rdmago/rxe/wire"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// responder is the receive side's protocol state.
+type responder struct {
+	epsn   wire.PSN // expected PSN
+	msn    uint32   // messages completed
+	inited bool
+	nakSeq bool // a PSN sequence error NAK was sent for epsn
+
+	// The message in progress (between a FIRST and its LAST).
+	inMsg    bool
+	kind     msgKind
+	recv     *recvWQE // SEND: the receive WQE being filled
+	segs     [][]byte // its memory
+	recvLen  uint64
+	off      uint64
+	wbuf     []byte // WRITE: the target memory
+	wlen     uint64
+	dropping bool // UC: the rest of a broken message is dropped
+
+	// Responder resources: recent READs and atomics, for replaying
+	// duplicates (max_dest_rd_atomic of them).
+	res  []resource
+	resN int
+
+	// READ responses being sent.
+	reads []readJob
+
+	// The acknowledgement to send after this batch of packets.
+	ack     bool
+	ackPSN  wire.PSN
+	ackSyn  wire.Syndrome
+	segsBuf [maxSGE][]byte
+}
+
+type msgKind uint8
+
+const (
+	kindSend msgKind = iota + 1
+	kindWrite
+)
+
+// resource remembers a READ or atomic for duplicate handling.
+type resource struct {
+	valid    bool
+	atomic   bool
+	firstPSN wire.PSN
+	npkts    uint32
+	orig     uint64 // atomic: the value returned
+}
+
+func (r *responder) reset(psn wire.PSN) {
+	res := r.res
+	*r = responder{epsn: psn, inited: true, res: res}
+	clear(r.res)
+}
+
+// abortMessage drops the message in progress (its receive WQE was flushed).
+func (r *responder) abortMessage(q *qp) {
+	r.inMsg, r.recv, r.segs, r.wbuf = false, nil, nil, nil
+}
+
+// PostRecv implements verbs.QPDriver (ibv_post_recv).
+func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range wrs {
+		wr := &wrs[i]
+		var err error
+		switch {
+		case q.attr.QPState == verbs.QPSReset:
+			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("QP %#x is in RESET", q.num))
+		case len(wr.SGList) > int(q.cap.MaxRecvSGE):
+			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("%d SGEs, the QP takes %d", len(wr.SGList), q.cap.MaxRecvSGE))
+		case len(q.rq) >= int(q.cap.MaxRecvWR):
+			err = verbs.Errorf("ibv_post_recv", verbs.ErrNoMemory, fmt.Sprintf("receive queue full (%d WRs)", q.cap.MaxRecvWR))
+		}
+		if err != nil {
+			if i > 0 {
+				q.kick()
+			}
+			return &verbs.WRError{Index: i, WRID: wr.WRID, Err: err}
+		}
+		q.rq = append(q.rq, recvWQE{wrid: wr.WRID, sges: append([]verbs.SGE(nil), wr.SGList...)})
+	}
+	if q.attr.QPState == verbs.QPSErr {
+		q.pending.flush = true
+	}
+	q.kick()
+	return nil
+}
+
+// popRecv takes the oldest receive WQE, if any.
+func (q *qp) popRecv() *recvWQE {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.rq) == 0 {
+		return nil
+	}
+	w := q.rq[0]
+	q.rq[0] = recvWQE{}
+	q.rq = q.rq[1:]
+	return &w
+}
+
+// haveRecv reports whether a receive WQE is posted.
+func (q *qp) haveRecv() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.rq) > 0
+}
+
+// respond handles a request packet (the responder).
+func (q *qp) respond(p *wire.Packet, in *inPacket, now time.Time) {
+	r := &q.resp
+	if !r.inited {
+		return
+	}
+	psn := p.BTH.PSN()
+	d := psn.Diff(r.epsn)
+	switch {
+	case d > 0:
+		if q.typ == verbs.QPTUC {
+			// UC: packets were lost. Drop the message in progress
+			// and resynchronise on this packet if it starts one.
+			q.ucResync(p, psn)
+			return
+		}
+		if !r.nakSeq {
+			r.nakSeq = true
+			q.sendAck(r.epsn, wire.NAKPSNSequenceError)
+		}
+		return
+	case d < 0:
+		if q.typ == verbs.QPTRC {
+			q.duplicate(p, psn)
+		}
+		return
+	}
+	if q.typ == verbs.QPTUC && r.dropping {
+		if !p.OpCode().IsFirst() {
+			r.epsn = r.epsn.Add(1)
+			return
+		}
+		r.dropping = false
+	}
+	syn, ok := q.execute(p, in)
+	if !ok {
+		return // RNR NAK or error NAK already sent; epsn unchanged
+	}
+	_ = syn
+	r.nakSeq = false
+	if p.BTH.AckReq() && q.typ == verbs.QPTRC {
+		r.ack, r.ackPSN, r.ackSyn = true, psn, wire.SyndromeACKUnlimited
+	}
+}
+
+// ucResync handles a UC packet after a gap: the message in progress is
+// lost; a FIRST or ONLY packet starts afresh.
+func (q *qp) ucResync(p *wire.Packet, psn wire.PSN) {
+	r := &q.resp
+	if r.inMsg && r.recv != nil {
+		// The receive WQE stays posted for the next message.
+		q.mu.Lock()
+		q.rq = append([]recvWQE{*r.recv}, q.rq...)
+		q.mu.Unlock()
+	}
+	r.inMsg, r.recv, r.wbuf = false, nil, nil
+	r.epsn = psn
+	if !p.OpCode().IsFirst() {
+		r.dropping = true
+		r.epsn = psn.Add(1)
+		return
+	}
+	r.dropping = false
+	q.execute(p, nil)
+}
+
+// execute carries out an in-order request. It returns false if the packet
+// was refused (RNR or an error) and epsn must not advance.
+func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
+	r := &q.resp
+	op := p.OpCode()
+	psn := p.BTH.PSN()
+	mtu := q.st.mtu
+	// Opcode sequence: a FIRST or ONLY starts a message, MIDDLE and LAST
+	// continue one of the same kind.
+	kind := kindSend
+	if op.IsWrite() {
+		kind = kindWrite
+	}
+	if r.inMsg {
+		if op.IsFirst() || kind != r.kind {
+			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "opcode sequence")
+		}
+	} else if !op.IsFirst() && (op.IsSend() || op.IsWrite()) {
+		return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "opcode sequence")
+	}
+	if (op.IsFirst() && !op.IsLast() || op.IsMiddle()) && len(p.Payload) != mtu || len(p.Payload) > mtu {
+		return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "packet length")
+	}
+	switch {
+	case op.IsSend():
+		if op.IsFirst() {
+			if !q.haveRecv() {
+				return q.rnrNAK(psn)
+			}
+			w := q.popRecv()
+			segs, total, ok := q.hw.resolveSGEs(q.pd, w.sges, true, r.segsBuf[:0])
+			if !ok {
+				q.recvCQ.Push(&verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+				return q.fatalNAK(psn, wire.NAKRemoteOperational, verbs.EventQPFatal, "receive WQE")
+			}
+			r.inMsg, r.kind, r.recv, r.segs, r.recvLen, r.off = true, kindSend, w, segs, total, 0
+		}
+		if r.off+uint64(len(p.Payload)) > r.recvLen {
+			q.recvCQ.Push(&verbs.WC{WRID: r.recv.wrid, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+			r.inMsg, r.recv = false, nil
+			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "receive buffer too small")
+		}
+		scatter(r.segs, r.off, p.Payload)
+		r.off += uint64(len(p.Payload))
+		r.epsn = r.epsn.Add(1)
+		if op.IsLast() {
+			wc := verbs.WC{WRID: r.recv.wrid, Status: verbs.WCSuccess, Opcode: verbs.WCRecv, ByteLen: uint32(r.off), QPNum: q.num, SrcQP: q.st.destQP}
+			if p.ImmDt != nil {
+				wc.ImmData, wc.WCFlags = p.ImmDt.Imm(), verbs.WCWithImm
+			}
+			if p.IETH != nil {
+				wc.ImmData, wc.WCFlags = p.IETH.RKey(), verbs.WCWithInv
+			}
+			r.inMsg, r.recv, r.segs = false, nil, nil
+			r.msn++
+			q.pushRecv(&wc, p.BTH.SolicitedEvent())
+		}
+	case op.IsWrite():
+		if op.IsFirst() {
+			reth := p.RETH
+			n := uint64(reth.DMALen())
+			var buf []byte
+			if n > 0 {
+				m := q.hw.lookup(reth.RKey(), q.pd)
+				if m == nil || m.access&verbs.AccessRemoteWrite == 0 || q.st.access&verbs.AccessRemoteWrite == 0 {
+					return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "rkey")
+				}
+				b, ok := m.span(reth.VA(), n)
+				if !ok {
+					return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "bounds")
+				}
+				buf = b
+			}
+			r.inMsg, r.kind, r.wbuf, r.wlen, r.off = true, kindWrite, buf, n, 0
+		}
+		if op.HasImmDt() && !q.haveRecv() {
+			return q.rnrNAK(psn)
+		}
+		if r.off+uint64(len(p.Payload)) > r.wlen || op.IsLast() && r.off+uint64(len(p.Payload)) != r.wlen {
+			r.inMsg = false
+			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "write length")
+		}
+		racesync.Sync()
+		copy(r.wbuf[r.off:], p.Payload)
+		racesync.Sync()
+		r.off += uint64(len(p.Payload))
+		r.epsn = r.epsn.Add(1)
+		if op.IsLast() {
+			r.inMsg, r.wbuf = false, nil
+			r.msn++
+			if op.HasImmDt() {
+				w := q.popRecv()
+				wc := verbs.WC{WRID: w.wrid, Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm, ByteLen: uint32(r.wlen),
+					ImmData: p.ImmDt.Imm(), WCFlags: verbs.WCWithImm, QPNum: q.num, SrcQP: q.st.destQP}
+				q.pushRecv(&wc, p.BTH.SolicitedEvent())
+			}
+		}
+	case op == wire.RCReadRequest:
+		reth := p.RETH
+		n := uint64(reth.DMALen())
+		var buf []byte
+		if n > 0 {
+			m := q.hw.lookup(reth.RKey(), q.pd)
+			if m == nil || m.access&verbs.AccessRemoteRead == 0 || q.st.access&verbs.AccessRemoteRead == 0 {
+				return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "rkey")
+			}
+			b, ok := m.span(reth.VA(), n)
+			if !ok {
+				return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "bounds")
+			}
+			buf = b
+		}
+		npkts := uint32(1)
+		if n > uint64(mtu) {
+			npkts = uint32((n + uint64(mtu) - 1) / uint64(mtu))
+		}
+		r.msn++
+		q.remember(resource{valid: true, firstPSN: psn, npkts: npkts})
+		r.epsn = r.epsn.Add(npkts)
+		q.sendReadResponse(psn, buf, mtu)
+	case op == wire.RCCompareSwap || op == wire.RCFetchAdd:
+		a := p.AtomicETH
+		if a.VA()&7 != 0 {
+			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "misaligned atomic")
+		}
+		m := q.hw.lookup(a.RKey(), q.pd)
+		if m == nil || m.access&verbs.AccessRemoteAtomic == 0 || q.st.access&verbs.AccessRemoteAtomic == 0 {
+			return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "rkey")
+		}
+		b, ok := m.span(a.VA(), 8)
+		if !ok {
+			return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "bounds")
+		}
+		racesync.Sync()
+		q.hw.atomicMu.Lock()
+		orig := binary.NativeEndian.Uint64(b)
+		if op == wire.RCFetchAdd {
+			binary.NativeEndian.PutUint64(b, orig+a.SwapAdd())
+		} else if orig == a.Compare() {
+			binary.NativeEndian.PutUint64(b, a.SwapAdd())
+		}
+		q.hw.atomicMu.Unlock()
+		racesync.Sync()
+		r.msn++
+		q.remember(resource{valid: true, atomic: true, firstPSN: psn, npkts: 1, orig: orig})
+		r.epsn = r.epsn.Add(1)
+		q.sendAtomicAck(psn, orig)
+	default:
+		return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "opcode "+op.String())
+	}
+	return wire.SyndromeACKUnlimited, true
+}
+
+// pushRecv completes a receive, failing the QP if the CQ overflows.
+func (q *qp) pushRecv(wc *verbs.WC, solicited bool) {
+	if !q.recvCQ.Push(wc, solicited) {
+		q.cqOverflow(q.recvCQ)
+	}
+}
+
+// remember stores a READ or atomic in the responder resources.
+func (q *qp) remember(res resource) {
+	r := &q.resp
+	if len(r.res) != q.st.maxDestRd {
+		r.res = make([]resource, q.st.maxDestRd)
+		r.resN = 0
+	}
+	r.res[r.resN%len(r.res)] = res
+	r.resN++
+}
+
+// duplicate answers a request the responder has already executed: SENDs
+// and WRITEs are acknowledged again, READs are replayed from memory and
+// atomics from the saved result (never executed twice).
+func (q *qp) duplicate(p *wire.Packet, psn wire.PSN) {
+	r := &q.resp
+	op := p.OpCode()
+	switch {
+	case op.IsSend() || op.IsWrite():
+		if p.BTH.AckReq() || op.IsLast() {
+			r.ack, r.ackPSN, r.ackSyn = true, r.epsn.Add(0xffffff), wire.SyndromeACKUnlimited
+		}
+	case op == wire.RCReadRequest:
+		for _, res := range r.res {
+			if !res.valid || res.atomic || psn.Diff(res.firstPSN) < 0 || psn.Diff(res.firstPSN.Add(res.npkts-1)) > 0 {
+				continue
+			}
+			reth := p.RETH
+			n := uint64(reth.DMALen())
+			var buf []byte
+			if n > 0 {
+				m := q.hw.lookup(reth.RKey(), q.pd)
+				if m == nil || m.access&verbs.AccessRemoteRead == 0 {
+					return
+				}
+				b, ok := m.span(reth.VA(), n)
+				if !ok {
+					return
+				}
+				buf = b
+			}
+			q.sendReadResponse(psn, buf, q.st.mtu)
+			return
+		}
+	case op == wire.RCCompareSwap || op == wire.RCFetchAdd:
+		for _, res := range r.res {
+			if res.valid && res.atomic && res.firstPSN == psn {
+				q.sendAtomicAck(psn, res.orig)
+				return
+			}
+		}
+	}
+}
+
+// readJob is a READ response being sent: the packets from psn on carry
+// buf, k packets of which have gone.
+type readJob struct {
+	psn   wire.PSN
+	buf   []byte
+	npkts int
+	k     int
+}
+
+// maxReadBurst is the most READ response packets the responder sends in
+// one step of the owner before it lets other work in; a long READ goes out
+// over several steps instead of flooding the link in one burst.
+const maxReadBurst = 128
+
+// sendReadResponse queues the response packets of a READ of buf, replacing
+// any response in progress that a duplicate request restarts.
+func (q *qp) sendReadResponse(psn wire.PSN, buf []byte, mtu int) {
+	r := &q.resp
+	npkts := 1
+	if len(buf) > mtu {
+		npkts = (len(buf) + mtu - 1) / mtu
+	}
+	end := psn.Add(uint32(npkts))
+	k := 0
+	for _, j := range r.reads {
+		// A duplicate request restarts its READ: drop the old sending.
+		if j.psn.Add(uint32(j.npkts)) == end {
+			continue
+		}
+		r.reads[k] = j
+		k++
+	}
+	clear(r.reads[k:])
+	r.reads = append(r.reads[:k], readJob{psn: psn, buf: buf, npkts: npkts})
+	q.pumpReads()
+}
+
+// pumpReads sends queued READ response packets, at most maxReadBurst.
+func (q *qp) pumpReads() {
+	r := &q.resp
+	mtu := q.st.mtu
+	racesync.Sync()
+	budget := maxReadBurst
+	for len(r.reads) > 0 && budget > 0 {
+		j := &r.reads[0]
+		for ; j.k < j.npkts && budget > 0; j.k, budget = j.k+1, budget-1 {
+			h := wire.Headers{BTH: wire.BTHFields{PKey: wire.DefaultPKey, DestQP: q.st.destQP, PSN: j.psn.Add(uint32(j.k))},
+				Syndrome: wire.SyndromeACKUnlimited, MSN: r.msn}
+			switch {
+			case j.npkts == 1:
+				h.BTH.OpCode = wire.RCReadResponseOnly
+			case j.k == 0:
+				h.BTH.OpCode = wire.RCReadResponseFirst
+			case j.k == j.npkts-1:
+				h.BTH.OpCode = wire.RCReadResponseLast
+			default:
+				h.BTH.OpCode = wire.RCReadResponseMiddle
+			}
+			n := len(j.buf)
+			chunk := j.buf[min(j.k*mtu, n):min((j.k+1)*mtu, n)]
+			out := q.queueOut()
+			b, err := wire.AppendPacket(out.Buf, &h, chunk)
+			if err != nil {
+				panic("rxe: read response: " + err.Error())
+			}
+			out.Buf = b
+		}
+		if j.k == j.npkts {
+			r.reads[0] = readJob{}
+			r.reads = r.reads[1:]
+		}
+	}
+	racesync.Sync()
+	if len(r.reads) > 0 {
+		q.kick() // more to send: come back after other work
+	}
+}
+
+// sendAtomicAck sends an ATOMIC ACKNOWLEDGE.
+func (q *qp) sendAtomicAck(psn wire.PSN, orig uint64) {
+	h := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCAtomicAcknowledge, PKey: wire.DefaultPKey, DestQP: q.st.destQP, PSN: psn},
+		Syndrome: wire.SyndromeACKUnlimited, MSN: q.resp.msn, OrigData: orig}
+	out := q.queueOut()
+	out.Buf, _ = wire.AppendPacket(out.Buf, &h, nil)
+}
+
+// sendAck sends an ACK or NAK now.
+func (q *qp) sendAck(psn wire.PSN, syn wire.Syndrome) {
+	h := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCAcknowledge, PKey: wire.DefaultPKey, DestQP: q.st.destQP, PSN: psn},
+		Syndrome: syn, MSN: q.resp.msn}
+	out := q.queueOut()
+	out.Buf, _ = wire.AppendPacket(out.Buf, &h, nil)
+}
+
+// flushAck sends the coalesced ACK of the batch just processed.
+func (q *qp) flushAck() {
+	r := &q.resp
+	if r.ack {
+		r.ack = false
+		q.sendAck(r.ackPSN, r.ackSyn)
+	}
+}
+
+// rnrNAK refuses a packet for want of a receive WQE.
+func (q *qp) rnrNAK(psn wire.PSN) (wire.Syndrome, bool) {
+	if q.typ == verbs.QPTRC {
+		q.sendAck(psn, wire.RNRNAKSyndrome(q.st.minRNR))
+	} else {
+		// UC drops the message; the sender never knows.
+		q.resp.dropping = true
+		q.resp.epsn = psn.Add(1)
+	}
+	return 0, false
+}
+
+// fatalNAK refuses a packet with an error NAK and moves the QP to ERR, as
+// rxe does for the responder's class B, C and D errors on RC.
+func (q *qp) fatalNAK(psn wire.PSN, syn wire.Syndrome, ev verbs.EventType, why string) (wire.Syndrome, bool) {
+	if q.typ != verbs.QPTRC {
+		// UC: the message is silently dropped.
+		q.resp.inMsg, q.resp.dropping = false, true
+		q.resp.epsn = psn.Add(1)
+		return 0, false
+	}
+	_ = why
+	q.sendAck(psn, syn)
+	q.event(ev)
+	q.toError()
+	return syn, false
+}
