@@ -8,6 +8,9 @@
 //
 // Commands:
 //
+//	demo    the RDMA_RC_example flow on two software RoCE devices over loopback
+//	devices list RDMA devices and their node GUIDs, as ibv_devices does
+//	devinfo print RDMA device and port attributes, as ibv_devinfo does
 //	dump    decode RoCEv2 packets in pcap and pcapng files, checking each ICRC
 //
 // Run `rdmago <command> -h` for a command's flags.
@@ -30,7 +33,10 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"dump": {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", runDump},
+	"demo":    {"the RDMA_RC_example flow on two software RoCE devices over loopback", runDemo},
+	"devices": {"list RDMA devices and their node GUIDs, as ibv_devices does", runDevices},
+	"devinfo": {"print RDMA device and port attributes, as ibv_devinfo does", runDevinfo},
+	"dump":    {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", runDump},
 }
 
 func main() {
