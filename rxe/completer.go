@@ -24,6 +24,9 @@ func (q *qp) receive(in *inPacket, now time.Time) {
 	case verbs.QPSReset, verbs.QPSInit, verbs.QPSErr:
 		return
 	}
+	if in.src != q.st.dest {
+		return // a connected QP takes packets from its peer only
+	}
 	if op.IsResponse() {
 		if q.st.state == verbs.QPSRTR {
 			return

@@ -55,14 +55,21 @@ type device struct {
 func (d *device) Open(events verbs.EventSink) (verbs.ContextDriver, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	started := false
 	if d.hw == nil {
 		h, err := startHW(d)
 		if err != nil {
 			return nil, err
 		}
 		d.hw = h
+		started = true
 	}
 	d.refs++
+	if started && events != nil {
+		// The port came up with the device, as a netdev coming up
+		// raises IBV_EVENT_PORT_ACTIVE on Linux.
+		events.Event(verbs.EventPortActive, 0, 1)
+	}
 	return &devctx{dev: d, hw: d.hw, events: events}, nil
 }
 
@@ -91,7 +98,8 @@ type hw struct {
 	nextMR  uint32
 
 	atomicMu sync.Mutex // makes atomics atomic with respect to each other (IBV_ATOMIC_HCA)
-	bufs     sync.Pool  // receive buffers of maxPacket bytes
+	bufs     sync.Pool  // *bufBox holding receive buffers of maxPacket bytes
+	boxes    sync.Pool  // empty *bufBox, so that moving buffers allocates nothing
 	wg       sync.WaitGroup
 }
 
@@ -104,7 +112,7 @@ func startHW(d *device) (*hw, error) {
 		keys:    map[uint32]*mr{},
 		nextQPN: minQPN,
 	}
-	h.bufs.New = func() any { b := make([]byte, maxPacket); return &b }
+	h.bufs.New = func() any { return &bufBox{b: make([]byte, maxPacket)} }
 	links := d.cfg.Links
 	if len(links) == 0 {
 		for _, a := range d.cfg.Addrs {
@@ -152,12 +160,15 @@ func (h *hw) recvLoop(i int) {
 	l := h.links[i]
 	batch := make([]link.Packet, recvBatch)
 	for j := range batch {
-		batch[j].Buf = *(h.bufs.Get().(*[]byte))
+		batch[j].Buf = h.getBuf()
 	}
 	for {
 		n, err := l.Recv(batch)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
+				for j := range batch {
+					h.putBuf(batch[j].Buf)
+				}
 				return
 			}
 			continue
@@ -170,7 +181,7 @@ func (h *hw) recvLoop(i int) {
 				continue // no such QP: dropped, as hardware does
 			}
 			if q.deliver(inPacket{buf: p.Buf, src: p.Addr, tclass: p.TClass, hop: p.HopLimit, link: uint8(i)}) {
-				p.Buf = *(h.bufs.Get().(*[]byte))
+				p.Buf = h.getBuf()
 			}
 		}
 		h.mu.RUnlock()
@@ -180,10 +191,26 @@ func (h *hw) recvLoop(i int) {
 	}
 }
 
+// bufBox carries a receive buffer through the pool without allocating.
+type bufBox struct{ b []byte }
+
+// getBuf takes a receive buffer of maxPacket bytes from the pool.
+func (h *hw) getBuf() []byte {
+	x := h.bufs.Get().(*bufBox)
+	b := x.b
+	x.b = nil
+	h.boxes.Put(x)
+	return b
+}
+
 // putBuf returns a receive buffer to the pool.
 func (h *hw) putBuf(b []byte) {
-	b = b[:cap(b)]
-	h.bufs.Put(&b)
+	x, _ := h.boxes.Get().(*bufBox)
+	if x == nil {
+		x = new(bufBox)
+	}
+	x.b = b[:cap(b)]
+	h.bufs.Put(x)
 }
 
 // send hands packets to the link that serves GID index sgid.

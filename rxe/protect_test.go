@@ -79,6 +79,9 @@ func TestRemoteAccessViolations(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			ev, err := b.ctx.GetAsyncEvent(ctx)
+			for err == nil && ev.Type == verbs.EventPortActive {
+				ev, err = b.ctx.GetAsyncEvent(ctx)
+			}
 			if err != nil || ev.Type != verbs.EventQPAccessErr || ev.QP != b.qp {
 				t.Fatalf("async event %+v %v, want QP_ACCESS_ERR on b's QP", ev, err)
 			}

@@ -78,6 +78,7 @@ type ownerAttr struct {
 // inPacket is a received packet on its way to the owner. buf comes from
 // the device's pool and goes back to it once processed.
 type inPacket struct {
+	fn     func() // if set, not a packet: run by the owner in its turn (tests)
 	buf    []byte
 	src    netip.Addr
 	tclass uint8
@@ -218,6 +219,10 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		a.EnSQDAsyncNotify = attr.EnSQDAsyncNotify
 	}
 	switch next {
+	case verbs.QPSSQD:
+		if q.attr.QPState != verbs.QPSSQD {
+			a.SQDraining = 1
+		}
 	case verbs.QPSReset:
 		q.pending.reset = true
 		q.pending.flush = false
@@ -355,7 +360,9 @@ func (q *qp) run() {
 			q.inbox = nil
 			q.mu.Unlock()
 			for _, p := range inbox {
-				q.hw.putBuf(p.buf)
+				if p.buf != nil {
+					q.hw.putBuf(p.buf)
+				}
 			}
 			q.timer.Stop()
 			return
@@ -379,6 +386,9 @@ func (q *qp) step(now time.Time) {
 	if pend.reset {
 		q.resetOwner()
 	}
+	if q.st.state != verbs.QPSSQD {
+		q.req.drainedSent = false
+	}
 	if pend.resetResp {
 		q.resp.reset(q.st.rqPSN)
 	}
@@ -388,6 +398,11 @@ func (q *qp) step(now time.Time) {
 	}
 	for i := range q.work {
 		p := &q.work[i]
+		if p.fn != nil {
+			p.fn()
+			p.fn = nil
+			continue
+		}
 		if !pend.reset {
 			q.receive(p, now)
 		}
@@ -410,6 +425,7 @@ func (q *qp) step(now time.Time) {
 		q.retire() // completions free room under max_rd_atomic
 		q.sendMore(now)
 		q.retire()
+		q.checkDrained()
 	}
 	q.flushOut()
 	q.armTimer(now)

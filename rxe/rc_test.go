@@ -12,6 +12,13 @@ import (
 func TestRCOperationsOverUDPLoopback(t *testing.T) {
 	la, lb := udpLinks(t)
 	a, b := newPair(t, la, lb, pairOpts{})
+	exerciseRC(t, a, b)
+}
+
+// exerciseRC runs SEND with immediate, RDMA WRITE, RDMA READ and both
+// atomics from a to b, checking data and completions.
+func exerciseRC(t *testing.T, a, b *end) {
+	t.Helper()
 	// SEND with immediate, 3000 bytes (three packets at MTU 1024).
 	fill(a.buf[:3000], 1)
 	if err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{b.mr.SGE(0, 4096)}}}); err != nil {

@@ -40,19 +40,20 @@ func (w *sendWQE) isReadOrAtomic() bool {
 
 // requester is the send side's protocol state.
 type requester struct {
-	psn        wire.PSN // next PSN to assign
-	una        wire.PSN // oldest unacknowledged PSN
-	next       int      // index in sq of the next WQE to (re)send
-	noack      int      // packets sent since the last AckReq
-	retries    int      // transport retries left
-	rnrRetries int      // RNR retries left
-	retryAt    time.Time
-	rnrUntil   time.Time // after an RNR NAK, wait until then
-	rnrPending bool
-	progress   bool     // something was acknowledged since the timer was armed
-	readGap    wire.PSN // the last PSN resendFrom asked again from
-	gapSet     bool
-	inited     bool
+	psn         wire.PSN // next PSN to assign
+	una         wire.PSN // oldest unacknowledged PSN
+	next        int      // index in sq of the next WQE to (re)send
+	noack       int      // packets sent since the last AckReq
+	retries     int      // transport retries left
+	rnrRetries  int      // RNR retries left
+	retryAt     time.Time
+	rnrUntil    time.Time // after an RNR NAK, wait until then
+	rnrPending  bool
+	progress    bool     // something was acknowledged since the timer was armed
+	readGap     wire.PSN // the last PSN resendFrom asked again from
+	gapSet      bool
+	inited      bool
+	drainedSent bool // IBV_EVENT_SQ_DRAINED raised for this stay in SQD
 }
 
 func (r *requester) reset(psn wire.PSN) {
@@ -367,6 +368,27 @@ func requestOpCode(t verbs.QPType, op verbs.WROpcode, first, last bool) wire.OpC
 		c |= wire.OpCode(wire.TransportUC)
 	}
 	return c
+}
+
+// checkDrained raises IBV_EVENT_SQ_DRAINED once an SQD QP has no request
+// in flight, if the transition to SQD asked for it.
+func (q *qp) checkDrained() {
+	if q.st.state != verbs.QPSSQD || q.req.drainedSent {
+		return
+	}
+	for _, w := range q.sq {
+		if w.started && !w.done {
+			return
+		}
+	}
+	q.req.drainedSent = true
+	q.mu.Lock()
+	notify := q.attr.EnSQDAsyncNotify != 0
+	q.attr.SQDraining = 0
+	q.mu.Unlock()
+	if notify {
+		q.event(verbs.EventSQDrained)
+	}
 }
 
 // retire completes finished WQEs in order, as a CQ must see them.

@@ -18,8 +18,9 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&opt.All, "a", false, "print packets that are not RoCEv2 too (they are always counted)")
 	fs.BoolVar(&opt.AbsTime, "abs", false, "print absolute timestamps instead of seconds since the file's first packet")
 	fs.BoolVar(&opt.Quiet, "q", false, "print only each file's summary line")
+	port := fs.Uint("port", 4791, "UDP destination port of RoCEv2 packets (for devices set to another port)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: rdmago dump [-check] [-a] [-abs] [-q] FILE...")
+		fmt.Fprintln(stderr, "usage: rdmago dump [-check] [-a] [-abs] [-q] [-port N] FILE...")
 		fmt.Fprintln(stderr, "\nDecodes the RoCEv2 packets (UDP to port 4791) in pcap and pcapng files, one line")
 		fmt.Fprintln(stderr, "each, verifying every ICRC, then prints a summary line per file.")
 		fmt.Fprintln(stderr, "Link types: Ethernet, Linux cooked v1/v2, raw IP, BSD loopback; IPv4 and IPv6.")
@@ -30,6 +31,11 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return flagError(err)
 	}
+	if *port == 0 || *port > 65535 {
+		fmt.Fprintf(stderr, "rdmago dump: -port %d is not a UDP port\n", *port)
+		return 2
+	}
+	opt.Port = uint16(*port)
 	if len(files) == 0 {
 		fs.Usage()
 		return 2

@@ -59,6 +59,8 @@ func TestDumpExitStatus(t *testing.T) {
 		{"help", []string{"help"}, 0, ""},
 		{"dump without files", []string{"dump"}, 2, "usage: rdmago dump"},
 		{"dump bad flag", []string{"dump", "-z", golden}, 2, "flag provided but not defined: -z"},
+		{"dump bad port", []string{"dump", "-port", "70000", golden}, 2, "-port 70000 is not a UDP port"},
+		{"dump other port finds no RoCE", []string{"dump", "-check", "-port", "4792", golden}, 0, ""},
 		{"dump -h", []string{"dump", "-h"}, 0, "usage: rdmago dump"},
 		{"clean file", []string{"dump", "--check", golden}, 0, ""},
 		{"flag after file", []string{"dump", golden, "--check"}, 0, ""},

@@ -26,6 +26,9 @@ type Options struct {
 	AbsTime bool
 	// Quiet prints only the per-file summary line.
 	Quiet bool
+	// Port is the UDP destination port that marks RoCEv2 packets
+	// (default 4791, wire.UDPPort), as tshark's -d udp.port==N,infiniband.
+	Port uint16
 }
 
 // Stats counts what a file held.
@@ -82,7 +85,7 @@ func File(w io.Writer, r io.Reader, opt Options) (Stats, error) {
 		}
 		line = append(line, ' ')
 		var roce bool
-		line, roce = appendPacket(line, &st, pkt)
+		line, roce = appendPacket(line, &st, pkt, opt.port())
 		if roce && !opt.Quiet || opt.All && !opt.Quiet {
 			line = append(line, '\n')
 			if _, err := w.Write(line); err != nil {
@@ -92,8 +95,15 @@ func File(w io.Writer, r io.Reader, opt Options) (Stats, error) {
 	}
 }
 
+func (o *Options) port() uint16 {
+	if o.Port == 0 {
+		return wire.UDPPort
+	}
+	return o.Port
+}
+
 // appendPacket classifies one frame, counts it and appends its description.
-func appendPacket(b []byte, st *Stats, pkt pcap.Packet) ([]byte, bool) {
+func appendPacket(b []byte, st *Stats, pkt pcap.Packet, port uint16) ([]byte, bool) {
 	proto, l3, err := pcap.Decode(pkt.LinkType, pkt.Data)
 	if err != nil {
 		st.Other++
@@ -115,7 +125,7 @@ func appendPacket(b []byte, st *Stats, pkt pcap.Packet) ([]byte, bool) {
 	b = appendAddrPort(b, d.Src.Unmap().String(), d.SrcPort())
 	b = append(b, " > "...)
 	b = appendAddrPort(b, d.Dst.Unmap().String(), d.DstPort())
-	if d.DstPort() != wire.UDPPort {
+	if d.DstPort() != port {
 		st.Other++
 		b = append(b, " UDP len="...)
 		return strconv.AppendInt(b, int64(len(d.Payload)), 10), false

@@ -1,0 +1,121 @@
+package rxe
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"testing"
+
+	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/rxe/wire"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// onOwner runs fn on q's owner goroutine after every packet delivered
+// before it, and waits for it.
+func onOwner(q *qp, fn func()) {
+	done := make(chan struct{})
+	if !q.deliver(inPacket{fn: func() { fn(); close(done) }}) {
+		return
+	}
+	<-done
+}
+
+// FuzzReceive feeds arbitrary packets to a live RC QP through the device's
+// receive entry point (the links' own checks are fuzzed in package wire).
+// Whatever arrives, nothing may crash, no memory outside the registered
+// region may change, and a QP driven into ERR is brought back for the next
+// input.
+func FuzzReceive(f *testing.F) {
+	const rqPSN = 0x100
+	a, b, _ := memPair(f, 7, link.Faults{}, pairOpts{bufSize: 4096})
+	q := b.qp.Driver().(*qp)
+	// Guard memory around a registered window: only the window may change.
+	arena := make([]byte, 3*4096)
+	for i := range arena {
+		arena[i] = 0xa5
+	}
+	guard := bytes.Repeat([]byte{0xa5}, 4096)
+	window := arena[4096 : 2*4096]
+	mr, err := b.pd.RegMR(window, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { mr.Dereg() })
+	gidA, _ := a.ctx.QueryGID(1, 0)
+	reconnect := func() {
+		steps := []struct {
+			attr verbs.QPAttr
+			mask verbs.QPAttrMask
+		}{
+			{verbs.QPAttr{QPState: verbs.QPSReset}, verbs.QPAttrState},
+			{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
+				verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+			{verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPNum: a.qp.Num(), RQPSN: rqPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1,
+				AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: gidA}}},
+				verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+			{verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 0x200, Timeout: 1, RetryCnt: 1, RNRRetry: 1, MaxRdAtomic: 4},
+				verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic},
+		}
+		for _, s := range steps {
+			if err := b.qp.Modify(&s.attr, s.mask); err != nil {
+				f.Fatal(err)
+			}
+		}
+		err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, 2048)}}, {WRID: 2, SGList: []verbs.SGE{mr.SGE(2048, 2048)}}})
+		if err != nil {
+			f.Fatal(err)
+		}
+		onOwner(q, func() {})
+	}
+	reconnect()
+	// Seeds: a valid packet of each kind, aimed at the window.
+	for _, op := range []wire.OpCode{wire.RCSendOnly, wire.RCSendFirst, wire.RCWriteOnly, wire.RCWriteFirst, wire.RCWriteOnlyWithImmediate,
+		wire.RCReadRequest, wire.RCCompareSwap, wire.RCFetchAdd, wire.RCSendLastWithImmediate, wire.RCAcknowledge, wire.RCReadResponseOnly,
+		wire.UCSendOnly, wire.UDSendOnly} {
+		h := wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: 0xffff, PSN: rqPSN, AckReq: true},
+			RETH:      wire.RETHFields{VA: mr.Addr() + 64, RKey: mr.RKey(), DMALen: 1024},
+			AtomicETH: wire.AtomicETHFields{VA: mr.Addr() + 8, RKey: mr.RKey(), SwapAdd: 1}}
+		n := 0
+		if op.HasPayload() {
+			n = 1024
+		}
+		pkt, err := wire.AppendPacket(nil, &h, make([]byte, n))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(pkt, true)
+	}
+	wcs := make([]verbs.WC, 64)
+	f.Fuzz(func(t *testing.T, pkt []byte, atEPSN bool) {
+		if len(pkt) < wire.BTHLen+wire.ICRCLen || len(pkt) > maxPacket {
+			return
+		}
+		buf := q.hw.getBuf()[:len(pkt)]
+		copy(buf, pkt)
+		binary.BigEndian.PutUint32(buf[4:], uint32(buf[4])<<24|q.num) // to the QP under test
+		if atEPSN {
+			var epsn wire.PSN
+			onOwner(q, func() { epsn = q.resp.epsn })
+			binary.BigEndian.PutUint32(buf[8:], uint32(buf[8])<<24|uint32(epsn))
+		}
+		if !q.deliver(inPacket{buf: buf, src: peerAddr(q)}) {
+			t.Fatal("QP refused the packet")
+		}
+		onOwner(q, func() {})
+		if !bytes.Equal(arena[:4096], guard) || !bytes.Equal(arena[2*4096:], guard) {
+			t.Fatal("memory outside the registered region changed")
+		}
+		b.cq.Poll(wcs)
+		a.cq.Poll(wcs)
+		if b.qp.State() == verbs.QPSErr {
+			reconnect()
+		}
+	})
+}
+
+// peerAddr returns the address q's packets come from (its AV's DGID).
+func peerAddr(q *qp) (a netip.Addr) {
+	onOwner(q, func() { a = q.st.dest })
+	return a
+}
