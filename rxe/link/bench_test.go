@@ -36,12 +36,14 @@ func benchRounds(b *testing.B, from, to link.Link, batch, payload int) {
 
 func BenchmarkUDPSendRecv(b *testing.B) {
 	for _, gso := range []bool{true, false} {
-		for _, size := range []int{1024, 4096} {
-			for _, batch := range []int{1, 16, 64} {
-				b.Run(fmt.Sprintf("gso=%v/payload=%d/batch=%d", gso, size, batch), func(b *testing.B) {
-					a, c := listenPair(b, addr1, addr2, link.UDPOptions{DisableGSO: !gso})
-					benchRounds(b, a, c, batch, size)
-				})
+		for _, gro := range []bool{true, false} {
+			for _, size := range []int{1024, 4096} {
+				for _, batch := range []int{1, 16, 64} {
+					b.Run(fmt.Sprintf("gso=%v/gro=%v/payload=%d/batch=%d", gso, gro, size, batch), func(b *testing.B) {
+						a, c := listenPair(b, addr1, addr2, link.UDPOptions{DisableGSO: !gso, DisableGRO: !gro})
+						benchRounds(b, a, c, batch, size)
+					})
+				}
 			}
 		}
 	}

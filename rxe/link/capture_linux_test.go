@@ -180,6 +180,9 @@ func TestUDPGSOSendsExactPseudoHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
+	if !link.GSOEnabled(a) {
+		t.Skip("GSO is off (the kernel has none, or RDMAGO_DISABLE_GSO=1)")
+	}
 	fd := -1
 	if err := inNamespace(nsB, func() (err error) {
 		if b, err = link.ListenUDP(netip.AddrPortFrom(addrB, wire.UDPPort), link.UDPOptions{}); err != nil {

@@ -9,8 +9,9 @@
 //   - [UDP], the real one: a UDP socket bound to one IP address of the host
 //     (the device's GID) and, in production, port 4791 ([wire.UDPPort]). On
 //     Linux it reads and writes batches with recvmmsg and sendmmsg through
-//     the Go netpoller and sends runs of equal-sized packets to one peer as a
-//     single UDP GSO send.
+//     the Go netpoller, sends runs of equal-sized packets to one peer as a
+//     single UDP GSO send, and reads runs the kernel has coalesced as single
+//     UDP GRO datagrams (see below).
 //   - [Mem], for tests: a link attached to an in-memory [Network] that can
 //     drop, duplicate, reorder, delay and corrupt packets, deterministically
 //     from a seed.
@@ -21,6 +22,38 @@
 // too. Production devices all use 4791; tests give every device one odd port
 // and its own loopback address (127.0.0.1, 127.0.0.2, ...), so that test
 // packages running in parallel never collide.
+//
+// # Segmentation and receive offload
+//
+// A run of packets to one peer, all of one size but the last, which may be
+// shorter, leaves as one sendmmsg message with a UDP_SEGMENT control
+// message (UDP GSO, Linux 4.18; the link wants Linux 5): the kernel, or the
+// NIC, cuts it into one datagram per packet. RDMAGO_DISABLE_GSO=1 or
+// UDPOptions.DisableGSO turns this off.
+//
+// Receiving, the link asks for UDP_GRO (Linux 5.0) when the kernel has it:
+// the kernel then queues a run of datagrams it has coalesced — by GRO in the
+// NIC's driver, or, on loopback, a GSO send it never cut up — as one datagram
+// with a UDP_GRO control message giving the packet size, so that one
+// recvmmsg slot reads the whole run instead of one packet. Since such a
+// datagram can hold up to 64 KiB, the link reads up to 8 datagrams per call
+// into scratch buffers of 64 KiB allocated with the link, cuts each into
+// packets of the given size (the last may be shorter), checks each packet's
+// ICRC on its own and copies the good ones into the caller's buffers; the
+// traffic class, hop limit and source of a datagram apply to all its
+// packets. Packets that do not fit in the slice given to Recv wait in the
+// scratch buffers for the next call, which hands them out before reading the
+// socket again; a packet too long for its buffer takes a longer buffer of
+// the slice in exchange, or waits, and is dropped as Truncated only if it
+// is longer than every buffer of the call. Without GRO datagrams land in
+// the caller's buffers directly, without the copy, up to 64 per call (with
+// it, a stream of single-packet datagrams takes a call per 8).
+// TestUDPGROCoalescesDatagramsCutBySoftwareGSO checks GRO proper, through a
+// veth pair whose receiving end coalesces datagrams with real headers.
+// RDMAGO_DISABLE_GRO=1 or UDPOptions.DisableGRO turns GRO off, and the link
+// goes without it if the kernel refuses the option. With GRO the socket's
+// drop count (Stats.Overflow) counts datagrams, each of which may have held
+// a run of packets.
 //
 // # The ICRC and the IPv4 header
 //
@@ -42,8 +75,7 @@
 //     TestUDPGSOSendsExactPseudoHeader capture the datagrams and check both
 //     (the second through a veth pair that makes the kernel segment in
 //     software; a NIC that segments UDP in hardware is expected to number
-//     the datagrams alike, but that is untested). RDMAGO_DISABLE_GSO=1
-//     turns GSO off.
+//     the datagrams alike, but that is untested).
 //   - Receiving, a UDP socket shows the source address and port (the ICRC
 //     covers both) but not the sender's IPv4 ID and flags, which senders set
 //     differently (Linux Soft-RoCE draws an ID per datagram). For IPv4 the
@@ -52,10 +84,14 @@
 //     from 32 to 15 bits, on top of the UDP checksum the kernel verifies when
 //     the sender sets one. IPv6 has no such fields and is checked exactly
 //     ([wire.PseudoHeader.CheckICRC]). The in-memory link knows the ID is 0
-//     and checks exactly.
+//     and checks exactly. A GRO datagram does not show its packets' IPv4
+//     headers either, and each of its packets is checked like any other:
+//     the k-th packet of a GSO send, which carries ID k, or of a run the
+//     NIC coalesced from datagrams with IDs of their own, passes with the
+//     ID that makes its ICRC match.
 //
-// On other systems than Linux the UDP link sends one datagram per system
-// call and cannot ask for DF, so the IPv4 ID and flags are the system's
+// On other systems than Linux the UDP link sends and receives one datagram
+// per system call, without GSO or GRO, and cannot ask for DF, so the IPv4 ID and flags are the system's
 // choice: peers that check the ICRC loosely (this package) accept the
 // packets, Linux Soft-RoCE may not.
 package link

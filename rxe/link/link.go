@@ -100,7 +100,8 @@ type Stats struct {
 	// buffer Recv was given.
 	Truncated uint64
 	// Overflow counts packets dropped on arrival because the receive queue
-	// was full (on Linux, the socket's SO_RXQ_OVFL count).
+	// was full (on Linux, the socket's SO_RXQ_OVFL count, which counts
+	// datagrams: with UDP GRO one may have held a run of packets).
 	Overflow uint64
 }
 

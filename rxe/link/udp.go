@@ -30,9 +30,13 @@ const (
 	maxUDPPayload6 = 65535 - wire.UDPLen
 )
 
-// disableGSOEnv names the environment variable that, set to 1, keeps the UDP
-// link from using UDP generic segmentation offload.
-const disableGSOEnv = "RDMAGO_DISABLE_GSO"
+// disableGSOEnv and disableGROEnv name the environment variables that, set
+// to 1, keep the UDP link from using UDP generic segmentation offload on
+// send and generic receive offload on receive.
+const (
+	disableGSOEnv = "RDMAGO_DISABLE_GSO"
+	disableGROEnv = "RDMAGO_DISABLE_GRO"
+)
 
 // UDPOptions tunes a UDP link. The zero value is the default.
 type UDPOptions struct {
@@ -46,11 +50,18 @@ type UDPOptions struct {
 	// GSO send. Setting the environment variable RDMAGO_DISABLE_GSO=1 does
 	// the same for every link.
 	DisableGSO bool
+
+	// DisableGRO keeps the link from asking the kernel for runs of
+	// packets coalesced into one datagram (UDP_GRO), which it reads
+	// whole and cuts up itself. Setting the environment variable
+	// RDMAGO_DISABLE_GRO=1 does the same for every link.
+	DisableGRO bool
 }
 
 // UDP is a Link over a UDP socket bound to one address of the host. On
-// Linux it moves packets in batches with recvmmsg and sendmmsg (see the
-// package documentation); elsewhere, one packet per system call.
+// Linux it moves packets in batches with recvmmsg and sendmmsg, and runs of
+// packets as single UDP GSO sends and GRO datagrams (see the package
+// documentation); elsewhere, one packet per system call.
 type UDP struct {
 	conn      *net.UDPConn
 	local     netip.Addr
@@ -59,6 +70,7 @@ type UDP struct {
 	maxPacket int
 	closed    atomic.Bool
 	stats     counters
+	idSolver  wire.IPv4IDSolver // used by Recv, one goroutine at a time
 
 	// sendMu guards the sender's preallocated batch, and serialises Send.
 	sendMu sync.Mutex
@@ -117,7 +129,8 @@ func ListenUDP(addr netip.AddrPort, opt UDPOptions) (*UDP, error) {
 		}
 	}
 	gso := !opt.DisableGSO && os.Getenv(disableGSOEnv) != "1"
-	if err := u.init(&opt, gso); err != nil {
+	gro := !opt.DisableGRO && os.Getenv(disableGROEnv) != "1"
+	if err := u.init(&opt, gso, gro); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("rxe/link: set up %v: %w", ap, err)
 	}
@@ -197,7 +210,7 @@ func (u *UDP) accept(pkt []byte, from netip.AddrPort) bool {
 	ph := wire.PseudoHeader{Src: from.Addr(), Dst: u.local, SrcPort: from.Port(), DstPort: u.port}
 	var ok bool
 	if u.local.Is4() {
-		_, _, ok = ph.CheckICRCAnyIPv4ID(pkt)
+		_, _, ok = u.idSolver.Check(&ph, pkt)
 	} else {
 		ok = ph.CheckICRC(pkt)
 	}

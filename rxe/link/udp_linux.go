@@ -63,15 +63,31 @@ func setBuffer(fd, force, plain, size int) {
 	}
 }
 
-// init prepares the batches of a new link.
-func (u *UDP) init(_ *UDPOptions, gso bool) error {
+// init prepares the batches of a new link, with GSO and GRO if asked for
+// and the kernel has them.
+func (u *UDP) init(_ *UDPOptions, gso, gro bool) error {
 	raw, err := u.conn.SyscallConn()
 	if err != nil {
 		return err
 	}
-	u.receiver.init(raw)
+	u.receiver.init(raw, gro && enableGRO(raw))
 	u.sender.init(raw, gso && gsoSupported(raw))
 	return nil
+}
+
+// enableGRO asks the kernel to queue runs of datagrams it has coalesced
+// (generic receive offload, and on loopback GSO sends, which it then leaves
+// whole) as one datagram with a UDP_GRO control message giving the segment
+// size, instead of cutting them up again (UDP_GRO, Linux 5.0). It reports
+// whether the kernel agreed.
+func enableGRO(raw syscall.RawConn) bool {
+	var err error
+	if cerr := raw.Control(func(fd uintptr) {
+		err = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1)
+	}); cerr != nil || err != nil {
+		return false
+	}
+	return true
 }
 
 // gsoSupported reports whether the kernel can segment UDP sends (UDP_SEGMENT,

@@ -3,6 +3,7 @@ package link_test
 import (
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,8 +61,13 @@ func TestUDPSteadyStateDoesNotAllocate(t *testing.T) {
 		name string
 		opt  link.UDPOptions
 	}{
-		{"GSO", link.UDPOptions{}},
-		{"no GSO", link.UDPOptions{DisableGSO: true}},
+		{"GSO and GRO", link.UDPOptions{}},
+		{"GSO", link.UDPOptions{DisableGRO: true}},
+		{"GRO", link.UDPOptions{DisableGSO: true}},
+		{"neither", link.UDPOptions{DisableGSO: true, DisableGRO: true}},
+		// Recv takes fewer packets than a coalesced datagram holds,
+		// and hands out the rest on the next calls.
+		{"GSO and GRO, 5 at a time", link.UDPOptions{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := listenPair(t, addr1, addr2, tc.opt)
@@ -70,6 +76,9 @@ func TestUDPSteadyStateDoesNotAllocate(t *testing.T) {
 				pkts[i] = link.Packet{Buf: newPacket(t, newRand(5), wire.RCWriteMiddle, 4096, uint32(i)), Addr: addr2}
 			}
 			bufs := recvBuffers(64, b.MaxPacket())
+			if strings.HasSuffix(tc.name, "at a time") {
+				bufs = recvBuffers(5, 4200)
+			}
 			round := func() {
 				if err := a.Send(pkts); err != nil {
 					t.Fatal(err)

@@ -19,8 +19,9 @@ type (
 // buffers portably.
 func controlSocket(syscall.RawConn, bool, *UDPOptions) error { return nil }
 
-// init sizes the socket buffers of a new link. GSO is not available.
-func (u *UDP) init(opt *UDPOptions, _ bool) error {
+// init sizes the socket buffers of a new link. GSO and GRO are not
+// available.
+func (u *UDP) init(opt *UDPOptions, _, _ bool) error {
 	u.conn.SetReadBuffer(opt.RecvBuffer)
 	u.conn.SetWriteBuffer(opt.SendBuffer)
 	return nil

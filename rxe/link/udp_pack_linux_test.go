@@ -103,3 +103,16 @@ func TestUDPGSOCanBeDisabledByEnvironment(t *testing.T) {
 		t.Errorf("GSO on with %s=1", disableGSOEnv)
 	}
 }
+
+func TestUDPGROCanBeDisabled(t *testing.T) {
+	if !testLink(t, UDPOptions{}).receiver.gro {
+		t.Skip("the kernel has no UDP GRO")
+	}
+	if u := testLink(t, UDPOptions{DisableGRO: true}); u.receiver.gro || u.receiver.scratch != nil {
+		t.Errorf("GRO on with DisableGRO")
+	}
+	t.Setenv(disableGROEnv, "1")
+	if u := testLink(t, UDPOptions{}); u.receiver.gro || u.receiver.scratch != nil {
+		t.Errorf("GRO on with %s=1", disableGROEnv)
+	}
+}

@@ -12,14 +12,18 @@ import (
 )
 
 // oobSize is the room for the control messages of one received datagram:
-// its traffic class, its hop limit and the socket's drop count, each an
-// aligned cmsghdr and an int (24 bytes on 64-bit systems), with room to
-// spare.
+// its traffic class, its hop limit, the socket's drop count and, with GRO,
+// its segment size, each an aligned cmsghdr and an int (24 bytes on 64-bit
+// systems), with room to spare.
 const oobSize = 128
 
-// receiver holds what recvmmsg needs, allocated once with the link. The
-// iovecs point into the caller's packet buffers, so datagrams land where
-// Recv returns them, without a copy.
+// receiver holds what recvmmsg needs, allocated once with the link.
+//
+// Without GRO the iovecs point into the caller's packet buffers, so
+// datagrams land where Recv returns them, without a copy. With GRO a
+// datagram may hold a run of packets, up to 64 KiB, so the iovecs point into
+// scratch buffers of that size, and Recv copies the packets out (see
+// recvGRO).
 type receiver struct {
 	raw    syscall.RawConn
 	readFn func(fd uintptr) bool // r.read, bound once
@@ -30,11 +34,29 @@ type receiver struct {
 	iovs   [batchSize]unix.Iovec
 	names  [batchSize]unix.RawSockaddrInet6 // large enough for either family
 	oob    [batchSize][oobSize / 8]uint64   // uint64 for cmsghdr alignment
+
+	// With GRO: whether it is on, the scratch buffers (groBuffers of
+	// groBufSize bytes, one per message), the datagrams the last
+	// recvmmsg brought, dgrams[next:ndgrams] still holding packets to
+	// hand out, and the number of datagrams read (for tests).
+	gro           bool
+	scratch       []byte
+	dgrams        [groBuffers]groDatagram
+	next, ndgrams int
+	datagramsRead uint64
 }
 
-func (r *receiver) init(raw syscall.RawConn) {
+func (r *receiver) init(raw syscall.RawConn, gro bool) {
 	r.raw = raw
 	r.readFn = r.read
+	if gro {
+		r.gro = true
+		r.scratch = make([]byte, groBuffers*groBufSize)
+		for i := range groBuffers {
+			r.iovs[i].Base = &r.scratch[i*groBufSize]
+			r.iovs[i].SetLen(groBufSize)
+		}
+	}
 }
 
 // read is the RawConn.Read callback: one recvmmsg, retried on EINTR. It
@@ -59,11 +81,14 @@ func (r *receiver) read(fd uintptr) bool {
 // recv implements Recv with recvmmsg. Called with recvMu held.
 func (u *UDP) recv(pkts []Packet) (int, error) {
 	r := &u.receiver
+	if r.gro {
+		return u.recvGRO(pkts)
+	}
 	want := min(len(pkts), batchSize)
 	for i := range want {
 		b := pkts[i].Buf[:cap(pkts[i].Buf)]
 		if len(b) == 0 {
-			return 0, fmt.Errorf("rxe/link: Recv: packet %d has a buffer of no capacity", i)
+			return 0, noCapacity(i)
 		}
 		r.iovs[i].Base = &b[0]
 		r.iovs[i].SetLen(len(b))
@@ -99,10 +124,9 @@ func (u *UDP) recv(pkts []Packet) (int, error) {
 			if !u.accept(p.Buf, from) {
 				continue
 			}
-			oob := unsafe.Slice((*byte)(unsafe.Pointer(&r.oob[i][0])), oobSize)[:h.Hdr.Controllen]
-			tclass, hop, drops, ok := parseControl(oob)
-			if ok {
-				u.stats.overflow.Store(uint64(drops))
+			c := r.control(i)
+			if c.hasDrops {
+				u.stats.overflow.Store(uint64(c.drops))
 			}
 			if k != i {
 				// Move the packet down over a dropped one, swapping
@@ -110,7 +134,7 @@ func (u *UDP) recv(pkts []Packet) (int, error) {
 				pkts[k].Buf, p.Buf = p.Buf, pkts[k].Buf[:0]
 			}
 			q := &pkts[k]
-			q.Addr, q.TClass, q.HopLimit = from.Addr(), tclass, hop
+			q.Addr, q.TClass, q.HopLimit = from.Addr(), c.tclass, c.hop
 			k++
 		}
 		if k > 0 {
@@ -150,11 +174,32 @@ func putSockaddr(sa *unix.RawSockaddrInet6, dst netip.Addr, port uint16, scope u
 	return unix.SizeofSockaddrInet6
 }
 
+// noCapacity is the error of Recv given a buffer it cannot fill.
+func noCapacity(i int) error {
+	return fmt.Errorf("rxe/link: Recv: packet %d has a buffer of no capacity", i)
+}
+
+// control is what the control messages of a received datagram say.
+type control struct {
+	tclass, hop uint8  // traffic class and hop limit
+	drops       uint32 // the socket's drop count, if hasDrops
+	hasDrops    bool
+	seg         int // with GRO, the size of the packets the datagram holds (0: one packet)
+}
+
+// control parses the control messages of message i of the last recvmmsg.
+func (r *receiver) control(i int) control {
+	oob := unsafe.Slice((*byte)(unsafe.Pointer(&r.oob[i][0])), oobSize)
+	return parseControl(oob[:min(int(r.hdrs[i].Hdr.Controllen), oobSize)])
+}
+
 // parseControl reads the control messages of a received datagram: its
 // traffic class and hop limit (IP_TOS and IP_TTL, or IPV6_TCLASS and
-// IPV6_HOPLIMIT) and the socket's drop count (SO_RXQ_OVFL, present once
-// the socket has dropped something; hasDrops says whether it was).
-func parseControl(b []byte) (tclass, hop uint8, drops uint32, hasDrops bool) {
+// IPV6_HOPLIMIT), the socket's drop count (SO_RXQ_OVFL, present once the
+// socket has dropped something) and, for a datagram coalesced from several
+// (UDP_GRO), their size.
+func parseControl(b []byte) control {
+	var c control
 	hdrLen := unix.CmsgLen(0)
 	for len(b) >= hdrLen {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
@@ -165,17 +210,19 @@ func parseControl(b []byte) (tclass, hop uint8, drops uint32, hasDrops bool) {
 		data := b[hdrLen:n]
 		switch {
 		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
-			tclass = data[0]
+			c.tclass = data[0]
 		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TTL && len(data) >= 4:
-			hop = uint8(binary.NativeEndian.Uint32(data))
+			c.hop = uint8(binary.NativeEndian.Uint32(data))
 		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
-			tclass = uint8(binary.NativeEndian.Uint32(data))
+			c.tclass = uint8(binary.NativeEndian.Uint32(data))
 		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_HOPLIMIT && len(data) >= 4:
-			hop = uint8(binary.NativeEndian.Uint32(data))
+			c.hop = uint8(binary.NativeEndian.Uint32(data))
 		case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
-			drops, hasDrops = binary.NativeEndian.Uint32(data), true
+			c.drops, c.hasDrops = binary.NativeEndian.Uint32(data), true
+		case h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
+			c.seg = int(int32(binary.NativeEndian.Uint32(data)))
 		}
 		b = b[min(unix.CmsgSpace(n-hdrLen), len(b)):]
 	}
-	return tclass, hop, drops, hasDrops
+	return c
 }

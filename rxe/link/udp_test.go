@@ -3,6 +3,7 @@ package link_test
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
@@ -108,21 +109,25 @@ func TestUDPReceiveDropsBadPackets(t *testing.T) {
 }
 
 func TestUDPReceiveDropsPacketsLongerThanTheBuffer(t *testing.T) {
-	a, b := listenPair(t, addr1, addr2, link.UDPOptions{})
-	rng := newRand(8)
-	long := link.Packet{Buf: newPacket(t, rng, wire.RCSendOnly, 1000, 1), Addr: addr2}
-	fits := link.Packet{Buf: newPacket(t, rng, wire.RCSendOnly, 8, 2), Addr: addr2}
-	if err := a.Send([]link.Packet{long, fits}); err != nil {
-		t.Fatal(err)
-	}
-	bufs := recvBuffers(4, 64)
-	n, err := b.Recv(bufs)
-	if err != nil || n != 1 {
-		t.Fatalf("Recv = %d, %v; want 1 packet", n, err)
-	}
-	checkSamePackets(t, bufs[:1], []link.Packet{fits}, addr1)
-	if s := b.Stats(); runtime.GOOS == "linux" && s.Truncated != 1 {
-		t.Errorf("Truncated = %d, want 1", s.Truncated)
+	for _, opt := range []link.UDPOptions{{}, {DisableGRO: true}} {
+		t.Run(fmt.Sprintf("DisableGRO=%v", opt.DisableGRO), func(t *testing.T) {
+			a, b := listenPair(t, addr1, addr2, opt)
+			rng := newRand(8)
+			long := link.Packet{Buf: newPacket(t, rng, wire.RCSendOnly, 1000, 1), Addr: addr2}
+			fits := link.Packet{Buf: newPacket(t, rng, wire.RCSendOnly, 8, 2), Addr: addr2}
+			if err := a.Send([]link.Packet{long, fits}); err != nil {
+				t.Fatal(err)
+			}
+			bufs := recvBuffers(4, 64)
+			n, err := b.Recv(bufs)
+			if err != nil || n != 1 {
+				t.Fatalf("Recv = %d, %v; want 1 packet", n, err)
+			}
+			checkSamePackets(t, bufs[:1], []link.Packet{fits}, addr1)
+			if s := b.Stats(); runtime.GOOS == "linux" && s.Truncated != 1 {
+				t.Errorf("Truncated = %d, want 1", s.Truncated)
+			}
+		})
 	}
 }
 
@@ -242,33 +247,37 @@ func TestUDPOverIPv6(t *testing.T) {
 }
 
 func TestUDPCloseUnblocksRecv(t *testing.T) {
-	checkNoLeaks(t)
-	l := listenOne(t, addr1, link.UDPOptions{})
-	errc := make(chan error, 1)
-	go func() {
-		_, err := l.Recv(recvBuffers(8, l.MaxPacket()))
-		errc <- err
-	}()
-	time.Sleep(20 * time.Millisecond) // let Recv block (it returns the same if not)
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-errc:
-		if !errors.Is(err, net.ErrClosed) {
-			t.Errorf("Recv after Close: %v, want net.ErrClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Recv still blocked 10s after Close")
-	}
-	if err := l.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-	if err := l.Send(mixedPackets(t, 1, 1, addr1)); !errors.Is(err, net.ErrClosed) {
-		t.Errorf("Send after Close: %v, want net.ErrClosed", err)
-	}
-	if _, err := l.Recv(recvBuffers(1, 100)); !errors.Is(err, net.ErrClosed) {
-		t.Errorf("Recv after Close: %v, want net.ErrClosed", err)
+	for _, opt := range []link.UDPOptions{{}, {DisableGRO: true}} {
+		t.Run(fmt.Sprintf("DisableGRO=%v", opt.DisableGRO), func(t *testing.T) {
+			checkNoLeaks(t)
+			l := listenOne(t, addr1, opt)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := l.Recv(recvBuffers(8, l.MaxPacket()))
+				errc <- err
+			}()
+			time.Sleep(20 * time.Millisecond) // let Recv block (it returns the same if not)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-errc:
+				if !errors.Is(err, net.ErrClosed) {
+					t.Errorf("Recv after Close: %v, want net.ErrClosed", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Recv still blocked 10s after Close")
+			}
+			if err := l.Close(); err != nil {
+				t.Errorf("second Close: %v", err)
+			}
+			if err := l.Send(mixedPackets(t, 1, 1, addr1)); !errors.Is(err, net.ErrClosed) {
+				t.Errorf("Send after Close: %v, want net.ErrClosed", err)
+			}
+			if _, err := l.Recv(recvBuffers(1, 100)); !errors.Is(err, net.ErrClosed) {
+				t.Errorf("Recv after Close: %v, want net.ErrClosed", err)
+			}
+		})
 	}
 }
 
