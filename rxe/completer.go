@@ -71,10 +71,16 @@ func (q *qp) complete(p *wire.Packet, now time.Time) {
 			q.ackThrough(psn.Add(0xffffff), now)
 			switch syn {
 			case wire.NAKPSNSequenceError:
-				if !q.useRetry() {
+				// A repeated NAK for the PSN we went back to is the
+				// responder asking again (renakAfter), not a new
+				// error: resend without spending a retry. The
+				// retransmit timer still bounds a peer that makes no
+				// progress.
+				if !(r.nakSet && r.nakPSN == psn) && !q.useRetry() {
 					q.failAt(psn, verbs.WCRetryExcErr)
 					return
 				}
+				r.nakPSN, r.nakSet = psn, true
 				q.rewind(psn)
 			case wire.NAKRemoteAccessError:
 				q.failAt(psn, verbs.WCRemAccessErr)
@@ -134,14 +140,30 @@ func (q *qp) complete(p *wire.Packet, now time.Time) {
 	}
 }
 
+// reaskAfter is how many out-of-order packets a side lets pass after
+// asking its peer to go back (a NAK, or a repeated READ request) before
+// it decides the request was lost and asks again, rather than waiting for
+// the retransmit timer. It is above the packets a peer has in flight.
+const reaskAfter = 2 * maxReadBurst
+
+// renakAfter is the same for the responder's PSN sequence error NAK. A
+// requester stops at maxUnackedPSN packets in flight, so it must be well
+// below that, or a lost NAK would always wait for the timer.
+const renakAfter = maxUnackedPSN / 4
+
 // resendFrom rewinds to a READ or atomic whose response is missing, once
 // for each such PSN (every later response or ACK would ask again).
 func (q *qp) resendFrom(psn wire.PSN) {
 	r := &q.req
 	if r.gapSet && r.readGap == psn {
-		return
+		// Asked already. Ask again only if so many later packets
+		// have come since that the answer must have been lost.
+		r.gapSeen++
+		if r.gapSeen < reaskAfter {
+			return
+		}
 	}
-	r.readGap, r.gapSet = psn, true
+	r.readGap, r.gapSet, r.gapSeen = psn, true, 0
 	q.rewind(psn)
 }
 

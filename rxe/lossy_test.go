@@ -55,7 +55,7 @@ func TestRCDeliversEveryOperationExactlyOnce(t *testing.T) {
 	ops := []verbs.WROpcode{verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead}
 	for ci, c := range lossyCases {
 		t.Run(c.name, func(t *testing.T) {
-			a, b, _ := memPair(t, uint64(100+ci), c.faults, pairOpts{bufSize: 3*region + 8192, mtu: verbs.MTU1024, timeout: 12, retry: 7})
+			a, b, _ := memPair(t, uint64(100+ci), c.faults, pairOpts{bufSize: 3*region + 8192, mtu: verbs.MTU1024, timeout: 13, retry: 7})
 			k := 0
 			for _, op := range ops {
 				for _, size := range sizes {

@@ -52,6 +52,9 @@ type requester struct {
 	progress    bool     // something was acknowledged since the timer was armed
 	readGap     wire.PSN // the last PSN resendFrom asked again from
 	gapSet      bool
+	gapSeen     int      // out-of-order responses since asking again from readGap
+	nakPSN      wire.PSN // the PSN of the last sequence error NAK
+	nakSet      bool
 	inited      bool
 	drainedSent bool // IBV_EVENT_SQ_DRAINED raised for this stay in SQD
 }

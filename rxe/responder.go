@@ -12,10 +12,11 @@ import (
 
 // responder is the receive side's protocol state.
 type responder struct {
-	epsn   wire.PSN // expected PSN
-	msn    uint32   // messages completed
-	inited bool
-	nakSeq bool // a PSN sequence error NAK was sent for epsn
+	epsn       wire.PSN // expected PSN
+	msn        uint32   // messages completed
+	inited     bool
+	nakSeq     bool // a PSN sequence error NAK was sent for epsn
+	nakSeqSeen int  // out-of-order packets since that NAK
 
 	// The message in progress (between a FIRST and its LAST).
 	inMsg    bool
@@ -136,8 +137,13 @@ func (q *qp) respond(p *wire.Packet, in *inPacket, now time.Time) {
 			q.ucResync(p, psn)
 			return
 		}
-		if !r.nakSeq {
-			r.nakSeq = true
+		if r.nakSeq {
+			// NAKed already; NAK again only if so many packets have
+			// come since that the NAK must have been lost.
+			r.nakSeqSeen++
+		}
+		if !r.nakSeq || r.nakSeqSeen >= renakAfter {
+			r.nakSeq, r.nakSeqSeen = true, 0
 			q.sendAck(r.epsn, wire.NAKPSNSequenceError)
 		}
 		return
