@@ -394,13 +394,24 @@ func (q *qp) checkDrained() {
 	}
 }
 
-// retire completes finished WQEs in order, as a CQ must see them.
+// retire completes finished WQEs in order, as a CQ must see them. Their
+// send queue slots are freed first: a program may post again as soon as
+// it polls a completion.
 func (q *qp) retire() {
 	k := 0
 	for _, w := range q.sq {
 		if !w.done {
 			break
 		}
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.sqDepth -= k
+	q.mu.Unlock()
+	for _, w := range q.sq[:k] {
 		if w.signaled || w.status != verbs.WCSuccess {
 			wc := verbs.WC{WRID: w.wr.WRID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.num}
 			if w.status == verbs.WCSuccess {
@@ -410,17 +421,10 @@ func (q *qp) retire() {
 				q.cqOverflow(q.sendCQ)
 			}
 		}
-		k++
-	}
-	if k == 0 {
-		return
 	}
 	clear(q.sq[:k])
 	q.sq = append(q.sq[:0], q.sq[k:]...)
 	q.req.next = max(q.req.next-k, 0)
-	q.mu.Lock()
-	q.sqDepth -= k
-	q.mu.Unlock()
 }
 
 // cqOverflow handles a full CQ: the QP fails, as with hardware.

@@ -11,6 +11,7 @@
 //	demo    the RDMA_RC_example flow on two software RoCE devices over loopback
 //	devices list RDMA devices and their node GUIDs, as ibv_devices does
 //	devinfo print RDMA device and port attributes, as ibv_devinfo does
+//	rc_pingpong  ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)
 //	dump    decode RoCEv2 packets in pcap and pcapng files, checking each ICRC
 //
 // Run `rdmago <command> -h` for a command's flags.
@@ -33,10 +34,11 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"demo":    {"the RDMA_RC_example flow on two software RoCE devices over loopback", runDemo},
-	"devices": {"list RDMA devices and their node GUIDs, as ibv_devices does", runDevices},
-	"devinfo": {"print RDMA device and port attributes, as ibv_devinfo does", runDevinfo},
-	"dump":    {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", runDump},
+	"demo":        {"the RDMA_RC_example flow on two software RoCE devices over loopback", runDemo},
+	"devices":     {"list RDMA devices and their node GUIDs, as ibv_devices does", runDevices},
+	"devinfo":     {"print RDMA device and port attributes, as ibv_devinfo does", runDevinfo},
+	"dump":        {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", runDump},
+	"rc_pingpong": {"ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)", runRCPingpong},
 }
 
 func main() {
