@@ -253,17 +253,9 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 		if op.IsFirst() {
 			reth := p.RETH
 			n := uint64(reth.DMALen())
-			var buf []byte
-			if n > 0 {
-				m := q.hw.lookup(reth.RKey(), q.pd)
-				if m == nil || m.access&verbs.AccessRemoteWrite == 0 || q.st.access&verbs.AccessRemoteWrite == 0 {
-					return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "rkey")
-				}
-				b, ok := m.span(reth.VA(), n)
-				if !ok {
-					return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "bounds")
-				}
-				buf = b
+			buf, ok := q.remoteMemory(reth.RKey(), reth.VA(), n, verbs.AccessRemoteWrite)
+			if !ok {
+				return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "rkey, bounds or rights")
 			}
 			r.inMsg, r.kind, r.wbuf, r.wlen, r.off = true, kindWrite, buf, n, 0
 		}
@@ -292,17 +284,9 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 	case op == wire.RCReadRequest:
 		reth := p.RETH
 		n := uint64(reth.DMALen())
-		var buf []byte
-		if n > 0 {
-			m := q.hw.lookup(reth.RKey(), q.pd)
-			if m == nil || m.access&verbs.AccessRemoteRead == 0 || q.st.access&verbs.AccessRemoteRead == 0 {
-				return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "rkey")
-			}
-			b, ok := m.span(reth.VA(), n)
-			if !ok {
-				return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "bounds")
-			}
-			buf = b
+		buf, ok := q.remoteMemory(reth.RKey(), reth.VA(), n, verbs.AccessRemoteRead)
+		if !ok {
+			return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "rkey, bounds or rights")
 		}
 		npkts := uint32(1)
 		if n > uint64(mtu) {
@@ -317,13 +301,9 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 		if a.VA()&7 != 0 {
 			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "misaligned atomic")
 		}
-		m := q.hw.lookup(a.RKey(), q.pd)
-		if m == nil || m.access&verbs.AccessRemoteAtomic == 0 || q.st.access&verbs.AccessRemoteAtomic == 0 {
-			return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "rkey")
-		}
-		b, ok := m.span(a.VA(), 8)
+		b, ok := q.remoteMemory(a.RKey(), a.VA(), 8, verbs.AccessRemoteAtomic)
 		if !ok {
-			return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "bounds")
+			return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "rkey, bounds or rights")
 		}
 		racesync.Sync()
 		q.hw.atomicMu.Lock()
@@ -343,6 +323,21 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 		return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "opcode "+op.String())
 	}
 	return wire.SyndromeACKUnlimited, true
+}
+
+// remoteMemory resolves [va, va+n) of the region rkey names for a remote
+// access that needs right: the region must belong to this QP's PD and
+// grant right, and the QP must allow it too. A zero-length access names no
+// memory and needs no key (IBTA vol. 1 §9.4.1.1.2).
+func (q *qp) remoteMemory(rkey uint32, va, n uint64, right verbs.AccessFlags) ([]byte, bool) {
+	if n == 0 {
+		return nil, true
+	}
+	m := q.hw.lookup(rkey, q.pd)
+	if m == nil || m.access&right == 0 || q.st.access&right == 0 {
+		return nil, false
+	}
+	return m.span(va, n)
 }
 
 // pushRecv completes a receive, failing the QP if the CQ overflows.
@@ -380,18 +375,9 @@ func (q *qp) duplicate(p *wire.Packet, psn wire.PSN) {
 				continue
 			}
 			reth := p.RETH
-			n := uint64(reth.DMALen())
-			var buf []byte
-			if n > 0 {
-				m := q.hw.lookup(reth.RKey(), q.pd)
-				if m == nil || m.access&verbs.AccessRemoteRead == 0 {
-					return
-				}
-				b, ok := m.span(reth.VA(), n)
-				if !ok {
-					return
-				}
-				buf = b
+			buf, ok := q.remoteMemory(reth.RKey(), reth.VA(), uint64(reth.DMALen()), verbs.AccessRemoteRead)
+			if !ok {
+				return
 			}
 			q.sendReadResponse(psn, buf, q.st.mtu)
 			return
