@@ -159,6 +159,7 @@ func (h *hw) recvLoop(i int) {
 	defer h.wg.Done()
 	l := h.links[i]
 	batch := make([]link.Packet, recvBatch)
+	qs := make([]*qp, recvBatch)
 	for j := range batch {
 		batch[j].Buf = h.getBuf()
 	}
@@ -173,10 +174,17 @@ func (h *hw) recvLoop(i int) {
 			}
 			continue
 		}
+		// Look the QPs up first and deliver without h.mu: deliver takes
+		// q.mu, and a poster holding q.mu may need h.mu (inline data).
 		h.mu.RLock()
 		for j := 0; j < n; j++ {
+			qs[j] = h.qps[binary.BigEndian.Uint32(batch[j].Buf[4:8])&0xffffff]
+		}
+		h.mu.RUnlock()
+		for j := 0; j < n; j++ {
 			p := &batch[j]
-			q := h.qps[binary.BigEndian.Uint32(p.Buf[4:8])&0xffffff]
+			q := qs[j]
+			qs[j] = nil
 			if q == nil {
 				continue // no such QP: dropped, as hardware does
 			}
@@ -184,7 +192,6 @@ func (h *hw) recvLoop(i int) {
 				p.Buf = h.getBuf()
 			}
 		}
-		h.mu.RUnlock()
 		for j := 0; j < n; j++ {
 			batch[j].Buf = batch[j].Buf[:cap(batch[j].Buf)]
 		}

@@ -31,6 +31,7 @@ type qp struct {
 	rq        []recvWQE  // receive WQEs, oldest first
 	inbox     []inPacket
 	sqDepth   int // send WQEs posted and not yet completed
+	epoch     int // bumped by every RESET
 	pending   pendingOps
 	destroyed bool
 
@@ -39,14 +40,15 @@ type qp struct {
 	exited chan struct{}
 
 	// Owner state.
-	st      ownerAttr // the owner's copy of the attributes
-	req     requester
-	resp    responder
-	sq      []*sendWQE // WQEs taken from posted, oldest first, until completed
-	out     []link.Packet
-	outBufs [][]byte
-	timer   *time.Timer
-	work    []inPacket
+	epochSeen int       // q.epoch when the owner last took the posted WQEs
+	st        ownerAttr // the owner's copy of the attributes
+	req       requester
+	resp      responder
+	sq        []*sendWQE // WQEs taken from posted, oldest first, until completed
+	out       []link.Packet
+	outBufs   [][]byte
+	timer     *time.Timer
+	work      []inPacket
 }
 
 // pendingOps are state changes Modify asks the owner to carry out.
@@ -103,8 +105,10 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	case c.MaxInlineData > maxInline:
 		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, fmt.Sprintf("max_inline_data %d above the device's %d", c.MaxInlineData, maxInline))
 	}
-	if attr.QPType != verbs.QPTRC && attr.QPType != verbs.QPTUC && attr.QPType != verbs.QPTUD {
-		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNotSupported, "QP type "+attr.QPType.String())
+	if attr.QPType != verbs.QPTRC && attr.QPType != verbs.QPTUC {
+		// UD needs DETH, address handles and the GRH area; until then
+		// it is refused rather than half there.
+		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNotSupported, "QP type "+attr.QPType.String()+" (rxe does RC and UC)")
 	}
 	// Round up as rxe does: at least one of each, inline at least as
 	// much as the SGEs can describe cheaply.
@@ -229,6 +233,7 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		q.posted = nil
 		q.rq = nil
 		q.sqDepth = 0
+		q.epoch++ // WQEs from before the reset neither complete nor count
 	case verbs.QPSErr:
 		q.pending.flush = true
 	}
@@ -378,14 +383,16 @@ func (q *qp) step(now time.Time) {
 	q.pending = pendingOps{}
 	q.snapshot()
 	q.work, q.inbox = q.inbox, q.work[:0]
+	if pend.reset {
+		// Before taking what was posted since the reset.
+		q.resetOwner()
+	}
+	q.epochSeen = q.epoch
 	q.sq = append(q.sq, q.posted...)
 	clear(q.posted)
 	q.posted = q.posted[:0]
 	q.mu.Unlock()
 
-	if pend.reset {
-		q.resetOwner()
-	}
 	if q.st.state != verbs.QPSSQD {
 		q.req.drainedSent = false
 	}
@@ -426,6 +433,9 @@ func (q *qp) step(now time.Time) {
 		q.sendMore(now)
 		q.retire()
 		q.checkDrained()
+		if q.st.state == verbs.QPSErr {
+			q.flush() // a local error just now: flush what is left
+		}
 	}
 	q.flushOut()
 	q.armTimer(now)

@@ -75,6 +75,9 @@ func (r *requester) deadline() time.Time {
 func (q *qp) PostSend(wrs []verbs.SendWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.destroyed {
+		return &verbs.WRError{Err: verbs.Errorf("ibv_post_send", verbs.ErrClosed, "QP destroyed")}
+	}
 	n := 0
 	for i := range wrs {
 		w, err := q.checkSend(&wrs[i])
@@ -177,6 +180,9 @@ func (q *qp) sendMore(now time.Time) {
 	}
 	mtu := uint64(q.st.mtu)
 	for r.next < len(q.sq) {
+		if q.st.state != verbs.QPSRTS && q.st.state != verbs.QPSSQD {
+			return // a local error moved the QP to ERR: send nothing more
+		}
 		w := q.sq[r.next]
 		if w.done {
 			r.next++
@@ -318,6 +324,11 @@ func (q *qp) buildRequest(w *sendWQE, mtu uint64) {
 		gather(payload, w.segs, off)
 	}
 	p.Buf = buf
+	if q.typ == verbs.QPTUC && last {
+		// UC: nothing acknowledges; a WQE is done once sent.
+		w.done = true
+		r.una = w.lastPSN().Add(1)
+	}
 	if q.typ == verbs.QPTRC && r.retryAt.IsZero() && q.st.timeout > 0 {
 		r.retryAt = time.Now().Add(q.st.timeout)
 	}
@@ -409,9 +420,15 @@ func (q *qp) retire() {
 		return
 	}
 	q.mu.Lock()
-	q.sqDepth -= k
+	stale := q.epoch != q.epochSeen // a RESET came after these were taken
+	if !stale {
+		q.sqDepth -= k
+	}
 	q.mu.Unlock()
 	for _, w := range q.sq[:k] {
+		if stale {
+			break
+		}
 		if w.signaled || w.status != verbs.WCSuccess {
 			wc := verbs.WC{WRID: w.wr.WRID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.num}
 			if w.status == verbs.WCSuccess {
@@ -429,7 +446,9 @@ func (q *qp) retire() {
 
 // cqOverflow handles a full CQ: the QP fails, as with hardware.
 func (q *qp) cqOverflow(cq *verbs.CQ) {
-	q.ctx.events.Event(verbs.EventCQErr, 0, 1)
+	if q.ctx.events != nil {
+		q.ctx.events.Event(verbs.EventCQErr, 0, 1)
+	}
 	q.toError()
 }
 

@@ -58,6 +58,11 @@ type resource struct {
 	firstPSN wire.PSN
 	npkts    uint32
 	orig     uint64 // atomic: the value returned
+	// READ: what the request asked for; a repeat may ask only for a
+	// part of it.
+	rkey   uint32
+	va     uint64
+	length uint64
 }
 
 func (r *responder) reset(psn wire.PSN) {
@@ -79,6 +84,8 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
 		wr := &wrs[i]
 		var err error
 		switch {
+		case q.destroyed:
+			err = verbs.Errorf("ibv_post_recv", verbs.ErrClosed, "QP destroyed")
 		case q.attr.QPState == verbs.QPSReset:
 			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("QP %#x is in RESET", q.num))
 		case len(wr.SGList) > int(q.cap.MaxRecvSGE):
@@ -114,11 +121,14 @@ func (q *qp) popRecv() *recvWQE {
 	return &w
 }
 
-// haveRecv reports whether a receive WQE is posted.
-func (q *qp) haveRecv() bool {
+// unpopRecv puts back a receive WQE taken for a packet that failed.
+func (q *qp) unpopRecv(w *recvWQE) {
+	if w == nil {
+		return
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.rq) > 0
+	q.rq = append([]recvWQE{*w}, q.rq...)
 }
 
 // respond handles a request packet (the responder).
@@ -218,10 +228,10 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 	switch {
 	case op.IsSend():
 		if op.IsFirst() {
-			if !q.haveRecv() {
+			w := q.popRecv()
+			if w == nil {
 				return q.rnrNAK(psn)
 			}
-			w := q.popRecv()
 			segs, total, ok := q.hw.resolveSGEs(q.pd, w.sges, true, r.segsBuf[:0])
 			if !ok {
 				q.recvCQ.Push(&verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
@@ -250,20 +260,27 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 			q.pushRecv(&wc, p.BTH.SolicitedEvent())
 		}
 	case op.IsWrite():
+		// WRITE with immediate consumes a receive WQE: take it before
+		// anything else, so an RNR NAK leaves no state behind.
+		var imm *recvWQE
+		if op.HasImmDt() {
+			if imm = q.popRecv(); imm == nil {
+				return q.rnrNAK(psn)
+			}
+		}
 		if op.IsFirst() {
 			reth := p.RETH
 			n := uint64(reth.DMALen())
 			buf, ok := q.remoteMemory(reth.RKey(), reth.VA(), n, verbs.AccessRemoteWrite)
 			if !ok {
+				q.unpopRecv(imm)
 				return q.fatalNAK(psn, wire.NAKRemoteAccessError, verbs.EventQPAccessErr, "rkey, bounds or rights")
 			}
 			r.inMsg, r.kind, r.wbuf, r.wlen, r.off = true, kindWrite, buf, n, 0
 		}
-		if op.HasImmDt() && !q.haveRecv() {
-			return q.rnrNAK(psn)
-		}
 		if r.off+uint64(len(p.Payload)) > r.wlen || op.IsLast() && r.off+uint64(len(p.Payload)) != r.wlen {
 			r.inMsg = false
+			q.unpopRecv(imm)
 			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "write length")
 		}
 		racesync.Sync()
@@ -274,9 +291,8 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 		if op.IsLast() {
 			r.inMsg, r.wbuf = false, nil
 			r.msn++
-			if op.HasImmDt() {
-				w := q.popRecv()
-				wc := verbs.WC{WRID: w.wrid, Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm, ByteLen: uint32(r.wlen),
+			if imm != nil {
+				wc := verbs.WC{WRID: imm.wrid, Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm, ByteLen: uint32(r.wlen),
 					ImmData: p.ImmDt.Imm(), WCFlags: verbs.WCWithImm, QPNum: q.num, SrcQP: q.st.destQP}
 				q.pushRecv(&wc, p.BTH.SolicitedEvent())
 			}
@@ -293,7 +309,7 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 			npkts = uint32((n + uint64(mtu) - 1) / uint64(mtu))
 		}
 		r.msn++
-		q.remember(resource{valid: true, firstPSN: psn, npkts: npkts})
+		q.remember(resource{valid: true, firstPSN: psn, npkts: npkts, rkey: reth.RKey(), va: reth.VA(), length: n})
 		r.epsn = r.epsn.Add(npkts)
 		q.sendReadResponse(psn, buf, mtu)
 	case op == wire.RCCompareSwap || op == wire.RCFetchAdd:
@@ -375,7 +391,11 @@ func (q *qp) duplicate(p *wire.Packet, psn wire.PSN) {
 				continue
 			}
 			reth := p.RETH
-			buf, ok := q.remoteMemory(reth.RKey(), reth.VA(), uint64(reth.DMALen()), verbs.AccessRemoteRead)
+			va, n := reth.VA(), uint64(reth.DMALen())
+			if n > 0 && (reth.RKey() != res.rkey || va < res.va || va-res.va > res.length || n > res.length-(va-res.va)) {
+				return // not a part of the READ remembered: ignored
+			}
+			buf, ok := q.remoteMemory(reth.RKey(), va, n, verbs.AccessRemoteRead)
 			if !ok {
 				return
 			}

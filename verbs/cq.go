@@ -87,8 +87,11 @@ func (cq *CQ) Push(wc *WC, solicited bool) bool {
 	default:
 	}
 	cq.mu.Unlock()
-	if fire && cq.channel != nil {
-		cq.channel.post(cq)
+	if fire && cq.channel != nil && !cq.channel.post(cq) {
+		// Dropped by a full channel: there is nothing to acknowledge.
+		cq.mu.Lock()
+		cq.events--
+		cq.mu.Unlock()
 	}
 	return true
 }
@@ -272,10 +275,12 @@ func (ch *CompChannel) attach(d int) {
 	ch.mu.Unlock()
 }
 
-func (ch *CompChannel) post(cq *CQ) {
+func (ch *CompChannel) post(cq *CQ) bool {
 	select {
 	case ch.c <- cq:
+		return true
 	default:
+		return false
 	}
 }
 

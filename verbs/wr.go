@@ -11,6 +11,11 @@ type SGE struct {
 
 // SendWR is a send work request (struct ibv_send_wr). Which fields count
 // depends on Opcode.
+//
+// One difference from C: with IBV_SEND_INLINE, libibverbs reads the data
+// from the SGE addresses and ignores their lkeys; Go cannot read memory
+// through a bare address, so here the SGEs must name registered memory
+// (lkey included), which the post copies from at once as in C.
 type SendWR struct {
 	WRID      uint64
 	SGList    []SGE

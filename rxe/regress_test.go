@@ -1,0 +1,182 @@
+package rxe
+
+import (
+	"errors"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// TestInlinePostsDoNotDeadlockWithRegistration: the receive loop delivering
+// to a QP, a poster resolving inline data and a registration waiting for
+// the device's table lock must not wait on each other in a ring.
+func TestInlinePostsDoNotDeadlockWithRegistration(t *testing.T) {
+	a, b, _ := memPair(t, 11, link.Faults{}, pairOpts{sendWR: 4096})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var rounds atomic.Int64
+	loop := func(f func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					f()
+				}
+			}
+		}()
+	}
+	wcs := make([]verbs.WC, 64)
+	loop(func() { // traffic into b
+		a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{a.mr.SGE(0, 32)}, RemoteAddr: b.mr.Addr() + 4096, RKey: b.mr.RKey()}})
+		a.cq.Poll(wcs)
+	})
+	inline := make([]verbs.SendWR, 16)
+	for i := range inline {
+		inline[i] = verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendInline, SGList: []verbs.SGE{b.mr.SGE(0, 32)}, RemoteAddr: a.mr.Addr() + 4096, RKey: a.mr.RKey()}
+	}
+	bwcs := make([]verbs.WC, 64)
+	loop(func() { // inline posts on b
+		b.qp.PostSend(inline)
+		b.cq.Poll(bwcs)
+		rounds.Add(1)
+	})
+	buf := make([]byte, 64)
+	loop(func() { // writers on b's tables
+		if mr, err := b.pd.RegMR(buf, verbs.AccessLocalWrite); err == nil {
+			mr.Dereg()
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+	last := int64(-1)
+	for i := 0; i < 10; i++ {
+		time.Sleep(100 * time.Millisecond)
+		if p := rounds.Load(); p == last {
+			t.Fatalf("no progress after %d rounds: deadlocked", p)
+		} else {
+			last = p
+		}
+	}
+}
+
+func TestUCSendsCompleteWithoutAcknowledgements(t *testing.T) {
+	a, b, _ := memPair(t, 12, link.Faults{}, pairOpts{typ: verbs.QPTUC, sendWR: 4})
+	for i := 0; i < 8; i++ {
+		if err := b.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{b.mr.SGE(0, 4096)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 8; i++ { // more than the queue holds: slots must come back
+		fill(a.buf[:3000], byte(i))
+		if err := a.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 3000)}}}); err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+		if wc := a.wait(1, 2*time.Second)[0]; wc.Status != verbs.WCSuccess {
+			t.Fatalf("send %d: %s", i, wc.Status)
+		}
+		if wc := b.wait(1, 2*time.Second)[0]; wc.Status != verbs.WCSuccess || wc.ByteLen != 3000 {
+			t.Fatalf("receive %d: %+v", i, wc)
+		}
+	}
+}
+
+func TestRNROnWriteWithImmediateRecovers(t *testing.T) {
+	a, b, _ := memPair(t, 13, link.Faults{}, pairOpts{minRNR: 1})
+	fill(a.buf[:3000], 7)
+	if err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, ImmData: 7,
+		SGList: []verbs.SGE{a.mr.SGE(0, 3000)}, RemoteAddr: b.mr.Addr() + 8192, RKey: b.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // RNR NAKs go back and forth
+	if err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 9}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := a.wait(1, 3*time.Second)[0]; wc.Status != verbs.WCSuccess {
+		t.Fatalf("sender: %s; receiver in %s", wc.Status, b.qp.State())
+	}
+	if wc := b.wait(1, 3*time.Second)[0]; wc.Opcode != verbs.WCRecvRDMAWithImm || wc.ImmData != 7 || wc.ByteLen != 3000 {
+		t.Fatalf("receiver: %+v", wc)
+	}
+}
+
+func TestNothingIsSentAfterALocalError(t *testing.T) {
+	a, b, _ := memPair(t, 14, link.Faults{}, pairOpts{})
+	b.qp.PostRecv([]verbs.RecvWR{{WRID: 5, SGList: []verbs.SGE{b.mr.SGE(0, 64)}}})
+	bad := a.mr.SGE(0, 64)
+	bad.LKey ^= 0x5a5a
+	if err := a.qp.PostSend([]verbs.SendWR{
+		{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{bad}},
+		{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 64)}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wcs := a.wait(2, 2*time.Second)
+	if wcs[0].Status != verbs.WCLocProtErr || wcs[1].Status != verbs.WCWRFlushErr {
+		t.Fatalf("sender: %s", describe(wcs))
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n := b.cq.Len(); n != 0 {
+		t.Fatalf("the receiver got %d completions from a QP in ERR", n)
+	}
+}
+
+func TestResetDropsOldWorkAndKeepsNewWork(t *testing.T) {
+	a, b, _ := memPair(t, 15, link.Faults{}, pairOpts{})
+	q := a.qp.Driver().(*qp)
+	block, started := make(chan struct{}), make(chan struct{})
+	q.deliver(inPacket{fn: func() { close(started); <-block }}) // hold the owner
+	<-started
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(block)
+		}
+	}
+	defer release()
+	for _, e := range []*end{a, b} {
+		if err := e.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSReset}, verbs.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := pairOpts{}
+	o.defaults()
+	connect(t, a, b, &o) // both sides start afresh
+	b.qp.PostRecv([]verbs.RecvWR{{WRID: 5, SGList: []verbs.SGE{b.mr.SGE(0, 64)}}})
+	if err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if wc := a.wait(1, 3*time.Second)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 1 {
+		t.Fatalf("send after RESET: %+v", wc)
+	}
+}
+
+func TestUDIsRefusedUntilImplemented(t *testing.T) {
+	n := link.NewNetwork(1)
+	l, _ := n.Attach(netip.MustParseAddr("10.3.0.1"))
+	o := pairOpts{}
+	o.defaults()
+	dev, _ := NewDevice(Config{Links: []link.Link{l}})
+	ctx, err := dev.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	pd, _ := ctx.AllocPD()
+	cq, _ := ctx.CreateCQ(4, nil, 0)
+	_, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTUD})
+	if !errors.Is(err, verbs.ErrNotSupported) {
+		t.Fatalf("UD QP: %v, want EOPNOTSUPP", err)
+	}
+	cq.Destroy()
+	pd.Dealloc()
+}
