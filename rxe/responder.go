@@ -490,16 +490,28 @@ func (q *qp) pumpReads() {
 	}
 }
 
+// drainReads sends every queued READ response packet now. Responses go
+// out in PSN order, so an acknowledgement of a later request must not
+// overtake the rest of an earlier READ's response (the requester would
+// take it to mean that response was lost).
+func (q *qp) drainReads() {
+	for len(q.resp.reads) > 0 {
+		q.pumpReads()
+	}
+}
+
 // sendAtomicAck sends an ATOMIC ACKNOWLEDGE.
 func (q *qp) sendAtomicAck(psn wire.PSN, orig uint64) {
+	q.drainReads()
 	h := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCAtomicAcknowledge, PKey: wire.DefaultPKey, DestQP: q.st.destQP, PSN: psn},
 		Syndrome: wire.SyndromeACKUnlimited, MSN: q.resp.msn, OrigData: orig}
 	out := q.queueOut()
 	out.Buf, _ = wire.AppendPacket(out.Buf, &h, nil)
 }
 
-// sendAck sends an ACK or NAK now.
+// sendAck sends an ACK or NAK now, after any READ response still queued.
 func (q *qp) sendAck(psn wire.PSN, syn wire.Syndrome) {
+	q.drainReads()
 	h := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCAcknowledge, PKey: wire.DefaultPKey, DestQP: q.st.destQP, PSN: psn},
 		Syndrome: syn, MSN: q.resp.msn}
 	out := q.queueOut()
