@@ -176,7 +176,9 @@ func (q *qp) respond(p *wire.Packet, in *inPacket, now time.Time) {
 	}
 	_ = syn
 	r.nakSeq = false
-	if p.BTH.AckReq() && q.typ == verbs.QPTRC {
+	// SENDs and WRITEs are acknowledged when asked; READs and atomics are
+	// answered by their responses, which carry the AETH.
+	if p.BTH.AckReq() && q.typ == verbs.QPTRC && (p.OpCode().IsSend() || p.OpCode().IsWrite()) {
 		r.ack, r.ackPSN, r.ackSyn = true, psn, wire.SyndromeACKUnlimited
 	}
 }

@@ -135,6 +135,13 @@ func Run(ctx context.Context, out io.Writer, o Options) (Result, error) {
 	}
 	fmt.Fprintf(out, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", my.lid, my.qpn, my.psn, gidString(my.gid))
 
+	// Post the receives and arm the CQ before the exchange, as
+	// ibv_rc_pingpong does: the peer may send as soon as it knows us, and a
+	// completion that lands before the CQ is armed raises no event.
+	routs, err := pp.prepare(o)
+	if err != nil {
+		return res, err
+	}
 	var rem dest
 	if o.Server != "" {
 		rem, err = clientExchange(ctx, o, &my)
@@ -150,7 +157,7 @@ func Run(ctx context.Context, out io.Writer, o Options) (Result, error) {
 			return res, err
 		}
 	}
-	elapsed, err := pp.loop(ctx, o)
+	elapsed, err := pp.loop(ctx, o, routs)
 	if err != nil {
 		return res, err
 	}
@@ -364,7 +371,8 @@ func (pp *ppContext) postSend() error {
 }
 
 // loop bounces the messages (the main loop of ibv_rc_pingpong).
-func (pp *ppContext) loop(ctx context.Context, o Options) (time.Duration, error) {
+// prepare posts rx_depth receives and, with -e, arms the CQ.
+func (pp *ppContext) prepare(o Options) (int, error) {
 	routs := pp.postRecv(o.RxDepth)
 	if routs < o.RxDepth {
 		return 0, fmt.Errorf("couldn't post receive (%d)", routs)
@@ -374,6 +382,10 @@ func (pp *ppContext) loop(ctx context.Context, o Options) (time.Duration, error)
 			return 0, err
 		}
 	}
+	return routs, nil
+}
+
+func (pp *ppContext) loop(ctx context.Context, o Options, routs int) (time.Duration, error) {
 	pp.pending = recvWRID
 	if o.Server != "" {
 		if err := pp.postSend(); err != nil {
