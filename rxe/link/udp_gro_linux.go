@@ -2,8 +2,6 @@ package link
 
 import (
 	"net/netip"
-	"os"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,22 +50,8 @@ func (u *UDP) recvGRO(pkts []Packet) (int, error) {
 		// datagram holds at least one packet, so there is no point in
 		// reading more than pkts can take.
 		want := min(len(pkts), groBuffers)
-		for i := range want {
-			h := &r.hdrs[i].Hdr
-			h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
-			h.Namelen = unix.SizeofSockaddrInet6
-			h.Iov = &r.iovs[i]
-			h.SetIovlen(1)
-			h.Control = (*byte)(unsafe.Pointer(&r.oob[i][0]))
-			h.SetControllen(oobSize)
-			h.Flags = 0
-		}
-		r.want, r.got, r.err = want, 0, 0
-		if err := r.raw.Read(r.readFn); err != nil {
-			return 0, closedError(err)
-		}
-		if r.err != 0 {
-			return 0, os.NewSyscallError("recvmmsg", r.err)
+		if err := r.readBatch(want); err != nil {
+			return 0, err
 		}
 		r.datagramsRead += uint64(r.got)
 		r.next, r.ndgrams = 0, 0

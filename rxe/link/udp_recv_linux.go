@@ -94,22 +94,8 @@ func (u *UDP) recv(pkts []Packet) (int, error) {
 		r.iovs[i].SetLen(len(b))
 	}
 	for {
-		for i := range want {
-			h := &r.hdrs[i].Hdr
-			h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
-			h.Namelen = unix.SizeofSockaddrInet6
-			h.Iov = &r.iovs[i]
-			h.SetIovlen(1)
-			h.Control = (*byte)(unsafe.Pointer(&r.oob[i][0]))
-			h.SetControllen(oobSize)
-			h.Flags = 0
-		}
-		r.want, r.got, r.err = want, 0, 0
-		if err := r.raw.Read(r.readFn); err != nil {
-			return 0, closedError(err)
-		}
-		if r.err != 0 {
-			return 0, os.NewSyscallError("recvmmsg", r.err)
+		if err := r.readBatch(want); err != nil {
+			return 0, err
 		}
 		k := 0
 		for i := range r.got {
@@ -225,4 +211,27 @@ func parseControl(b []byte) control {
 		b = b[min(unix.CmsgSpace(n-hdrLen), len(b)):]
 	}
 	return c
+}
+
+// readBatch reads up to want datagrams with one recvmmsg into the first
+// want slots (whose iovecs the caller has set), leaving the count in r.got.
+func (r *receiver) readBatch(want int) error {
+	for i := range want {
+		h := &r.hdrs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.Iov = &r.iovs[i]
+		h.SetIovlen(1)
+		h.Control = (*byte)(unsafe.Pointer(&r.oob[i][0]))
+		h.SetControllen(oobSize)
+		h.Flags = 0
+	}
+	r.want, r.got, r.err = want, 0, 0
+	if err := r.raw.Read(r.readFn); err != nil {
+		return closedError(err)
+	}
+	if r.err != 0 {
+		return os.NewSyscallError("recvmmsg", r.err)
+	}
+	return nil
 }
