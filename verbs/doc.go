@@ -1,0 +1,29 @@
+// Package verbs is the verbs API of libibverbs in Go: the interface RDMA
+// programs use to open a device, register memory, create completion queues
+// and queue pairs, post work requests and reap completions.
+//
+// The names, numbers and semantics follow libibverbs, and every exported
+// identifier's doc comment names its C counterpart, so a C RDMA programmer
+// can read a Go program without a dictionary:
+//
+//	ibv_get_device_list   Devices, DeviceByName
+//	ibv_open_device       (*Device).Open
+//	ibv_query_device/port (*Context).QueryDevice, QueryPort, QueryGID, QueryPKey
+//	ibv_alloc_pd          (*Context).AllocPD
+//	ibv_reg_mr            (*PD).RegMR
+//	ibv_create_cq         (*Context).CreateCQ; ibv_poll_cq: (*CQ).Poll
+//	ibv_create_comp_channel, ibv_req_notify_cq, ibv_get_cq_event, ibv_ack_cq_events
+//	ibv_create_qp         (*PD).CreateQP; ibv_modify_qp: (*QP).Modify
+//	ibv_post_send         (*QP).PostSend; ibv_post_recv: (*QP).PostRecv
+//	ibv_get_async_event   (*Context).GetAsyncEvent
+//
+// Where Go has a better shape, the API takes it: errors are error values
+// wrapping an errno (errors.Is(err, verbs.ErrInvalidArgument)); a failed post
+// returns a *WRError naming the work request, as bad_wr does; blocking calls
+// take a context.Context; a CQ can be waited on with Wait, and completion and
+// asynchronous events can be read in a select through CompChannel.C and
+// Context.AsyncEvents.
+//
+// Devices come from providers. Importing github.com/rdmago/rdmago/rxe
+// registers the software RoCEv2 device, one per network interface.
+package verbs
