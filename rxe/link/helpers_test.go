@@ -230,3 +230,36 @@ func plainConn(t testing.TB, a netip.Addr) *net.UDPConn {
 
 // newRand returns a deterministic generator.
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed)) }
+
+// checkCloseUnblocksRecv checks the Close contract of a Link: a blocked
+// Recv returns net.ErrClosed, a second Close is harmless, and Send and Recv
+// afterwards fail with net.ErrClosed.
+func checkCloseUnblocksRecv(t *testing.T, l link.Link, pkts []link.Packet) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := l.Recv(recvBuffers(4, l.MaxPacket()))
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let Recv block (it returns the same if not)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Recv after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Recv still blocked 10s after Close")
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := l.Send(pkts); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Send after Close: %v, want net.ErrClosed", err)
+	}
+	if _, err := l.Recv(recvBuffers(1, 100)); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Recv after Close: %v, want net.ErrClosed", err)
+	}
+}

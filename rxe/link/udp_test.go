@@ -251,32 +251,7 @@ func TestUDPCloseUnblocksRecv(t *testing.T) {
 		t.Run(fmt.Sprintf("DisableGRO=%v", opt.DisableGRO), func(t *testing.T) {
 			checkNoLeaks(t)
 			l := listenOne(t, addr1, opt)
-			errc := make(chan error, 1)
-			go func() {
-				_, err := l.Recv(recvBuffers(8, l.MaxPacket()))
-				errc <- err
-			}()
-			time.Sleep(20 * time.Millisecond) // let Recv block (it returns the same if not)
-			if err := l.Close(); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-errc:
-				if !errors.Is(err, net.ErrClosed) {
-					t.Errorf("Recv after Close: %v, want net.ErrClosed", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("Recv still blocked 10s after Close")
-			}
-			if err := l.Close(); err != nil {
-				t.Errorf("second Close: %v", err)
-			}
-			if err := l.Send(mixedPackets(t, 1, 1, addr1)); !errors.Is(err, net.ErrClosed) {
-				t.Errorf("Send after Close: %v, want net.ErrClosed", err)
-			}
-			if _, err := l.Recv(recvBuffers(1, 100)); !errors.Is(err, net.ErrClosed) {
-				t.Errorf("Recv after Close: %v, want net.ErrClosed", err)
-			}
+			checkCloseUnblocksRecv(t, l, mixedPackets(t, 1, 1, addr1))
 		})
 	}
 }
