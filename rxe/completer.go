@@ -16,6 +16,12 @@ func (q *qp) receive(in *inPacket, now time.Time) {
 		return // malformed: dropped (the link already checked the ICRC)
 	}
 	op := p.OpCode()
+	if q.typ == verbs.QPTUD {
+		if op.Transport() == wire.TransportUD {
+			q.receiveUD(&p, in)
+		}
+		return
+	}
 	if q.typ == verbs.QPTRC && op.Transport() != wire.TransportRC ||
 		q.typ == verbs.QPTUC && op.Transport() != wire.TransportUC {
 		return // wrong transport for this QP: silently dropped (IBTA C9-54)

@@ -1,7 +1,6 @@
 package rxe
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -93,7 +92,10 @@ type hw struct {
 
 	mu      sync.RWMutex
 	qps     map[uint32]*qp
-	keys    map[uint32]*mr
+	keys    map[uint32]*mr      // by key
+	mws     map[uint32]*mw      // by index (the key's upper 24 bits)
+	keyIdx  map[uint32]struct{} // indexes of region keys
+	nsrq    int
 	nextQPN uint32
 	nextMR  uint32
 
@@ -110,6 +112,8 @@ func startHW(d *device) (*hw, error) {
 		port:    d.cfg.Port,
 		qps:     map[uint32]*qp{},
 		keys:    map[uint32]*mr{},
+		mws:     map[uint32]*mw{},
+		keyIdx:  map[uint32]struct{}{},
 		nextQPN: minQPN,
 	}
 	h.bufs.New = func() any { return &bufBox{b: make([]byte, maxPacket)} }
@@ -228,17 +232,19 @@ func (h *hw) send(sgid int, pkts []link.Packet) {
 	h.links[sgid].Send(pkts)
 }
 
-// newKey returns an unused memory key: random, so that keys are not
-// guessable, with its low byte free to change like rxe's key variant.
+// newKey returns a memory key whose index (upper 24 bits) no region or
+// window uses (h.mu held): random, so that keys are not guessable, with
+// its low byte free to change like an IB key's variant.
 func (h *hw) newKey() uint32 {
-	var b [4]byte
 	for {
-		rand.Read(b[:])
-		k := binary.LittleEndian.Uint32(b[:])
-		if k == 0 || k == ^uint32(0) {
+		k := randomKey()
+		if k>>8 == 0 || k>>8 == 0xffffff {
 			continue
 		}
-		if _, taken := h.keys[k]; !taken {
+		if _, taken := h.mws[k>>8]; taken {
+			continue
+		}
+		if _, taken := h.keyIdx[k>>8]; !taken {
 			return k
 		}
 	}

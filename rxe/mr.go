@@ -1,6 +1,7 @@
 package rxe
 
 import (
+	"fmt"
 	"sync/atomic"
 	"unsafe"
 
@@ -18,12 +19,13 @@ type pd struct {
 // of buf[0], as peers see it in RETHs) and its key, used both as lkey and
 // rkey as in rxe.
 type mr struct {
-	pd     *pd
-	buf    []byte
-	addr   uint64
-	key    uint32
-	access verbs.AccessFlags
-	valid  atomic.Bool
+	pd      *pd
+	buf     []byte
+	addr    uint64
+	key     uint32
+	access  verbs.AccessFlags
+	valid   atomic.Bool
+	windows atomic.Int32 // memory windows bound to it
 }
 
 // RegMR implements verbs.PDDriver (ibv_reg_mr).
@@ -37,6 +39,7 @@ func (p *pd) RegMR(buf []byte, access verbs.AccessFlags) (verbs.MRDriver, error)
 	}
 	m.key = h.newKey()
 	h.keys[m.key] = m
+	h.keyIdx[m.key>>8] = struct{}{}
 	h.mu.Unlock()
 	m.valid.Store(true)
 	return m, nil
@@ -49,12 +52,24 @@ func (m *mr) Keys() (lkey, rkey uint32) { return m.key, m.key }
 func (m *mr) Addr() uint64 { return m.addr }
 
 // Dereg implements verbs.MRDriver (ibv_dereg_mr): the key stops working at
-// once for packets not yet processed.
+// once for packets not yet processed. It is refused while memory windows
+// are bound to the region.
 func (m *mr) Dereg() error {
 	h := m.pd.ctx.hw
+	busy := func() error {
+		return verbs.Errorf("ibv_dereg_mr", verbs.ErrBusy, "memory windows are bound to the region")
+	}
+	if m.windows.Load() > 0 {
+		return busy()
+	}
 	m.valid.Store(false)
+	if m.windows.Load() > 0 { // a bind got in: it saw the region valid
+		m.valid.Store(true)
+		return busy()
+	}
 	h.mu.Lock()
 	delete(h.keys, m.key)
+	delete(h.keyIdx, m.key>>8)
 	h.mu.Unlock()
 	return nil
 }
@@ -140,15 +155,21 @@ func scatter(segs [][]byte, off uint64, src []byte) {
 
 // ah implements verbs.AHDriver.
 type ah struct {
+	hw   *hw
 	attr verbs.AHAttr
 }
 
 // CreateAH implements verbs.PDDriver (ibv_create_ah).
 func (p *pd) CreateAH(attr *verbs.AHAttr) (verbs.AHDriver, error) {
-	if int(attr.GRH.SGIDIndex) >= len(p.ctx.hw.gids) {
-		return nil, verbs.Errorf("ibv_create_ah", verbs.ErrInvalidArgument, "sgid_index out of range")
+	h := p.ctx.hw
+	if int(attr.GRH.SGIDIndex) >= len(h.gids) {
+		return nil, verbs.Errorf("ibv_create_ah", verbs.ErrInvalidArgument, fmt.Sprintf("sgid_index %d: the GID table has %d entries", attr.GRH.SGIDIndex, len(h.gids)))
 	}
-	return &ah{attr: *attr}, nil
+	dst := attr.GRH.DGID.Addr()
+	if attr.GRH.DGID.IsZero() || dst.Is4() != h.gids[attr.GRH.SGIDIndex].Addr().Is4() {
+		return nil, verbs.Errorf("ibv_create_ah", verbs.ErrInvalidArgument, fmt.Sprintf("destination GID %s and source GID %s are of different IP versions", attr.GRH.DGID, h.gids[attr.GRH.SGIDIndex]))
+	}
+	return &ah{hw: h, attr: *attr}, nil
 }
 
 // Destroy implements verbs.AHDriver (ibv_destroy_ah).

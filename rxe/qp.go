@@ -24,6 +24,7 @@ type qp struct {
 	recvCQ *verbs.CQ
 	sigAll bool
 	cap    verbs.QPCap
+	srq    *srq // if set, receive WQEs come from it
 
 	mu        sync.Mutex
 	attr      verbs.QPAttr
@@ -34,6 +35,9 @@ type qp struct {
 	epoch     int // bumped by every RESET
 	pending   pendingOps
 	destroyed bool
+	// lastWQESent: IBV_EVENT_QP_LAST_WQE_REACHED was raised for this
+	// stay in ERR (QPs on an SRQ).
+	lastWQESent bool
 
 	wake   chan struct{}
 	done   chan struct{}
@@ -47,6 +51,7 @@ type qp struct {
 	sq        []*sendWQE // WQEs taken from posted, oldest first, until completed
 	out       []link.Packet
 	outBufs   [][]byte
+	outSGID   int // the GID index (link) the out batch leaves from
 	timer     *time.Timer
 	work      []inPacket
 }
@@ -83,6 +88,7 @@ type inPacket struct {
 	fn     func() // if set, not a packet: run by the owner in its turn (tests)
 	buf    []byte
 	src    netip.Addr
+	dst    netip.Addr // the group, for a packet sent to a multicast group
 	tclass uint8
 	hop    uint8
 	link   uint8
@@ -105,10 +111,18 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	case c.MaxInlineData > maxInline:
 		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, fmt.Sprintf("max_inline_data %d above the device's %d", c.MaxInlineData, maxInline))
 	}
-	if attr.QPType != verbs.QPTRC && attr.QPType != verbs.QPTUC {
-		// UD needs DETH, address handles and the GRH area; until then
-		// it is refused rather than half there.
-		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNotSupported, "QP type "+attr.QPType.String()+" (rxe does RC and UC)")
+	switch attr.QPType {
+	case verbs.QPTRC, verbs.QPTUC, verbs.QPTUD:
+	default:
+		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNotSupported, "QP type "+attr.QPType.String()+" (rxe does RC, UC and UD)")
+	}
+	var shared *srq
+	if attr.SRQ != nil {
+		s, ok := attr.SRQ.Driver().(*srq)
+		if !ok || s.ctx.hw != p.ctx.hw {
+			return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, "the SRQ belongs to another device")
+		}
+		shared = s
 	}
 	// Round up as rxe does: at least one of each, inline at least as
 	// much as the SGEs can describe cheaply.
@@ -116,15 +130,21 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	c.MaxRecvWR = max(c.MaxRecvWR, 1)
 	c.MaxSendSGE = max(c.MaxSendSGE, 1)
 	c.MaxRecvSGE = max(c.MaxRecvSGE, 1)
+	if shared != nil {
+		c.MaxRecvWR, c.MaxRecvSGE = 0, 0
+	}
 	attr.Cap = c
 	h := p.ctx.hw
 	q := &qp{
 		ctx: p.ctx, hw: h, pd: p, typ: attr.QPType,
-		sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, sigAll: attr.SQSigAll, cap: c,
+		sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, sigAll: attr.SQSigAll, cap: c, srq: shared,
 		wake: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{}),
 	}
 	q.attr.QPState = verbs.QPSReset
 	q.attr.PathMTU = verbs.MTU1024
+	if attr.QPType == verbs.QPTUD {
+		q.attr.PathMTU = h.mtu // UD messages go up to the port's MTU
+	}
 	q.attr.Cap = c
 	q.attr.PortNum = 1
 	h.mu.Lock()
@@ -228,6 +248,7 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 			a.SQDraining = 1
 		}
 	case verbs.QPSReset:
+		q.lastWQESent = false
 		q.pending.reset = true
 		q.pending.flush = false
 		q.posted = nil
@@ -301,7 +322,7 @@ func (q *qp) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
 	a := q.attr
 	a.CurQPState = a.QPState
 	a.Cap = q.cap
-	return a, verbs.QPInitAttr{SendCQ: q.sendCQ, RecvCQ: q.recvCQ, Cap: q.cap, QPType: q.typ, SQSigAll: q.sigAll}, nil
+	return a, verbs.QPInitAttr{SendCQ: q.sendCQ, RecvCQ: q.recvCQ, Cap: q.cap, QPType: q.typ, SQSigAll: q.sigAll}, nil // SRQ: the verbs layer knows it
 }
 
 // Destroy implements verbs.QPDriver (ibv_destroy_qp).
@@ -447,6 +468,9 @@ func (q *qp) snapshot() {
 	s := &q.st
 	s.state = a.QPState
 	s.mtu = a.PathMTU.Bytes()
+	if q.typ == verbs.QPTUD {
+		s.mtu = q.hw.mtu.Bytes()
+	}
 	s.destQP = a.DestQPNum
 	s.dest = a.AHAttr.GRH.DGID.Addr()
 	s.sgid = int(a.AHAttr.GRH.SGIDIndex)
@@ -494,18 +518,36 @@ func (q *qp) flush() {
 	q.mu.Lock()
 	rq := q.rq
 	q.rq = nil
+	lastWQE := q.srq != nil && !q.lastWQESent
+	q.lastWQESent = true
 	q.mu.Unlock()
+	if r := q.resp.recv; r != nil {
+		// The message being received when the QP failed.
+		q.recvCQ.Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+	}
 	for _, r := range rq {
 		q.recvCQ.Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 	}
 	q.resp.abortMessage(q)
+	if lastWQE {
+		// A QP on an SRQ takes no more of its WQEs (IBTA 11.6.3).
+		q.event(verbs.EventQPLastWQEReached)
+	}
 }
 
-// queueOut returns a packet buffer of the out batch to build into.
+// queueOut returns a packet buffer of the out batch to build into, for
+// the connected peer.
 func (q *qp) queueOut() *link.Packet {
-	if len(q.out) == cap(q.out) {
+	return q.queueOutTo(q.st.dest, q.st.sgid)
+}
+
+// queueOutTo returns a packet buffer of the out batch to build into, for
+// addr from the link of GID index sgid.
+func (q *qp) queueOutTo(addr netip.Addr, sgid int) *link.Packet {
+	if len(q.out) == cap(q.out) || len(q.out) > 0 && sgid != q.outSGID {
 		q.flushOut()
 	}
+	q.outSGID = sgid
 	if cap(q.out) == 0 {
 		q.out = make([]link.Packet, 0, sendBatch)
 		q.outBufs = make([][]byte, sendBatch)
@@ -516,7 +558,7 @@ func (q *qp) queueOut() *link.Packet {
 	q.out = q.out[:len(q.out)+1]
 	p := &q.out[len(q.out)-1]
 	p.Buf = q.outBufs[len(q.out)-1][:0]
-	p.Addr = q.st.dest
+	p.Addr = addr
 	return p
 }
 
@@ -528,7 +570,7 @@ func (q *qp) flushOut() {
 	if len(q.out) == 0 {
 		return
 	}
-	q.hw.send(q.st.sgid, q.out)
+	q.hw.send(q.outSGID, q.out)
 	q.out = q.out[:0]
 }
 
@@ -543,3 +585,13 @@ func (q *qp) armTimer(now time.Time) {
 }
 
 var _ verbs.QPDriver = (*qp)(nil)
+
+// AttachMcast implements verbs.QPDriver (ibv_attach_mcast).
+func (q *qp) AttachMcast(gid verbs.GID) error {
+	return verbs.Errorf("ibv_attach_mcast", verbs.ErrNotSupported, "not yet")
+}
+
+// DetachMcast implements verbs.QPDriver (ibv_detach_mcast).
+func (q *qp) DetachMcast(gid verbs.GID) error {
+	return verbs.Errorf("ibv_detach_mcast", verbs.ErrNotSupported, "not yet")
+}

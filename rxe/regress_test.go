@@ -1,8 +1,6 @@
 package rxe
 
 import (
-	"errors"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -158,25 +156,4 @@ func TestResetDropsOldWorkAndKeepsNewWork(t *testing.T) {
 	if wc := a.wait(1, 3*time.Second)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 1 {
 		t.Fatalf("send after RESET: %+v", wc)
 	}
-}
-
-func TestUDIsRefusedUntilImplemented(t *testing.T) {
-	n := link.NewNetwork(1)
-	l, _ := n.Attach(netip.MustParseAddr("10.3.0.1"))
-	o := pairOpts{}
-	o.defaults()
-	dev, _ := NewDevice(Config{Links: []link.Link{l}})
-	ctx, err := dev.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
-	pd, _ := ctx.AllocPD()
-	cq, _ := ctx.CreateCQ(4, nil, 0)
-	_, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTUD})
-	if !errors.Is(err, verbs.ErrNotSupported) {
-		t.Fatalf("UD QP: %v, want EOPNOTSUPP", err)
-	}
-	cq.Destroy()
-	pd.Dealloc()
 }

@@ -13,6 +13,7 @@ type sendWQE struct {
 	wr       verbs.SendWR
 	sges     []verbs.SGE // owned copy of wr.SGList
 	inline   []byte      // data copied at post time (IBV_SEND_INLINE)
+	ud       *udDest     // UD: where it goes
 	length   uint64
 	signaled bool
 
@@ -123,7 +124,25 @@ func (q *qp) checkSend(wr *verbs.SendWR) (*sendWQE, error) {
 		return nil, bad(verbs.ErrInvalidArgument, "message of %d bytes above the %d-byte maximum", length, maxMsgSize)
 	}
 	w := &sendWQE{wr: *wr, length: length, signaled: q.sigAll || wr.SendFlags&verbs.SendSignaled != 0}
+	if q.typ == verbs.QPTUD {
+		d, err := q.checkUD(wr, length)
+		if err != nil {
+			return nil, err
+		}
+		w.ud = d
+	}
 	switch wr.Opcode {
+	case verbs.WRBindMW:
+		if len(wr.SGList) != 0 || wr.SendFlags&verbs.SendInline != 0 {
+			return nil, bad(verbs.ErrInvalidArgument, "BIND_MW takes no data")
+		}
+		if wr.BindMW.MW == nil {
+			return nil, bad(verbs.ErrInvalidArgument, "BIND_MW without a memory window")
+		}
+	case verbs.WRLocalInv:
+		if len(wr.SGList) != 0 || wr.SendFlags&verbs.SendInline != 0 {
+			return nil, bad(verbs.ErrInvalidArgument, "LOCAL_INV takes no data")
+		}
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 		if length != 8 || len(wr.SGList) != 1 {
 			return nil, bad(verbs.ErrInvalidArgument, "an atomic needs one 8-byte SGE, have %d bytes", length)
@@ -158,9 +177,9 @@ func opAllowed(t verbs.QPType, op verbs.WROpcode) bool {
 	switch op {
 	case verbs.WRSend, verbs.WRSendWithImm:
 		return true
-	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRBindMW, verbs.WRLocalInv:
 		return t == verbs.QPTRC || t == verbs.QPTUC
-	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRSendWithInv:
 		return t == verbs.QPTRC
 	}
 	return false
@@ -248,6 +267,22 @@ func (q *qp) startWQE(w *sendWQE, mtu uint64) bool {
 			return false
 		}
 	}
+	switch w.wr.Opcode {
+	case verbs.WRBindMW, verbs.WRLocalInv:
+		// Local operations: carried out here, in order, using no PSN.
+		status := verbs.WCSuccess
+		if w.wr.Opcode == verbs.WRBindMW {
+			status = q.bindMW(&w.wr.BindMW)
+		} else if !q.invalidate(w.wr.InvalidateRKey) {
+			status = verbs.WCLocQPOpErr
+		}
+		w.started, w.firstPSN, w.npkts = true, r.psn, 0
+		w.done, w.status = true, status
+		if status != verbs.WCSuccess {
+			q.toError()
+		}
+		return true
+	}
 	if w.inline == nil {
 		write := w.isReadOrAtomic()
 		segs, _, ok := q.hw.resolveSGEs(q.pd, w.sges, write, w.segs[:0])
@@ -292,6 +327,12 @@ func (q *qp) buildRequest(w *sendWQE, mtu uint64) {
 		h.BTH.PSN = w.firstPSN
 		w.sent = 1
 		last = true
+	case verbs.WRSend, verbs.WRSendWithImm:
+		if q.typ == verbs.QPTUD {
+			q.buildUD(w)
+			return
+		}
+		fallthrough
 	default:
 		k := w.sent
 		off = uint64(k) * mtu

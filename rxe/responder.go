@@ -86,6 +86,8 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
 		switch {
 		case q.destroyed:
 			err = verbs.Errorf("ibv_post_recv", verbs.ErrClosed, "QP destroyed")
+		case q.srq != nil:
+			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("QP %#x receives from an SRQ: post there", q.num))
 		case q.attr.QPState == verbs.QPSReset:
 			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("QP %#x is in RESET", q.num))
 		case len(wr.SGList) > int(q.cap.MaxRecvSGE):
@@ -108,8 +110,12 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
 	return nil
 }
 
-// popRecv takes the oldest receive WQE, if any.
+// popRecv takes the oldest receive WQE, if any, from the QP's receive
+// queue or its SRQ.
 func (q *qp) popRecv() *recvWQE {
+	if q.srq != nil {
+		return q.srq.pop()
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.rq) == 0 {
@@ -124,6 +130,10 @@ func (q *qp) popRecv() *recvWQE {
 // unpopRecv puts back a receive WQE taken for a packet that failed.
 func (q *qp) unpopRecv(w *recvWQE) {
 	if w == nil {
+		return
+	}
+	if q.srq != nil {
+		q.srq.unpop(w)
 		return
 	}
 	q.mu.Lock()
@@ -189,9 +199,7 @@ func (q *qp) ucResync(p *wire.Packet, psn wire.PSN) {
 	r := &q.resp
 	if r.inMsg && r.recv != nil {
 		// The receive WQE stays posted for the next message.
-		q.mu.Lock()
-		q.rq = append([]recvWQE{*r.recv}, q.rq...)
-		q.mu.Unlock()
+		q.unpopRecv(r.recv)
 	}
 	r.inMsg, r.recv, r.wbuf = false, nil, nil
 	r.epsn = psn
@@ -245,6 +253,12 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 			q.recvCQ.Push(&verbs.WC{WRID: r.recv.wrid, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 			r.inMsg, r.recv = false, nil
 			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "receive buffer too small")
+		}
+		if p.IETH != nil && !q.invalidate(p.IETH.RKey()) {
+			// SEND_WITH_INV naming no type 2 window of this QP.
+			q.recvCQ.Push(&verbs.WC{WRID: r.recv.wrid, Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+			r.inMsg, r.recv = false, nil
+			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "invalidate R_Key")
 		}
 		scatter(r.segs, r.off, p.Payload)
 		r.off += uint64(len(p.Payload))
@@ -351,8 +365,14 @@ func (q *qp) remoteMemory(rkey uint32, va, n uint64, right verbs.AccessFlags) ([
 	if n == 0 {
 		return nil, true
 	}
+	if q.st.access&right == 0 {
+		return nil, false
+	}
 	m := q.hw.lookup(rkey, q.pd)
-	if m == nil || m.access&right == 0 || q.st.access&right == 0 {
+	if m == nil {
+		return q.windowMemory(rkey, va, n, right)
+	}
+	if m.access&right == 0 {
 		return nil, false
 	}
 	return m.span(va, n)

@@ -135,6 +135,10 @@ type QPInitAttr struct {
 	Cap      QPCap
 	QPType   QPType
 	SQSigAll bool // every send work request completes signaled
+	// SRQ, if set, is the shared receive queue the QP takes receive
+	// work requests from; the QP then has no receive queue of its own
+	// (Cap.MaxRecvWR and MaxRecvSGE are ignored and reported as 0).
+	SRQ *SRQ
 }
 
 // QPAttr holds a queue pair's attributes (struct ibv_qp_attr), set by

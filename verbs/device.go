@@ -97,7 +97,7 @@ func (d *Device) Driver() DeviceDriver { return d.drv }
 
 // Open opens the device (ibv_open_device).
 func (d *Device) Open() (*Context, error) {
-	c := &Context{dev: d, qps: map[uint32]*QP{}, async: make(chan AsyncEvent, asyncQueueLen)}
+	c := &Context{dev: d, qps: map[uint32]*QP{}, srqs: map[SRQDriver]*SRQ{}, async: make(chan AsyncEvent, asyncQueueLen)}
 	drv, err := d.drv.Open(c)
 	if err != nil {
 		return nil, err
@@ -115,6 +115,7 @@ const asyncQueueLen = 1024
 type AsyncEvent struct {
 	Type EventType
 	QP   *QP   // for QP events
+	SRQ  *SRQ  // for SRQ events
 	Port uint8 // for port events
 }
 
@@ -126,6 +127,7 @@ type Context struct {
 
 	mu     sync.Mutex
 	qps    map[uint32]*QP
+	srqs   map[SRQDriver]*SRQ
 	closed bool
 }
 
@@ -138,6 +140,17 @@ func (c *Context) Event(typ EventType, qpNum uint32, port uint8) {
 		ev.QP = c.qps[qpNum]
 		c.mu.Unlock()
 	}
+	select {
+	case c.async <- ev:
+	default:
+	}
+}
+
+// SRQEvent implements EventSink, as Event does for SRQs.
+func (c *Context) SRQEvent(typ EventType, srq SRQDriver) {
+	c.mu.Lock()
+	ev := AsyncEvent{Type: typ, SRQ: c.srqs[srq]}
+	c.mu.Unlock()
 	select {
 	case c.async <- ev:
 	default:

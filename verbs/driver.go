@@ -26,6 +26,9 @@ type EventSink interface {
 	// Event reports an asynchronous event. The provider names the QP by
 	// number; the verbs layer finds the *QP. It never blocks.
 	Event(typ EventType, qpNum uint32, port uint8)
+	// SRQEvent reports an asynchronous event of a shared receive queue
+	// (IBV_EVENT_SRQ_LIMIT_REACHED, IBV_EVENT_SRQ_ERR). It never blocks.
+	SRQEvent(typ EventType, srq SRQDriver)
 }
 
 // ContextDriver is an open device.
@@ -45,6 +48,23 @@ type PDDriver interface {
 	RegMR(buf []byte, access AccessFlags) (MRDriver, error)
 	CreateQP(attr *QPInitAttr) (QPDriver, error)
 	CreateAH(attr *AHAttr) (AHDriver, error)
+	CreateSRQ(attr *SRQInitAttr) (SRQDriver, error)
+	AllocMW(t MWType) (MWDriver, error)
+	Dealloc() error
+}
+
+// SRQDriver is a provider's shared receive queue.
+type SRQDriver interface {
+	Modify(attr *SRQAttr, mask SRQAttrMask) error
+	Query() (SRQAttr, error)
+	PostRecv(wrs []RecvWR) error
+	Destroy() error
+}
+
+// MWDriver is a provider's memory window.
+type MWDriver interface {
+	// RKey returns the key the window was allocated with.
+	RKey() uint32
 	Dealloc() error
 }
 
@@ -52,6 +72,8 @@ type PDDriver interface {
 type MRDriver interface {
 	Keys() (lkey, rkey uint32)
 	Addr() uint64
+	// Dereg fails with ErrBusy while memory windows are bound to the
+	// region.
 	Dereg() error
 }
 
@@ -69,5 +91,9 @@ type QPDriver interface {
 	Query() (QPAttr, QPInitAttr, error)
 	PostSend(wrs []SendWR) error
 	PostRecv(wrs []RecvWR) error
+	// AttachMcast and DetachMcast add the QP to a multicast group and
+	// take it out (UD only).
+	AttachMcast(gid GID) error
+	DetachMcast(gid GID) error
 	Destroy() error
 }

@@ -113,6 +113,9 @@ func (mr *MR) Access() AccessFlags { return mr.access }
 // PD returns the region's protection domain.
 func (mr *MR) PD() *PD { return mr.pd }
 
+// Driver returns the provider's side of the region, for providers.
+func (mr *MR) Driver() MRDriver { return mr.drv }
+
 // SGE returns a scatter/gather element for n bytes at offset off of the
 // region.
 func (mr *MR) SGE(off, n int) SGE {
@@ -120,7 +123,8 @@ func (mr *MR) SGE(off, n int) SGE {
 }
 
 // Dereg deregisters the region (ibv_dereg_mr): its keys stop working at
-// once, for local and remote access.
+// once, for local and remote access. It fails with ErrBusy while memory
+// windows are bound to the region.
 func (mr *MR) Dereg() error {
 	mr.mu.Lock()
 	defer mr.mu.Unlock()

@@ -14,6 +14,7 @@ type QP struct {
 	typ    QPType
 	sendCQ *CQ
 	recvCQ *CQ
+	srq    *SRQ
 
 	mu        sync.Mutex
 	destroyed bool
@@ -33,15 +34,27 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	default:
 		return nil, Errorf("ibv_create_qp", ErrNotSupported, "QP type "+attr.QPType.String())
 	}
+	if attr.SRQ != nil && attr.SRQ.pd.ctx != pd.ctx {
+		return nil, Errorf("ibv_create_qp", ErrInvalidArgument, "SRQ belongs to another device context")
+	}
 	if err := pd.acquire("ibv_create_qp"); err != nil {
 		return nil, err
 	}
+	if attr.SRQ != nil {
+		if err := attr.SRQ.attach(); err != nil {
+			pd.release()
+			return nil, err
+		}
+	}
 	drv, err := pd.drv.CreateQP(attr)
 	if err != nil {
+		if attr.SRQ != nil {
+			attr.SRQ.detach()
+		}
 		pd.release()
 		return nil, err
 	}
-	qp := &QP{pd: pd, drv: drv, num: drv.Num(), typ: attr.QPType, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ}
+	qp := &QP{pd: pd, drv: drv, num: drv.Num(), typ: attr.QPType, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
 	qp.sendCQ.use()
 	qp.recvCQ.use()
 	c := pd.ctx
@@ -65,6 +78,9 @@ func (qp *QP) SendCQ() *CQ { return qp.sendCQ }
 
 // RecvCQ returns the CQ receive completions go to.
 func (qp *QP) RecvCQ() *CQ { return qp.recvCQ }
+
+// SRQ returns the shared receive queue the QP receives from, or nil.
+func (qp *QP) SRQ() *SRQ { return qp.srq }
 
 // Driver returns the provider's side of the QP, for providers.
 func (qp *QP) Driver() QPDriver { return qp.drv }
@@ -106,17 +122,62 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 		return &WRError{Err: err}
 	}
 	racesync.Sync()
-	return qp.drv.PostSend(wrs)
+	err := qp.drv.PostSend(wrs)
+	posted := wrs
+	if we, ok := err.(*WRError); ok {
+		posted = wrs[:we.Index]
+	}
+	for i := range posted {
+		if w := &posted[i]; w.Opcode == WRBindMW && w.BindMW.MW != nil {
+			w.BindMW.MW.setRKey(w.BindMW.RKey)
+		}
+	}
+	return err
 }
 
 // PostRecv posts receive work requests in order (ibv_post_recv), with the
-// same error convention as PostSend.
+// same error convention as PostSend. A QP created with an SRQ takes none:
+// post to the SRQ.
 func (qp *QP) PostRecv(wrs []RecvWR) error {
 	if err := qp.live("ibv_post_recv"); err != nil {
 		return &WRError{Err: err}
 	}
 	racesync.Sync()
 	return qp.drv.PostRecv(wrs)
+}
+
+// AttachMcast adds the UD QP to the multicast group gid (ibv_attach_mcast):
+// it receives what is sent to the group. On RoCEv2 the group is an IP
+// multicast address (IPv4 as ::ffff:224.0.0.0/100 and up); lid is unused
+// and must be 0.
+func (qp *QP) AttachMcast(gid GID, lid uint16) error {
+	if err := qp.mcastCheck("ibv_attach_mcast", gid, lid); err != nil {
+		return err
+	}
+	return qp.drv.AttachMcast(gid)
+}
+
+// DetachMcast takes the QP out of a multicast group (ibv_detach_mcast).
+func (qp *QP) DetachMcast(gid GID, lid uint16) error {
+	if err := qp.mcastCheck("ibv_detach_mcast", gid, lid); err != nil {
+		return err
+	}
+	return qp.drv.DetachMcast(gid)
+}
+
+func (qp *QP) mcastCheck(op string, gid GID, lid uint16) error {
+	if err := qp.live(op); err != nil {
+		return err
+	}
+	switch {
+	case qp.typ != QPTUD:
+		return Errorf(op, ErrInvalidArgument, "multicast needs a UD QP, this is "+qp.typ.String())
+	case !gid.Addr().IsMulticast():
+		return Errorf(op, ErrInvalidArgument, gid.String()+" is not a multicast GID")
+	case lid != 0:
+		return Errorf(op, ErrInvalidArgument, "RoCE multicast takes no LID")
+	}
+	return nil
 }
 
 func (qp *QP) live(op string) error {
@@ -146,6 +207,9 @@ func (qp *QP) Destroy() error {
 	c.mu.Unlock()
 	qp.sendCQ.release()
 	qp.recvCQ.release()
+	if qp.srq != nil {
+		qp.srq.detach()
+	}
 	qp.pd.release()
 	return nil
 }

@@ -39,6 +39,8 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	// BindMW describes a BIND_MW (wr.bind_mw).
+	BindMW BindMWWR
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).

@@ -1,0 +1,148 @@
+package verbs
+
+import (
+	"sync"
+
+	"github.com/rdmago/rdmago/internal/racesync"
+)
+
+// SRQAttr holds a shared receive queue's sizes and limit (struct
+// ibv_srq_attr).
+type SRQAttr struct {
+	MaxWR  uint32 // receive work requests the SRQ holds
+	MaxSGE uint32 // scatter/gather elements per work request
+	// SRQLimit arms IBV_EVENT_SRQ_LIMIT_REACHED: once fewer than this
+	// many work requests are left, the event fires once and the limit
+	// drops back to 0 (disarmed). 0 leaves it disarmed.
+	SRQLimit uint32
+}
+
+// SRQInitAttr describes a shared receive queue to create (struct
+// ibv_srq_init_attr).
+type SRQInitAttr struct {
+	Attr SRQAttr
+}
+
+// SRQAttrMask names the fields ModifySRQ changes (enum ibv_srq_attr_mask).
+type SRQAttrMask uint32
+
+const (
+	SRQAttrMaxWR SRQAttrMask = 1 << 0 // IBV_SRQ_MAX_WR: resize the queue
+	SRQAttrLimit SRQAttrMask = 1 << 1 // IBV_SRQ_LIMIT: arm the limit event
+)
+
+// SRQ is a shared receive queue (struct ibv_srq): receive work requests
+// that any queue pair created with it consumes, in the order posted.
+type SRQ struct {
+	pd  *PD
+	drv SRQDriver
+
+	mu        sync.Mutex
+	users     int // QPs attached
+	destroyed bool
+}
+
+// CreateSRQ creates a shared receive queue (ibv_create_srq). On return
+// attr.Attr holds the sizes the device gave.
+func (pd *PD) CreateSRQ(attr *SRQInitAttr) (*SRQ, error) {
+	if attr.Attr.MaxWR == 0 {
+		return nil, Errorf("ibv_create_srq", ErrInvalidArgument, "max_wr is 0")
+	}
+	if err := pd.acquire("ibv_create_srq"); err != nil {
+		return nil, err
+	}
+	drv, err := pd.drv.CreateSRQ(attr)
+	if err != nil {
+		pd.release()
+		return nil, err
+	}
+	s := &SRQ{pd: pd, drv: drv}
+	c := pd.ctx
+	c.mu.Lock()
+	c.srqs[drv] = s
+	c.mu.Unlock()
+	return s, nil
+}
+
+// PD returns the SRQ's protection domain.
+func (s *SRQ) PD() *PD { return s.pd }
+
+// Driver returns the provider's side of the SRQ, for providers.
+func (s *SRQ) Driver() SRQDriver { return s.drv }
+
+// Modify resizes the SRQ or arms its limit (ibv_modify_srq).
+func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
+	if err := s.live("ibv_modify_srq"); err != nil {
+		return err
+	}
+	if mask&^(SRQAttrMaxWR|SRQAttrLimit) != 0 {
+		return Errorf("ibv_modify_srq", ErrInvalidArgument, "unknown bits in the attribute mask")
+	}
+	return s.drv.Modify(attr, mask)
+}
+
+// Query returns the SRQ's attributes (ibv_query_srq).
+func (s *SRQ) Query() (SRQAttr, error) {
+	if err := s.live("ibv_query_srq"); err != nil {
+		return SRQAttr{}, err
+	}
+	return s.drv.Query()
+}
+
+// PostRecv posts receive work requests to the SRQ (ibv_post_srq_recv),
+// with PostSend's error convention.
+func (s *SRQ) PostRecv(wrs []RecvWR) error {
+	if err := s.live("ibv_post_srq_recv"); err != nil {
+		return &WRError{Err: err}
+	}
+	racesync.Sync()
+	return s.drv.PostRecv(wrs)
+}
+
+func (s *SRQ) live(op string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return Errorf(op, ErrClosed, "SRQ destroyed")
+	}
+	return nil
+}
+
+func (s *SRQ) attach() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return Errorf("ibv_create_qp", ErrClosed, "SRQ destroyed")
+	}
+	s.users++
+	return nil
+}
+
+func (s *SRQ) detach() {
+	s.mu.Lock()
+	s.users--
+	s.mu.Unlock()
+}
+
+// Destroy destroys the SRQ (ibv_destroy_srq). It fails with ErrBusy while
+// queue pairs use it. Work requests still posted are dropped.
+func (s *SRQ) Destroy() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return nil
+	}
+	if s.users > 0 {
+		return Errorf("ibv_destroy_srq", ErrBusy, itoa(s.users)+" QP(s) still use the SRQ")
+	}
+	if err := s.drv.Destroy(); err != nil {
+		return err
+	}
+	s.destroyed = true
+	c := s.pd.ctx
+	c.mu.Lock()
+	delete(c.srqs, s.drv)
+	c.mu.Unlock()
+	s.pd.release()
+	return nil
+}
