@@ -99,6 +99,9 @@ type hw struct {
 	nextQPN uint32
 	nextMR  uint32
 
+	mcastMu sync.Mutex
+	mcast   map[netip.Addr]*group // multicast groups QPs are attached to
+
 	atomicMu sync.Mutex // makes atomics atomic with respect to each other (IBV_ATOMIC_HCA)
 	bufs     sync.Pool  // *bufBox holding receive buffers of maxPacket bytes
 	boxes    sync.Pool  // empty *bufBox, so that moving buffers allocates nothing
@@ -113,6 +116,7 @@ func startHW(d *device) (*hw, error) {
 		qps:     map[uint32]*qp{},
 		keys:    map[uint32]*mr{},
 		mws:     map[uint32]*mw{},
+		mcast:   map[netip.Addr]*group{},
 		keyIdx:  map[uint32]struct{}{},
 		nextQPN: minQPN,
 	}
@@ -146,6 +150,12 @@ func (h *hw) stop() {
 	for _, l := range h.links {
 		l.Close()
 	}
+	h.mcastMu.Lock()
+	for a, g := range h.mcast {
+		g.link.Close()
+		delete(h.mcast, a)
+	}
+	h.mcastMu.Unlock()
 	h.wg.Wait()
 	h.mu.Lock()
 	qps := make([]*qp, 0, len(h.qps))

@@ -339,6 +339,7 @@ func (q *qp) Destroy() error {
 		delete(q.hw.qps, q.num)
 	}
 	q.hw.mu.Unlock()
+	q.hw.leaveAll(q)
 	close(q.done)
 	<-q.exited
 	return nil
@@ -585,13 +586,3 @@ func (q *qp) armTimer(now time.Time) {
 }
 
 var _ verbs.QPDriver = (*qp)(nil)
-
-// AttachMcast implements verbs.QPDriver (ibv_attach_mcast).
-func (q *qp) AttachMcast(gid verbs.GID) error {
-	return verbs.Errorf("ibv_attach_mcast", verbs.ErrNotSupported, "not yet")
-}
-
-// DetachMcast implements verbs.QPDriver (ibv_detach_mcast).
-func (q *qp) DetachMcast(gid verbs.GID) error {
-	return verbs.Errorf("ibv_detach_mcast", verbs.ErrNotSupported, "not yet")
-}

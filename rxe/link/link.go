@@ -77,6 +77,14 @@ type Link interface {
 	Close() error
 }
 
+// Joiner is a Link that can receive what is sent to an IP multicast group:
+// JoinGroup returns a link that receives the group's packets (LocalAddr is
+// the group) until it is closed. Packets to a group are sent through the
+// joining link's Send, to the group's address.
+type Joiner interface {
+	JoinGroup(group netip.Addr) (Link, error)
+}
+
 // Stats holds a link's counters. All count packets.
 type Stats struct {
 	// Sent counts packets handed to the network.
@@ -147,7 +155,7 @@ func checkPacket(p *Packet, local netip.Addr, max int) (netip.Addr, error) {
 		return dst, fmt.Errorf("%w: %d bytes", ErrShortPacket, len(p.Buf))
 	case len(p.Buf) > max:
 		return dst, fmt.Errorf("%w: %d bytes, at most %d", ErrPacketTooLarge, len(p.Buf), max)
-	case !dst.IsValid() || dst.IsUnspecified() || dst.IsMulticast() || dst.Is4() != local.Is4():
+	case !dst.IsValid() || dst.IsUnspecified() || dst.Is4() != local.Is4():
 		return dst, fmt.Errorf("%w: %v from %v", ErrAddr, p.Addr, local)
 	}
 	return dst, nil

@@ -36,6 +36,7 @@ type Network struct {
 	rng       *rand.Rand
 	faults    Faults
 	links     map[netip.Addr]*Mem
+	groups    map[netip.Addr][]*Mem // multicast group members, in joining order
 	maxPacket int
 	queueLen  int
 	stats     NetworkStats
@@ -62,6 +63,7 @@ func NewNetwork(seed uint64) *Network {
 	return &Network{
 		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		links:     make(map[netip.Addr]*Mem),
+		groups:    make(map[netip.Addr][]*Mem),
 		maxPacket: DefaultMemMaxPacket,
 		queueLen:  DefaultMemQueueLen,
 	}
@@ -141,18 +143,35 @@ func (n *Network) Inject(from, to netip.Addr, pkt []byte) error {
 	return nil
 }
 
-// transmit carries pkt, sent by src to dst, through the network's faults.
+// transmit carries pkt, sent by src to dst (a link's address or a
+// multicast group), through the network's faults.
 func (n *Network) transmit(src *Mem, dst netip.Addr, pkt []byte) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	v := n.faults.judge(n.rng, len(pkt))
+	if dst.IsMulticast() {
+		members := n.groups[dst]
+		if len(members) == 0 {
+			n.stats.NoRoute++
+			src.stats.dropped.Add(1)
+		}
+		for _, to := range members {
+			n.carry(src, to, pkt) // each copy meets its own faults
+		}
+		return
+	}
 	to := n.links[dst]
-	switch {
-	case to == nil:
+	if to == nil {
 		n.stats.NoRoute++
 		src.stats.dropped.Add(1)
 		return
-	case v.drop:
+	}
+	n.carry(src, to, pkt)
+}
+
+// carry carries one copy of pkt from src to to. Called with n.mu held.
+func (n *Network) carry(src, to *Mem, pkt []byte) {
+	v := n.faults.judge(n.rng, len(pkt))
+	if v.drop {
 		n.stats.Lost++
 		src.stats.dropped.Add(1)
 		return
@@ -245,6 +264,21 @@ func (n *Network) freeBuffer(b []byte) {
 func (n *Network) detach(m *Mem) {
 	if n.links[m.addr] == m {
 		delete(n.links, m.addr)
+	}
+	if g := n.groups[m.addr]; len(g) > 0 {
+		k := 0
+		for _, x := range g {
+			if x != m {
+				g[k] = x
+				k++
+			}
+		}
+		clear(g[k:])
+		if k == 0 {
+			delete(n.groups, m.addr)
+		} else {
+			n.groups[m.addr] = g[:k]
+		}
 	}
 	for m.queue.len() > 0 {
 		n.freeBuffer(m.queue.pop().buf)

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -215,6 +216,25 @@ func (m *Mem) accept(p *Packet, q *memPacket) bool {
 	p.Buf = append(p.Buf[:0], q.buf...)
 	p.Addr, p.TClass, p.HopLimit = q.from, 0, memHopLimit
 	return true
+}
+
+// JoinGroup implements Joiner: the link it returns receives a copy of
+// every packet sent to group (an IP multicast address of the links'
+// family), each copy meeting the network's faults on its own.
+func (m *Mem) JoinGroup(group netip.Addr) (Link, error) {
+	group = group.Unmap()
+	if !group.IsMulticast() || group.Is4() != m.addr.Is4() {
+		return nil, fmt.Errorf("rxe/link: join %v from %v: %w", group, m.addr, ErrAddr)
+	}
+	if m.closed.Load() {
+		return nil, net.ErrClosed
+	}
+	g := &Mem{net: m.net, addr: group, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	n := m.net
+	n.mu.Lock()
+	n.groups[group] = append(n.groups[group], g)
+	n.mu.Unlock()
+	return g, nil
 }
 
 // wake tells a blocked Recv that packets are queued.

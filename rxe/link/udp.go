@@ -134,6 +134,7 @@ func ListenUDP(addr netip.AddrPort, opt UDPOptions) (*UDP, error) {
 		conn.Close()
 		return nil, fmt.Errorf("rxe/link: set up %v: %w", ap, err)
 	}
+	setMulticastInterface(conn, ip)
 	return u, nil
 }
 

@@ -1,6 +1,8 @@
 package link
 
 import (
+	"net"
+	"net/netip"
 	"os"
 	"syscall"
 
@@ -112,4 +114,25 @@ func gsoSupported(raw syscall.RawConn) bool {
 		major = major*10 + int(c-'0')
 	}
 	return major >= 5
+}
+
+// setMulticastInterface makes the socket send multicast out of the
+// interface that holds its address, rather than wherever the routing
+// table points, and loop it back to members on this host.
+func setMulticastInterface(conn *net.UDPConn, local netip.Addr) {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return
+	}
+	ifi, _ := interfaceOf(local)
+	raw.Control(func(fd uintptr) {
+		s := int(fd)
+		if local.Is4() {
+			unix.SetsockoptInet4Addr(s, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, local.As4())
+			unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MULTICAST_LOOP, 1)
+		} else if ifi != nil {
+			unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, ifi.Index)
+			unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_LOOP, 1)
+		}
+	})
 }

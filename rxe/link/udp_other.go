@@ -15,6 +15,10 @@ type (
 	receiver struct{}
 )
 
+// setMulticastInterface leaves the choice of interface for multicast to
+// the routing table here.
+func setMulticastInterface(*net.UDPConn, netip.Addr) {}
+
 // controlSocket has nothing to set before binding here; init sizes the
 // buffers portably.
 func controlSocket(syscall.RawConn, bool, *UDPOptions) error { return nil }

@@ -142,7 +142,7 @@ func (u *UDP) pack(pkts []Packet, next, plain int, checked *int, firstErr *error
 		size := len(p.Buf)
 		s.iovs[iov].Base = &p.Buf[0]
 		s.iovs[iov].SetLen(size)
-		if m := open; m >= 0 && s.dst[m] == dst && size <= s.seg[m] &&
+		if m := open; m >= 0 && s.dst[m] == dst && !dst.IsMulticast() && size <= s.seg[m] &&
 			s.count[m] < maxGSOSegments && s.bytes[m]+size <= u.maxPacket {
 			// The kernel sends the k-th segment of a GSO message with
 			// IPv4 ID k (see the package doc).
