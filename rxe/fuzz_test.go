@@ -119,3 +119,63 @@ func peerAddr(q *qp) (a netip.Addr) {
 	onOwner(q, func() { a = q.st.dest })
 	return a
 }
+
+// FuzzReceiveUD feeds arbitrary packets to a UD QP whose receive WQEs lie
+// in a guarded window: nothing may crash, and nothing outside the window
+// may change, whatever the opcode, Q_Key and length.
+func FuzzReceiveUD(f *testing.F) {
+	n := link.NewNetwork(1)
+	l, _ := n.Attach(netip.MustParseAddr("10.9.0.1"))
+	u := newUDEnd(f, "fuzz_ud", l, testQKey)
+	q := u.qp.Driver().(*qp)
+	arena := bytes.Repeat([]byte{0xa5}, 3*4096)
+	guard := bytes.Repeat([]byte{0xa5}, 4096)
+	mr, err := u.pd.RegMR(arena[4096:2*4096], verbs.AccessLocalWrite)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { mr.Dereg() })
+	post := func() {
+		// Small and large receive buffers, so both LOC_LEN_ERR and
+		// success occur.
+		u.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, 100)}}, {WRID: 2, SGList: []verbs.SGE{mr.SGE(100, 4096-100)}}})
+	}
+	for _, op := range []wire.OpCode{wire.UDSendOnly, wire.UDSendOnlyWithImmediate, wire.RCSendOnly} {
+		h := wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: 0xffff}, DETH: wire.DETHFields{QKey: testQKey, SrcQP: 0x42}, Imm: 7}
+		for _, size := range []int{0, 60, 1024} {
+			pkt, err := wire.AppendPacket(nil, &h, make([]byte, size))
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(pkt, true)
+		}
+	}
+	wcs := make([]verbs.WC, 64)
+	f.Fuzz(func(t *testing.T, pkt []byte, rightQKey bool) {
+		if len(pkt) < wire.BTHLen+wire.ICRCLen || len(pkt) > maxPacket {
+			return
+		}
+		buf := q.hw.getBuf()[:len(pkt)]
+		copy(buf, pkt)
+		binary.BigEndian.PutUint32(buf[4:], uint32(buf[4])<<24|q.num)
+		if rightQKey && len(buf) >= wire.BTHLen+wire.DETHLen {
+			binary.BigEndian.PutUint32(buf[wire.BTHLen:], testQKey)
+		}
+		post()
+		if !q.deliver(inPacket{buf: buf, src: netip.MustParseAddr("10.9.0.2")}) {
+			t.Fatal("QP refused the packet")
+		}
+		onOwner(q, func() {})
+		if !bytes.Equal(arena[:4096], guard) || !bytes.Equal(arena[2*4096:], guard) {
+			t.Fatal("memory outside the registered region changed")
+		}
+		for {
+			if k, _ := u.cq.Poll(wcs); k == 0 {
+				break
+			}
+		}
+		if u.qp.State() != verbs.QPSRTS {
+			t.Fatalf("UD QP left RTS: %s", u.qp.State())
+		}
+	})
+}
