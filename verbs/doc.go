@@ -16,6 +16,12 @@
 //	ibv_create_qp         (*PD).CreateQP; ibv_modify_qp: (*QP).Modify
 //	ibv_post_send         (*QP).PostSend; ibv_post_recv: (*QP).PostRecv
 //	ibv_get_async_event   (*Context).GetAsyncEvent
+//	ibv_create_ah         (*PD).CreateAH; ibv_create_ah_from_wc: (*PD).CreateAHFromWC
+//	ibv_init_ah_from_wc   (*Context).InitAHFromWC (UD receive buffers start with GRHLen bytes)
+//	ibv_attach_mcast      (*QP).AttachMcast; ibv_detach_mcast: (*QP).DetachMcast
+//	ibv_create_srq        (*PD).CreateSRQ; ibv_modify_srq, ibv_query_srq, ibv_post_srq_recv: (*SRQ).Modify, Query, PostRecv
+//	ibv_alloc_mw          (*PD).AllocMW; ibv_bind_mw: (*QP).BindMW; IBV_WR_BIND_MW: SendWR.BindMW
+//	ibv_inc_rkey          IncRKey
 //
 // Where Go has a better shape, the API takes it: errors are error values
 // wrapping an errno (errors.Is(err, verbs.ErrInvalidArgument)); a failed post
