@@ -16,7 +16,7 @@ func (q *qp) receive(in *inPacket, now time.Time) {
 		return // malformed: dropped (the link already checked the ICRC)
 	}
 	op := p.OpCode()
-	if q.typ == verbs.QPTUD {
+	if q.datagram() {
 		if op.Transport() == wire.TransportUD {
 			q.receiveUD(&p, in)
 		}

@@ -112,7 +112,7 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, fmt.Sprintf("max_inline_data %d above the device's %d", c.MaxInlineData, maxInline))
 	}
 	switch attr.QPType {
-	case verbs.QPTRC, verbs.QPTUC, verbs.QPTUD:
+	case verbs.QPTRC, verbs.QPTUC, verbs.QPTUD, verbs.QPTGSI:
 	default:
 		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNotSupported, "QP type "+attr.QPType.String()+" (rxe does RC, UC and UD)")
 	}
@@ -142,7 +142,7 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	}
 	q.attr.QPState = verbs.QPSReset
 	q.attr.PathMTU = verbs.MTU1024
-	if attr.QPType == verbs.QPTUD {
+	if q.datagram() {
 		q.attr.PathMTU = h.mtu // UD messages go up to the port's MTU
 	}
 	q.attr.Cap = c
@@ -152,7 +152,14 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 		h.mu.Unlock()
 		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNoMemory, "too many QPs")
 	}
-	for {
+	if attr.QPType == verbs.QPTGSI {
+		if _, taken := h.qps[gsiQPN]; taken {
+			h.mu.Unlock()
+			return nil, verbs.Errorf("ibv_create_qp", verbs.ErrBusy, "the device's QP1 exists already")
+		}
+		q.num = gsiQPN
+	}
+	for q.num == 0 {
 		n := h.nextQPN
 		h.nextQPN++
 		if h.nextQPN > 0xffffff {
@@ -170,6 +177,12 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	go q.run()
 	return q, nil
 }
+
+// gsiQPN is the general services QP's number.
+const gsiQPN = 1
+
+// datagram reports whether the QP carries datagrams (UD, and QP1).
+func (q *qp) datagram() bool { return q.typ == verbs.QPTUD || q.typ == verbs.QPTGSI }
 
 // Num implements verbs.QPDriver.
 func (q *qp) Num() uint32 { return q.num }
@@ -469,7 +482,7 @@ func (q *qp) snapshot() {
 	s := &q.st
 	s.state = a.QPState
 	s.mtu = a.PathMTU.Bytes()
-	if q.typ == verbs.QPTUD {
+	if q.datagram() {
 		s.mtu = q.hw.mtu.Bytes()
 	}
 	s.destQP = a.DestQPNum

@@ -124,7 +124,7 @@ func (q *qp) checkSend(wr *verbs.SendWR) (*sendWQE, error) {
 		return nil, bad(verbs.ErrInvalidArgument, "message of %d bytes above the %d-byte maximum", length, maxMsgSize)
 	}
 	w := &sendWQE{wr: *wr, length: length, signaled: q.sigAll || wr.SendFlags&verbs.SendSignaled != 0}
-	if q.typ == verbs.QPTUD {
+	if q.datagram() {
 		d, err := q.checkUD(wr, length)
 		if err != nil {
 			return nil, err
@@ -328,7 +328,7 @@ func (q *qp) buildRequest(w *sendWQE, mtu uint64) {
 		w.sent = 1
 		last = true
 	case verbs.WRSend, verbs.WRSendWithImm:
-		if q.typ == verbs.QPTUD {
+		if q.datagram() {
 			q.buildUD(w)
 			return
 		}

@@ -89,7 +89,11 @@ func (q *qp) receiveUD(p *wire.Packet, in *inPacket) {
 	default:
 		return
 	}
-	if p.DETH == nil || p.DETH.QKey() != q.st.qkey {
+	want := q.st.qkey
+	if q.typ == verbs.QPTGSI {
+		want = wire.GSIQKey // QP1 takes the well-known Q_Key only
+	}
+	if p.DETH == nil || p.DETH.QKey() != want {
 		return // Q_Key violation: dropped (IBTA C10-15)
 	}
 	w := q.popRecv()

@@ -281,3 +281,44 @@ func TestUDAnswersThroughAHFromWC(t *testing.T) {
 		})
 	}
 }
+
+// TestGSIQPIsQP1AndTakesTheWellKnownQKey: the general services QP is QP
+// number 1, one per device, and accepts MADs sent with Q_Key 0x80010000
+// only, as a connection manager needs.
+func TestGSIQPIsQP1AndTakesTheWellKnownQKey(t *testing.T) {
+	n := link.NewNetwork(1)
+	var ends [2]*udEnd
+	for i, a := range []string{"10.1.0.1", "10.1.0.2"} {
+		l, _ := n.Attach(netip.MustParseAddr(a))
+		u := newUDEnd(t, "gsi"+a, l, testQKey)
+		gsi, err := u.pd.CreateQP(&verbs.QPInitAttr{SendCQ: u.cq, RecvCQ: u.cq, QPType: verbs.QPTGSI,
+			Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gsi.Num() != 1 {
+			t.Fatalf("GSI QP number %d, want 1", gsi.Num())
+		}
+		if _, err := u.pd.CreateQP(&verbs.QPInitAttr{SendCQ: u.cq, RecvCQ: u.cq, QPType: verbs.QPTGSI}); !errors.Is(err, verbs.ErrBusy) {
+			t.Fatalf("second GSI QP: %v, want EBUSY", err)
+		}
+		u.qp.Destroy() // the UD QP is not used: QP1 stands in for it
+		u.qp = gsi
+		udToRTS(t, gsi, 0x80010000)
+		ends[i] = u
+	}
+	a, b := ends[0], ends[1]
+	b.postRecvs(t, 0, 2)
+	ah := a.ah(t, b)
+	a.send(t, ah, 1, testQKey, 0, 256)   // not the GSI Q_Key: dropped
+	a.send(t, ah, 1, 0x80000000, 1, 256) // the QP's own: 0x80010000
+	a.wait(2, 5*time.Second)
+	wc := b.wait(1, 5*time.Second)[0]
+	if wc.Status != verbs.WCSuccess || wc.SrcQP != 1 || wc.QPNum != 1 || wc.ByteLen != verbs.GRHLen+256 {
+		t.Fatalf("MAD receive %+v", wc)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if more := b.drain(); len(more) != 0 {
+		t.Fatalf("the wrong-Q_Key MAD arrived: %+v", more)
+	}
+}

@@ -245,6 +245,7 @@ type QPType uint32
 
 // Queue pair types.
 const (
+	QPTGSI       QPType = 1  // IB_QPT_GSI (kernel verbs): QP1, the general services QP that carries CM MADs
 	QPTRC        QPType = 2  // IBV_QPT_RC: reliable connection
 	QPTUC        QPType = 3  // IBV_QPT_UC: unreliable connection
 	QPTUD        QPType = 4  // IBV_QPT_UD: unreliable datagram
@@ -256,6 +257,8 @@ const (
 // String names the type ("RC").
 func (t QPType) String() string {
 	switch t {
+	case QPTGSI:
+		return "GSI"
 	case QPTRC:
 		return "RC"
 	case QPTUC:

@@ -15,7 +15,7 @@ func qpTypeIndex(t QPType) int {
 		return 0
 	case QPTUC:
 		return 1
-	case QPTUD:
+	case QPTUD, QPTGSI:
 		return 2
 	}
 	return -1

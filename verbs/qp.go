@@ -31,6 +31,8 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	}
 	switch attr.QPType {
 	case QPTRC, QPTUC, QPTUD:
+	case QPTGSI:
+		// QP1 of the device, for a connection manager: one per device.
 	default:
 		return nil, Errorf("ibv_create_qp", ErrNotSupported, "QP type "+attr.QPType.String())
 	}
