@@ -106,3 +106,51 @@ func sizeName(n int) string {
 	}
 	return fmt.Sprintf("%dB", n)
 }
+
+// BenchmarkUDSend sends UD messages over UDP loopback with at most 32
+// not yet received, and reports the bytes received per second.
+func BenchmarkUDSend(b *testing.B) {
+	for _, size := range []int{64, 1024, 4096} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			const depth = 32
+			la, lb := udpLinks(b)
+			a := newUDEnd(b, "bud_a", la, testQKey)
+			r := newUDEnd(b, "bud_b", lb, testQKey)
+			ah := a.ah(b, r)
+			recv := func(i int) verbs.RecvWR {
+				return verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{r.mr.SGE(i%64*r.slot, r.slot)}}
+			}
+			for i := 0; i < 2*depth; i++ {
+				if err := r.qp.PostRecv([]verbs.RecvWR{recv(i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wr := verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, size)}, AH: ah, RemoteQPN: r.qp.Num(), RemoteQKey: testQKey}
+			wcs := make([]verbs.WC, 64)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			sent, got := 0, 0
+			for got < b.N {
+				for sent < b.N && sent-got < depth {
+					w := wr
+					if sent%16 == 15 {
+						w.SendFlags = verbs.SendSignaled // reap the send queue now and then
+					}
+					if err := a.qp.PostSend([]verbs.SendWR{w}); err != nil {
+						b.Fatal(err)
+					}
+					sent++
+					a.cq.Poll(wcs)
+				}
+				for _, wc := range r.wait(1, 10*time.Second) {
+					if wc.Status != verbs.WCSuccess {
+						b.Fatalf("receive %s", wc.Status)
+					}
+					r.qp.PostRecv([]verbs.RecvWR{recv(int(wc.WRID))})
+					got++
+				}
+			}
+		})
+	}
+}
