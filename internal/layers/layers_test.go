@@ -22,6 +22,8 @@ var rules = []struct {
 	{"verbs", []string{module + "/rxe", "net", "syscall", "golang.org/x/sys/"}},
 	// Links carry packets; they know the wire format and nothing above it.
 	{"rxe/link", []string{module + "/verbs", module + "/rdmacm", module + "/fabric"}},
+	// CM MAD formats: like rxe/wire, no state, no I/O, no QPs.
+	{"rdmacm/mad", []string{module + "/", "net", "os", "syscall", "golang.org/x/sys/", "sync"}},
 	// The capture reader is a leaf.
 	{"internal/pcap", []string{module + "/"}},
 }
