@@ -72,6 +72,11 @@ func (q *qp) complete(p *wire.Packet, now time.Time) {
 			}
 			r.rnrPending = true
 			r.rnrUntil = now.Add(wire.RNRTimerDuration(syn.Value()))
+			// The peer answered: the transport is alive. Its retries
+			// start afresh, and the retransmit timer waits until the
+			// request goes again after the RNR wait.
+			r.retries = q.st.retryCnt
+			r.retryAt = time.Time{}
 			q.rewind(psn)
 		case wire.KindNAK:
 			q.ackThrough(psn.Add(0xffffff), now)
@@ -307,6 +312,9 @@ func (q *qp) failAt(psn wire.PSN, status verbs.WCStatus) {
 // unacknowledged PSN, or fail with RETRY_EXC_ERR when retries run out.
 func (q *qp) onTimer(now time.Time) {
 	r := &q.req
+	if r.rnrPending {
+		return // waiting out an RNR NAK: not a lost packet
+	}
 	if r.retryAt.IsZero() || now.Before(r.retryAt) || r.una == r.psn {
 		if r.una == r.psn {
 			r.retryAt = time.Time{}

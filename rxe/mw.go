@@ -82,6 +82,9 @@ func (q *qp) bindMW(b *verbs.BindMWWR) verbs.WCStatus {
 	if !ok || w.pd != q.pd || b.RKey>>8 != w.index {
 		return verbs.WCMWBindErr // another device's or PD's window, or a key of another window
 	}
+	if q.hw.window(b.RKey) != w {
+		return verbs.WCMWBindErr // deallocated since the bind was posted
+	}
 	info := &b.BindInfo
 	if w.typ == verbs.MWType2 && w.bound.Load() != nil {
 		return verbs.WCMWBindErr // a type 2 window must be invalidated before it is bound again

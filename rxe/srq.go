@@ -58,8 +58,12 @@ func (s *srq) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
 		}
 		maxWR = attr.MaxWR
 	}
-	if mask&verbs.SRQAttrLimit != 0 && attr.SRQLimit > maxWR {
-		return bad("srq_limit %d above max_wr %d", attr.SRQLimit, maxWR)
+	limit := s.attr.SRQLimit
+	if mask&verbs.SRQAttrLimit != 0 {
+		limit = attr.SRQLimit
+	}
+	if limit > maxWR {
+		return bad("srq_limit %d above max_wr %d", limit, maxWR)
 	}
 	s.attr.MaxWR = maxWR
 	if mask&verbs.SRQAttrLimit != 0 {

@@ -104,6 +104,12 @@ func (mw *MW) PD() *PD { return mw.pd }
 // Driver returns the provider's side of the window, for providers.
 func (mw *MW) Driver() MWDriver { return mw.drv }
 
+func (mw *MW) gone() bool {
+	mw.mu.Lock()
+	defer mw.mu.Unlock()
+	return mw.dealloct
+}
+
 func (mw *MW) setRKey(k uint32) {
 	mw.mu.Lock()
 	mw.rkey = k

@@ -104,7 +104,9 @@ func (qp *QP) Query() (QPAttr, QPInitAttr, error) {
 	if err := qp.live("ibv_query_qp"); err != nil {
 		return QPAttr{}, QPInitAttr{}, err
 	}
-	return qp.drv.Query()
+	a, init, err := qp.drv.Query()
+	init.SRQ = qp.srq
+	return a, init, err
 }
 
 // State returns the QP's current state.
@@ -122,6 +124,11 @@ func (qp *QP) State() QPState {
 func (qp *QP) PostSend(wrs []SendWR) error {
 	if err := qp.live("ibv_post_send"); err != nil {
 		return &WRError{Err: err}
+	}
+	for i := range wrs {
+		if w := &wrs[i]; w.Opcode == WRBindMW && w.BindMW.MW != nil && w.BindMW.MW.gone() {
+			return &WRError{Index: i, WRID: w.WRID, Err: Errorf("ibv_post_send", ErrClosed, "BIND_MW of a deallocated memory window")}
+		}
 	}
 	racesync.Sync()
 	err := qp.drv.PostSend(wrs)
