@@ -33,6 +33,12 @@ func (q *qp) AttachMcast(gid verbs.GID) error {
 	addr := gid.Addr()
 	h.mcastMu.Lock()
 	defer h.mcastMu.Unlock()
+	q.mu.Lock()
+	gone := q.destroyed // Destroy leaves the groups after setting it
+	q.mu.Unlock()
+	if gone {
+		return verbs.Errorf(op, verbs.ErrClosed, "QP destroyed")
+	}
 	g := h.mcast[addr]
 	if g == nil {
 		idx := slices.IndexFunc(h.links, func(l link.Link) bool { return l.LocalAddr().Is4() == addr.Is4() })

@@ -46,6 +46,11 @@ func TestMulticastReachesEveryAttachedQP(t *testing.T) {
 		if !ok || dst != netip.MustParseAddr("239.1.2.3") {
 			t.Fatalf("receiver %d: GRH destination %v, want the group", i, dst)
 		}
+		// As in libibverbs, a message to a group cannot be answered
+		// through an AH made from its completion.
+		if _, err := r.ctx.InitAHFromWC(1, &wc, r.buf[:verbs.GRHLen]); !errors.Is(err, verbs.ErrInvalidArgument) {
+			t.Fatalf("receiver %d: InitAHFromWC of a multicast message: %v, want EINVAL", i, err)
+		}
 	}
 	if err := r2.qp.DetachMcast(grp, 0); err != nil {
 		t.Fatal(err)

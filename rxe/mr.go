@@ -155,7 +155,7 @@ func scatter(segs [][]byte, off uint64, src []byte) {
 
 // ah implements verbs.AHDriver.
 type ah struct {
-	hw   *hw
+	pd   *pd
 	attr verbs.AHAttr
 }
 
@@ -169,7 +169,7 @@ func (p *pd) CreateAH(attr *verbs.AHAttr) (verbs.AHDriver, error) {
 	if attr.GRH.DGID.IsZero() || dst.Is4() != h.gids[attr.GRH.SGIDIndex].Addr().Is4() {
 		return nil, verbs.Errorf("ibv_create_ah", verbs.ErrInvalidArgument, fmt.Sprintf("destination GID %s and source GID %s are of different IP versions", attr.GRH.DGID, h.gids[attr.GRH.SGIDIndex]))
 	}
-	return &ah{hw: h, attr: *attr}, nil
+	return &ah{pd: p, attr: *attr}, nil
 }
 
 // Destroy implements verbs.AHDriver (ibv_destroy_ah).

@@ -17,6 +17,7 @@ type mw struct {
 	index uint32
 	rkey0 uint32 // the key it was allocated with
 	bound atomic.Pointer[mwBinding]
+	dead  atomic.Bool // deallocated
 }
 
 // mwBinding is what a bound window gives remote peers.
@@ -49,6 +50,7 @@ func (w *mw) RKey() uint32 { return w.rkey0 }
 // Dealloc implements verbs.MWDriver (ibv_dealloc_mw): a bound window is
 // invalidated first.
 func (w *mw) Dealloc() error {
+	w.dead.Store(true)
 	w.unbind()
 	h := w.pd.ctx.hw
 	h.mu.Lock()
@@ -82,7 +84,7 @@ func (q *qp) bindMW(b *verbs.BindMWWR) verbs.WCStatus {
 	if !ok || w.pd != q.pd || b.RKey>>8 != w.index {
 		return verbs.WCMWBindErr // another device's or PD's window, or a key of another window
 	}
-	if q.hw.window(b.RKey) != w {
+	if w.dead.Load() {
 		return verbs.WCMWBindErr // deallocated since the bind was posted
 	}
 	info := &b.BindInfo
@@ -124,8 +126,18 @@ func (q *qp) bindMW(b *verbs.BindMWWR) verbs.WCStatus {
 		m.windows.Add(-1)
 		return verbs.WCMWBindErr
 	}
-	if old := w.bound.Swap(nb); old != nil {
+	if w.typ == verbs.MWType2 {
+		// Two QPs may bind one free type 2 window at once: one wins.
+		if !w.bound.CompareAndSwap(nil, nb) {
+			m.windows.Add(-1)
+			return verbs.WCMWBindErr
+		}
+	} else if old := w.bound.Swap(nb); old != nil {
 		old.mr.windows.Add(-1)
+	}
+	if w.dead.Load() {
+		w.unbind() // a dealloc got in: it may not have seen this binding
+		return verbs.WCMWBindErr
 	}
 	return verbs.WCSuccess
 }

@@ -531,9 +531,6 @@ func TestMWBindRefusesInvalidBinds(t *testing.T) {
 			}
 			return bind{mw: r.alloc(t, typ, nil), info: info}
 		}, false, nil},
-		{"no region", mwTypes, func(t *testing.T, r *mwRig, typ verbs.MWType) bind {
-			return bind{mw: r.alloc(t, typ, nil), info: verbs.MWBindInfo{Addr: r.winAddr(0), Length: 64, AccessFlags: verbs.AccessRemoteRead}}
-		}, false, nil},
 		{"length 0 unbinds a type 1 window (control)", []verbs.MWType{verbs.MWType1}, func(t *testing.T, r *mwRig, typ verbs.MWType) bind {
 			mw := r.alloc(t, typ, nil)
 			r.bind(t, r.b, mw, r.wmr, r.winAddr(0), 64, verbs.AccessRemoteRead)
@@ -1108,7 +1105,7 @@ func TestMWDataPathsUnderLoss(t *testing.T) {
 	for ci, c := range mwLossyCases {
 		for _, typ := range mwTypes {
 			t.Run(fmt.Sprintf("%s/%s", c.name, typ), func(t *testing.T) {
-				r := newMWRig(t, uint64(60+ci), c.faults, 512<<10, pairOpts{bufSize: 1 << 20, mtu: verbs.MTU1024, timeout: 13})
+				r := newMWRig(t, uint64(60+ci), c.faults, 512<<10, pairOpts{bufSize: 1 << 20, mtu: verbs.MTU1024, timeout: 14})
 				mw := r.alloc(t, typ, nil)
 				rkey := r.bind(t, r.b, mw, r.wmr, r.winAddr(wOff), wLen, mwAll)
 				base := r.winAddr(wOff)
@@ -1200,7 +1197,7 @@ func TestMWSendWithInvUnderLossInvalidatesExactlyOnce(t *testing.T) {
 	const rounds = 40
 	for ci, c := range mwLossyCases {
 		t.Run(c.name, func(t *testing.T) {
-			r := newMWRig(t, uint64(80+ci), c.faults, 1<<20, pairOpts{bufSize: 1 << 20, mtu: verbs.MTU1024, timeout: 13})
+			r := newMWRig(t, uint64(80+ci), c.faults, 1<<20, pairOpts{bufSize: 1 << 20, mtu: verbs.MTU1024, timeout: 14})
 			keep := r.alloc(t, verbs.MWType1, nil)
 			r.bind(t, r.b, keep, r.wmr, r.winAddr(0), 4096, verbs.AccessRemoteRead)
 			mw := r.alloc(t, verbs.MWType2, nil)
@@ -1318,5 +1315,24 @@ func TestMWDeallocatedWindowCannotBeBound(t *testing.T) {
 			t.Fatalf("binding a deallocated %s window: completed %s; the region stays held (Dereg: %v) though the key serves nothing (peer READ: %s); want an error at post or MW_BIND_ERR",
 				typ, status, derr, read)
 		})
+	}
+}
+
+// TestMWBindWithoutRegionIsRefusedAtPost: a bind of a non-empty range
+// names no memory region; rdma-core refuses it at post time, and so do we.
+func TestMWBindWithoutRegionIsRefusedAtPost(t *testing.T) {
+	r := newMWRig(t, 9, link.Faults{}, 1<<16, pairOpts{})
+	info := verbs.MWBindInfo{Addr: r.winAddr(0), Length: 64, AccessFlags: verbs.AccessRemoteRead}
+	mw1 := r.alloc(t, verbs.MWType1, nil)
+	if _, err := r.b.qp.BindMW(mw1, &verbs.MWBind{BindInfo: info}); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Errorf("type 1: %v, want EINVAL", err)
+	}
+	mw2 := r.alloc(t, verbs.MWType2, nil)
+	err := r.b.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRBindMW, BindMW: verbs.BindMWWR{MW: mw2, RKey: verbs.IncRKey(mw2.RKey()), BindInfo: info}}})
+	if !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Errorf("type 2: %v, want EINVAL", err)
+	}
+	if _, err := r.b.qp.BindMW(nil, &verbs.MWBind{}); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Errorf("no window: %v, want EINVAL", err)
 	}
 }

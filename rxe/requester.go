@@ -139,6 +139,9 @@ func (q *qp) checkSend(wr *verbs.SendWR) (*sendWQE, error) {
 		if wr.BindMW.MW == nil {
 			return nil, bad(verbs.ErrInvalidArgument, "BIND_MW without a memory window")
 		}
+		if info := &wr.BindMW.BindInfo; info.Length > 0 && info.MR == nil {
+			return nil, bad(verbs.ErrInvalidArgument, "BIND_MW of %d bytes without a memory region", info.Length)
+		}
 	case verbs.WRLocalInv:
 		if len(wr.SGList) != 0 || wr.SendFlags&verbs.SendInline != 0 {
 			return nil, bad(verbs.ErrInvalidArgument, "LOCAL_INV takes no data")

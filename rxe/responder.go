@@ -565,7 +565,12 @@ func (q *qp) rnrNAK(psn wire.PSN) (wire.Syndrome, bool) {
 // rxe does for the responder's class B, C and D errors on RC.
 func (q *qp) fatalNAK(psn wire.PSN, syn wire.Syndrome, ev verbs.EventType, why string) (wire.Syndrome, bool) {
 	if q.typ != verbs.QPTRC {
-		// UC: the message is silently dropped.
+		// UC: the message is silently dropped; a receive WQE it had
+		// taken stays for the next message.
+		if q.resp.recv != nil {
+			q.unpopRecv(q.resp.recv)
+		}
+		q.resp.recv, q.resp.segs = nil, nil
 		q.resp.inMsg, q.resp.dropping = false, true
 		q.resp.epsn = psn.Add(1)
 		return 0, false

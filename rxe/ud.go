@@ -33,8 +33,8 @@ func (q *qp) checkUD(wr *verbs.SendWR, length uint64) (*udDest, error) {
 		return nil, bad("a UD send needs an address handle (wr.ud.ah)")
 	}
 	a, ok := wr.AH.Driver().(*ah)
-	if !ok || a.hw != q.hw {
-		return nil, bad("the address handle belongs to another device")
+	if !ok || a.pd != q.pd {
+		return nil, bad("the address handle belongs to another protection domain")
 	}
 	if mtu := q.hw.mtu.Bytes(); length > uint64(mtu) {
 		return nil, bad("UD message of %d bytes above the path MTU of %d", length, mtu)
@@ -50,10 +50,14 @@ func (q *qp) checkUD(wr *verbs.SendWR, length uint64) (*udDest, error) {
 func (q *qp) buildUD(w *sendWQE) {
 	d := w.ud
 	qkey := d.qkey
-	if qkey&wire.QKeyPrivileged != 0 {
+	switch {
+	case q.typ == verbs.QPTGSI:
+		qkey = wire.GSIQKey // QP1 sends MADs with the well-known Q_Key, as rxe does
+	case qkey&wire.QKeyPrivileged != 0:
 		// A Q_Key with the high bit set asks for the QP's own
 		// (IBTA vol. 1 §10.2.5); that is how a non-privileged sender
-		// sends with a controlled Q_Key.
+		// sends with a controlled Q_Key. (Linux rxe sends the work
+		// request's Q_Key as it is.)
 		qkey = q.st.qkey
 	}
 	h := wire.Headers{
@@ -109,6 +113,8 @@ func (q *qp) receiveUD(p *wire.Packet, in *inPacket) {
 	}
 	n := uint64(verbs.GRHLen + len(p.Payload))
 	if n > total {
+		// IBTA's local length error; Linux rxe drops such a message
+		// and keeps the WQE, which hides the sender's mistake.
 		q.pushRecv(&verbs.WC{WRID: w.wrid, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 		return
 	}

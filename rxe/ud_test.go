@@ -227,6 +227,21 @@ func TestUDRejectsAndFailsClearly(t *testing.T) {
 			t.Errorf("%s of %d bytes: %v, want EINVAL", wr.Opcode, wr.SGList[0].Length, err)
 		}
 	}
+	pd2, err := a.ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, _ := b.ctx.QueryGID(1, 0)
+	ah2, err := pd2.CreateAH(&verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: gb}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 1)}, AH: ah2, RemoteQPN: b.qp.Num(), RemoteQKey: testQKey}})
+	if !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Errorf("address handle of another PD: %v, want EINVAL", err)
+	}
+	ah2.Destroy()
+	pd2.Dealloc()
 	// A receive of GRHLen+9 bytes cannot hold 10.
 	if err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(0, verbs.GRHLen+9)}}}); err != nil {
 		t.Fatal(err)
@@ -268,6 +283,9 @@ func TestUDAnswersThroughAHFromWC(t *testing.T) {
 			if got, want := ah.Attr().GRH.DGID.Addr(), netip.MustParseAddr(addrs[0]); got != want {
 				t.Fatalf("AH from WC goes to %v, want %v", got, want)
 			}
+			if hop := ah.Attr().GRH.HopLimit; hop != 64 {
+				t.Fatalf("AH from WC has hop limit %d, want the 64 the message came with", hop)
+			}
 			binary.BigEndian.PutUint32(b.buf[b.slot:], 0xfeedf00d)
 			b.send(t, ah, wc.SrcQP, testQKey, 1, 4)
 			b.wait(1, 5*time.Second)
@@ -288,6 +306,7 @@ func TestUDAnswersThroughAHFromWC(t *testing.T) {
 func TestGSIQPIsQP1AndTakesTheWellKnownQKey(t *testing.T) {
 	n := link.NewNetwork(1)
 	var ends [2]*udEnd
+	var gsis [2]*verbs.QP
 	for i, a := range []string{"10.1.0.1", "10.1.0.2"} {
 		l, _ := n.Attach(netip.MustParseAddr(a))
 		u := newUDEnd(t, "gsi"+a, l, testQKey)
@@ -302,16 +321,26 @@ func TestGSIQPIsQP1AndTakesTheWellKnownQKey(t *testing.T) {
 		if _, err := u.pd.CreateQP(&verbs.QPInitAttr{SendCQ: u.cq, RecvCQ: u.cq, QPType: verbs.QPTGSI}); !errors.Is(err, verbs.ErrBusy) {
 			t.Fatalf("second GSI QP: %v, want EBUSY", err)
 		}
-		u.qp.Destroy() // the UD QP is not used: QP1 stands in for it
-		u.qp = gsi
 		udToRTS(t, gsi, 0x80010000)
+		t.Cleanup(func() { gsi.Destroy() })
+		gsis[i] = gsi
 		ends[i] = u
 	}
 	a, b := ends[0], ends[1]
-	b.postRecvs(t, 0, 2)
+	// Receives go to QP1; the ordinary UD QP sends with a wrong Q_Key,
+	// QP1 with the well-known one whatever the work request says.
+	for i := 0; i < 2; i++ {
+		if err := gsis[1].PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{b.mr.SGE(i*b.slot, b.slot)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ah := a.ah(t, b)
-	a.send(t, ah, 1, testQKey, 0, 256)   // not the GSI Q_Key: dropped
-	a.send(t, ah, 1, 0x80000000, 1, 256) // the QP's own: 0x80010000
+	a.send(t, ah, 1, testQKey, 0, 256) // not the GSI Q_Key: dropped
+	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(a.slot, 256)},
+		AH: ah, RemoteQPN: 1, RemoteQKey: testQKey}
+	if err := gsis[0].PostSend([]verbs.SendWR{wr}); err != nil {
+		t.Fatal(err)
+	}
 	a.wait(2, 5*time.Second)
 	wc := b.wait(1, 5*time.Second)[0]
 	if wc.Status != verbs.WCSuccess || wc.SrcQP != 1 || wc.QPNum != 1 || wc.ByteLen != verbs.GRHLen+256 {

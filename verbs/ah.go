@@ -16,21 +16,27 @@ const GRHLen = 40
 // 20 bytes, told apart as libibverbs does (an IPv4 header with a valid
 // checksum wins).
 func GRHAddrs(grh []byte) (src, dst netip.Addr, tclass uint8, flow uint32, ok bool) {
+	src, dst, tclass, flow, _, ok = parseGRH(grh)
+	return src, dst, tclass, flow, ok
+}
+
+// parseGRH is GRHAddrs with the hop limit (IPv4 TTL) too.
+func parseGRH(grh []byte) (src, dst netip.Addr, tclass uint8, flow uint32, hop uint8, ok bool) {
 	if len(grh) < GRHLen {
-		return src, dst, 0, 0, false
+		return src, dst, 0, 0, 0, false
 	}
 	if ip4 := grh[20:40]; ip4[0] == 0x45 && ipv4Checksum(ip4) == 0 {
 		src = netip.AddrFrom4([4]byte(ip4[12:16]))
 		dst = netip.AddrFrom4([4]byte(ip4[16:20]))
-		return src, dst, ip4[1], 0, true
+		return src, dst, ip4[1], 0, ip4[8], true
 	}
 	if grh[0]>>4 == 6 {
 		w := binary.BigEndian.Uint32(grh[0:4])
 		src = netip.AddrFrom16([16]byte(grh[8:24]))
 		dst = netip.AddrFrom16([16]byte(grh[24:40]))
-		return src, dst, uint8(w >> 20), w & 0xfffff, true
+		return src, dst, uint8(w >> 20), w & 0xfffff, grh[7], true
 	}
-	return src, dst, 0, 0, false
+	return src, dst, 0, 0, 0, false
 }
 
 // ipv4Checksum returns the one's complement sum of an IPv4 header, which
@@ -49,7 +55,9 @@ func ipv4Checksum(h []byte) uint16 {
 // InitAHFromWC returns the address vector that answers the sender of a
 // received UD message (ibv_init_ah_from_wc): the destination is the
 // packet's source GID, the source GID index that of the address it was
-// sent to. grh is the receive buffer's first GRHLen bytes.
+// sent to, the hop limit and traffic class those it came with. grh is the
+// receive buffer's first GRHLen bytes. A message sent to a multicast group
+// cannot be answered this way (EINVAL), as in libibverbs.
 func (c *Context) InitAHFromWC(port uint8, wc *WC, grh []byte) (AHAttr, error) {
 	const op = "ibv_init_ah_from_wc"
 	var a AHAttr
@@ -59,9 +67,14 @@ func (c *Context) InitAHFromWC(port uint8, wc *WC, grh []byte) (AHAttr, error) {
 	if wc.WCFlags&WCWithGRH == 0 {
 		return a, Errorf(op, ErrInvalidArgument, "the completion has no GRH (RoCE needs one to answer)")
 	}
-	src, dst, tclass, flow, ok := GRHAddrs(grh)
+	src, dst, tclass, flow, hop, ok := parseGRH(grh)
 	if !ok {
 		return a, Errorf(op, ErrInvalidArgument, "the GRH area holds neither an IPv6 nor an IPv4 header")
+	}
+	if dst.IsMulticast() {
+		// As libibverbs: no local GID is the group's, so there is no
+		// source GID to answer from.
+		return a, Errorf(op, ErrInvalidArgument, "the message was sent to multicast group "+dst.String())
 	}
 	pa, err := c.QueryPort(port)
 	if err != nil {
@@ -78,15 +91,12 @@ func (c *Context) InitAHFromWC(port uint8, wc *WC, grh []byte) (AHAttr, error) {
 			idx = i
 			break
 		}
-		if idx < 0 && dst.IsMulticast() && g.Addr().Is4() == dst.Is4() {
-			idx = i // sent to a group: answer from a GID of its family
-		}
 	}
 	if idx < 0 {
 		return a, Errorf(op, ErrInvalidArgument, "no local GID "+dst.String()+" on port "+itoa(int(port)))
 	}
 	a = AHAttr{
-		GRH:      GlobalRoute{DGID: GIDFromAddr(src), FlowLabel: flow, SGIDIndex: uint8(idx), HopLimit: 0xff, TrafficClass: tclass},
+		GRH:      GlobalRoute{DGID: GIDFromAddr(src), FlowLabel: flow, SGIDIndex: uint8(idx), HopLimit: hop, TrafficClass: tclass},
 		DLID:     wc.SLID,
 		SL:       wc.SL,
 		IsGlobal: true,

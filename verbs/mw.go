@@ -121,6 +121,9 @@ func (mw *MW) setRKey(k uint32) {
 // by RKey, which works once the bind executes. The completion, if asked
 // for with IBV_SEND_SIGNALED, has opcode IBV_WC_BIND_MW.
 func (qp *QP) BindMW(mw *MW, b *MWBind) (uint32, error) {
+	if mw == nil || b == nil {
+		return 0, Errorf("ibv_bind_mw", ErrInvalidArgument, "no memory window or bind request")
+	}
 	if mw.typ != MWType1 {
 		return 0, Errorf("ibv_bind_mw", ErrInvalidArgument, "ibv_bind_mw binds type 1 windows; type 2 takes a BIND_MW work request")
 	}
