@@ -178,8 +178,12 @@ func (q *qp) resendFrom(psn wire.PSN) {
 	q.rewind(psn)
 }
 
-// useRetry spends one transport retry; false when none are left.
+// useRetry spends one transport retry; false when none are left. A
+// retry_cnt of 7 never runs out.
 func (q *qp) useRetry() bool {
+	if q.st.retryCnt == 7 {
+		return true // 7 means retry forever, as in Linux rxe
+	}
 	r := &q.req
 	if r.retries <= 0 {
 		return false

@@ -1,6 +1,7 @@
 package rxe
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -155,5 +156,23 @@ func TestResetDropsOldWorkAndKeepsNewWork(t *testing.T) {
 	release()
 	if wc := a.wait(1, 3*time.Second)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 1 {
 		t.Fatalf("send after RESET: %+v", wc)
+	}
+}
+
+// TestRetryCnt7NeverRunsOut: as in Linux rxe, retry_cnt 7 retries for
+// ever (ibv_*_pingpong rely on it when the peer is overrun).
+func TestRetryCnt7NeverRunsOut(t *testing.T) {
+	la, lb := udpLinks(t)
+	a, b := newPair(t, la, lb, pairOpts{retry: 7, timeout: 8}) // 1 ms ACK timeout
+	b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
+	if err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 8)}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := a.cq.Wait(ctx); err == nil {
+		wc := make([]verbs.WC, 1)
+		a.cq.Poll(wc)
+		t.Fatalf("completion %s after retry_cnt 7", describe(wc))
 	}
 }
