@@ -8,11 +8,14 @@
 //
 // Commands:
 //
-//	demo    the RDMA_RC_example flow on two software RoCE devices over loopback
-//	devices list RDMA devices and their node GUIDs, as ibv_devices does
-//	devinfo print RDMA device and port attributes, as ibv_devinfo does
-//	rc_pingpong  ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)
-//	dump    decode RoCEv2 packets in pcap and pcapng files, checking each ICRC
+//	demo          the RDMA_RC_example flow on two software RoCE devices over loopback
+//	devices       list RDMA devices and their node GUIDs, as ibv_devices does
+//	devinfo       print RDMA device and port attributes, as ibv_devinfo does
+//	rc_pingpong   ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)
+//	uc_pingpong   ping-pong over a UC QP, as ibv_uc_pingpong (interoperates with it)
+//	ud_pingpong   ping-pong over a UD QP, as ibv_ud_pingpong (interoperates with it)
+//	srq_pingpong  ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)
+//	dump          decode RoCEv2 packets in pcap and pcapng files, checking each ICRC
 //
 // Run `rdmago <command> -h` for a command's flags.
 package main
@@ -34,11 +37,14 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"demo":        {"the RDMA_RC_example flow on two software RoCE devices over loopback", runDemo},
-	"devices":     {"list RDMA devices and their node GUIDs, as ibv_devices does", runDevices},
-	"devinfo":     {"print RDMA device and port attributes, as ibv_devinfo does", runDevinfo},
-	"dump":        {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", runDump},
-	"rc_pingpong": {"ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)", runRCPingpong},
+	"demo":         {"the RDMA_RC_example flow on two software RoCE devices over loopback", runDemo},
+	"devices":      {"list RDMA devices and their node GUIDs, as ibv_devices does", runDevices},
+	"devinfo":      {"print RDMA device and port attributes, as ibv_devinfo does", runDevinfo},
+	"dump":         {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", runDump},
+	"rc_pingpong":  {"ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)", runRCPingpong},
+	"srq_pingpong": {"ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)", runSRQPingpong},
+	"uc_pingpong":  {"ping-pong over a UC QP, as ibv_uc_pingpong (interoperates with it)", runUCPingpong},
+	"ud_pingpong":  {"ping-pong over a UD QP, as ibv_ud_pingpong (interoperates with it)", runUDPingpong},
 }
 
 func main() {
@@ -73,7 +79,7 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-13s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nrun 'rdmago <command> -h' for a command's flags")
 }

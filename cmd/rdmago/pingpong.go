@@ -14,11 +14,34 @@ import (
 
 // runRCPingpong is `rdmago rc_pingpong`, flag for flag ibv_rc_pingpong.
 func runRCPingpong(args []string, stdout, stderr io.Writer) int {
-	o := pingpong.Defaults()
-	fs := flag.NewFlagSet("rc_pingpong", flag.ContinueOnError)
+	return runPingpong(pingpong.RC, args, stdout, stderr)
+}
+
+// runUCPingpong is `rdmago uc_pingpong`, flag for flag ibv_uc_pingpong.
+func runUCPingpong(args []string, stdout, stderr io.Writer) int {
+	return runPingpong(pingpong.UC, args, stdout, stderr)
+}
+
+// runUDPingpong is `rdmago ud_pingpong`, flag for flag ibv_ud_pingpong
+// (which has no -m: a UD message is one packet of at most the port's MTU).
+func runUDPingpong(args []string, stdout, stderr io.Writer) int {
+	return runPingpong(pingpong.UD, args, stdout, stderr)
+}
+
+// runSRQPingpong is `rdmago srq_pingpong`, flag for flag ibv_srq_pingpong
+// (less its -o, on-demand paging, which rdmago's device does not offer).
+func runSRQPingpong(args []string, stdout, stderr io.Writer) int {
+	return runPingpong(pingpong.SRQ, args, stdout, stderr)
+}
+
+// runPingpong parses the flags of t's C program and runs it.
+func runPingpong(t pingpong.Transport, args []string, stdout, stderr io.Writer) int {
+	name := t.String() + "_pingpong"
+	o := pingpong.DefaultsFor(t)
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		port, ibPort, size, mtu, rx, iters, sl, gid int
+		port, ibPort, size, mtu, numQP, rx, iters, sl, gid int
 	)
 	intFlag := func(p *int, short, long string, def int, usage string) {
 		fs.IntVar(p, short, def, usage)
@@ -28,10 +51,24 @@ func runRCPingpong(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Device, "d", "", "use IB device (default first device found)")
 	fs.StringVar(&o.Device, "ib-dev", "", "same as -d")
 	intFlag(&ibPort, "i", "ib-port", int(o.IBPort), "use port of IB device")
-	intFlag(&size, "s", "size", o.Size, "size of message to exchange")
-	intFlag(&mtu, "m", "mtu", 1024, "path MTU")
+	sizeUsage := "size of message to exchange"
+	if t == pingpong.UD {
+		sizeUsage += ", at most the port's active MTU"
+	}
+	intFlag(&size, "s", "size", o.Size, sizeUsage)
+	mtu = o.MTU.Bytes()
+	if t != pingpong.UD {
+		intFlag(&mtu, "m", "mtu", mtu, "path MTU")
+	}
+	if t == pingpong.SRQ {
+		intFlag(&numQP, "q", "num-qp", o.NumQP, "number of QPs to use")
+	}
 	intFlag(&rx, "r", "rx-depth", o.RxDepth, "number of receives to post at a time")
-	intFlag(&iters, "n", "iters", o.Iters, "number of exchanges")
+	itersUsage := "number of exchanges"
+	if t == pingpong.SRQ {
+		itersUsage += " (in total over all QPs)"
+	}
+	intFlag(&iters, "n", "iters", o.Iters, itersUsage)
 	intFlag(&sl, "l", "sl", 0, "service level value")
 	fs.BoolVar(&o.Events, "e", false, "sleep on CQ events (default poll)")
 	fs.BoolVar(&o.Events, "events", false, "same as -e")
@@ -40,9 +77,9 @@ func runRCPingpong(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Check, "chk", false, "same as -c")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage:")
-		fmt.Fprintln(stderr, "  rdmago rc_pingpong [flags]         start a server and wait for connection")
-		fmt.Fprintln(stderr, "  rdmago rc_pingpong [flags] <host>  connect to server at <host>")
-		fmt.Fprintln(stderr, "\nflags (those of ibv_rc_pingpong):")
+		fmt.Fprintf(stderr, "  rdmago %s [flags]         start a server and wait for connection\n", name)
+		fmt.Fprintf(stderr, "  rdmago %s [flags] <host>  connect to server at <host>\n", name)
+		fmt.Fprintf(stderr, "\n%s\n\nflags (those of %s):\n", pingpongAbout(t), t.Tool())
 		fs.PrintDefaults()
 	}
 	rest, err := parseInterspersed(fs, args)
@@ -69,6 +106,10 @@ func runRCPingpong(args []string, stdout, stderr io.Writer) int {
 		bad = "-m must be 256, 512, 1024, 2048 or 4096"
 	case rx < 1 || rx > 16384:
 		bad = "-r must be 1-16384"
+	case t == pingpong.SRQ && (numQP < 1 || numQP > 255):
+		bad = "-q must be 1-255"
+	case t == pingpong.SRQ && numQP > rx:
+		bad = fmt.Sprintf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP (-r >= -q)", rx, numQP)
 	case iters < 1:
 		bad = "-n must be positive"
 	case sl < 0 || sl > 15:
@@ -77,15 +118,31 @@ func runRCPingpong(args []string, stdout, stderr io.Writer) int {
 		bad = "-g must be a GID index"
 	}
 	if bad != "" {
-		fmt.Fprintln(stderr, "rdmago rc_pingpong: "+bad)
+		fmt.Fprintf(stderr, "rdmago %s: %s\n", name, bad)
 		return 2
 	}
 	o.Port, o.IBPort, o.Size, o.RxDepth, o.Iters, o.SL, o.GIDIndex = port, uint8(ibPort), size, rx, iters, uint8(sl), gid
+	if t == pingpong.SRQ {
+		o.NumQP = numQP
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if _, err := pingpong.Run(ctx, stdout, o); err != nil {
-		fmt.Fprintf(stderr, "rdmago rc_pingpong: %v\n", err)
+		fmt.Fprintf(stderr, "rdmago %s: %v\n", name, err)
 		return 1
 	}
 	return 0
+}
+
+// pingpongAbout is the line of usage text that says what t's tool does.
+func pingpongAbout(t pingpong.Transport) string {
+	switch t {
+	case pingpong.UC:
+		return "Ping-pong of SENDs over a UC QP; interoperates with ibv_uc_pingpong."
+	case pingpong.UD:
+		return "Ping-pong of SENDs over a UD QP (Q_Key 0x11111111); interoperates with ibv_ud_pingpong."
+	case pingpong.SRQ:
+		return "Ping-pong of SENDs over -q RC QPs receiving from one SRQ; interoperates with ibv_srq_pingpong\n(use the same -q on both sides)."
+	}
+	return "Ping-pong of SENDs over an RC QP; interoperates with ibv_rc_pingpong."
 }
