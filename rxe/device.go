@@ -391,3 +391,10 @@ var (
 	_ verbs.DeviceDriver  = (*device)(nil)
 	_ verbs.ContextDriver = (*devctx)(nil)
 )
+
+// Addrs returns the IP addresses the device serves, its GID table, without
+// opening it. The connection manager uses it to find the device that owns
+// an address.
+func (d *device) Addrs() []netip.Addr {
+	return append([]netip.Addr(nil), d.cfg.Addrs...)
+}

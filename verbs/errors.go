@@ -22,6 +22,11 @@ const (
 	ErrInvalidArgument Errno = 22  // EINVAL
 	ErrNotSupported    Errno = 95  // EOPNOTSUPP
 	ErrAddrInUse       Errno = 98  // EADDRINUSE
+	ErrAddrNotAvail    Errno = 99  // EADDRNOTAVAIL: no local device serves the address
+	ErrNetUnreach      Errno = 101 // ENETUNREACH
+	ErrConnReset       Errno = 104 // ECONNRESET
+	ErrConnRefused     Errno = 111 // ECONNREFUSED
+	ErrHostUnreach     Errno = 113 // EHOSTUNREACH
 	ErrTimedOut        Errno = 110 // ETIMEDOUT
 	ErrClosed          Errno = 9   // EBADF: the object was closed or destroyed
 )
@@ -39,6 +44,11 @@ var errnoStr = map[Errno]string{
 	ErrInvalidArgument: "invalid argument",
 	ErrNotSupported:    "operation not supported",
 	ErrAddrInUse:       "address already in use",
+	ErrAddrNotAvail:    "cannot assign requested address",
+	ErrNetUnreach:      "network is unreachable",
+	ErrConnReset:       "connection reset by peer",
+	ErrConnRefused:     "connection refused",
+	ErrHostUnreach:     "no route to host",
 	ErrTimedOut:        "timed out",
 	ErrClosed:          "object closed or destroyed",
 }

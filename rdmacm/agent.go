@@ -1,0 +1,474 @@
+package rdmacm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rdmago/rdmago/rdmacm/mad"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// The CM's state: every ID, listener, connection and agent. One mutex
+// guards all of it; the connection manager handles a few messages per
+// connection, so a single lock costs nothing and leaves no lock order to
+// get wrong. Events leave through EventChannels, whose own lock is taken
+// under this one and never the other way round.
+var cm struct {
+	mu     sync.Mutex
+	agents map[*verbs.Device]*agent
+	// ports holds the bound IDs of each port space and port.
+	ports map[portKey][]*ID
+}
+
+type portKey struct {
+	ps   PortSpace
+	port uint16
+}
+
+// Sizes of QP1's queues and buffers.
+const (
+	agentRecvs   = 64
+	agentSends   = 64
+	recvSlotLen  = verbs.GRHLen + mad.MADLen
+	agentCQDepth = agentRecvs + agentSends
+)
+
+// agent is the connection manager of one device (the kernel's ib_cm agent
+// on a port): it owns QP1, sends and resends MADs, and hands each MAD it
+// receives to the connection or listener it is for.
+type agent struct {
+	dev  *verbs.Device
+	ctx  *verbs.Context
+	pd   *verbs.PD
+	cq   *verbs.CQ
+	qp   *verbs.QP
+	mr   *verbs.MR
+	guid uint64
+	mtu  verbs.MTU
+	gids []netip.Addr // the port's GID table, as addresses
+
+	// Guarded by cm.mu.
+	refs      int
+	sendFree  []int       // free send slots
+	sendQueue []queuedMAD // MADs waiting for a send slot
+	ahs       map[ahKey]*verbs.AH
+	conns     map[uint32]*ID    // by local communication ID
+	remotes   map[remoteKey]*ID // by the peer's communication ID and CA GUID
+	qpns      map[remoteKey]*ID // connected IDs by the peer's QPN and CA GUID
+	stats     AgentStats
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// AgentStats counts what a device's connection manager received and sent.
+type AgentStats struct {
+	Received, Sent, Resent, Dropped uint64
+}
+
+type ahKey struct {
+	dst  netip.Addr
+	sgid int
+}
+
+type remoteKey struct {
+	id   uint32 // communication ID or QPN
+	guid uint64
+}
+
+// queuedMAD is a MAD waiting for a send slot.
+type queuedMAD struct {
+	b    []byte
+	dst  netip.Addr
+	sgid int
+}
+
+// agentFor returns the device's agent, starting it if needed, with one
+// more reference. Called with cm.mu held.
+func agentFor(dev *verbs.Device) (*agent, error) {
+	if a := cm.agents[dev]; a != nil {
+		a.refs++
+		return a, nil
+	}
+	a, err := startAgent(dev)
+	if err != nil {
+		return nil, err
+	}
+	if cm.agents == nil {
+		cm.agents = map[*verbs.Device]*agent{}
+	}
+	cm.agents[dev] = a
+	a.refs = 1
+	return a, nil
+}
+
+// release drops a reference; the last one stops the agent. Called with
+// cm.mu held; it does not wait for the receive loop, which ends on its own
+// once the QP is gone.
+func (a *agent) release() {
+	a.refs--
+	if a.refs > 0 {
+		return
+	}
+	delete(cm.agents, a.dev)
+	a.cancel()
+	a.qp.Destroy()
+	for _, ah := range a.ahs {
+		ah.Destroy()
+	}
+	go func() {
+		// The receive loop may be inside a handler waiting for cm.mu;
+		// let it finish before freeing what it uses.
+		<-a.done
+		a.mr.Dereg()
+		a.cq.Destroy()
+		a.pd.Dealloc()
+		a.ctx.Close()
+	}()
+}
+
+func startAgent(dev *verbs.Device) (a *agent, err error) {
+	ctx, err := dev.Open()
+	if err != nil {
+		return nil, err
+	}
+	a = &agent{dev: dev, ctx: ctx, ahs: map[ahKey]*verbs.AH{}, conns: map[uint32]*ID{},
+		remotes: map[remoteKey]*ID{}, qpns: map[remoteKey]*ID{}, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			a.free()
+		}
+	}()
+	da, err := ctx.QueryDevice()
+	if err != nil {
+		return nil, err
+	}
+	a.guid = da.NodeGUID
+	pa, err := ctx.QueryPort(1)
+	if err != nil {
+		return nil, err
+	}
+	a.mtu = pa.ActiveMTU
+	for i := 0; i < pa.GIDTblLen; i++ {
+		g, err := ctx.QueryGID(1, i)
+		if err != nil || g.IsZero() {
+			break
+		}
+		a.gids = append(a.gids, g.Addr())
+	}
+	if a.pd, err = ctx.AllocPD(); err != nil {
+		return nil, err
+	}
+	if a.cq, err = ctx.CreateCQ(agentCQDepth, nil, 0); err != nil {
+		return nil, err
+	}
+	a.qp, err = a.pd.CreateQP(&verbs.QPInitAttr{SendCQ: a.cq, RecvCQ: a.cq, QPType: verbs.QPTGSI,
+		Cap: verbs.QPCap{MaxSendWR: agentSends, MaxRecvWR: agentRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return nil, fmt.Errorf("rdmacm: %s: creating QP1: %w", dev.Name(), err)
+	}
+	steps := []struct {
+		a verbs.QPAttr
+		m verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QKey: mad.QP1QKey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
+		{verbs.QPAttr{QPState: verbs.QPSRTR}, verbs.QPAttrState},
+		{verbs.QPAttr{QPState: verbs.QPSRTS}, verbs.QPAttrState | verbs.QPAttrSQPSN},
+	}
+	for _, s := range steps {
+		if err := a.qp.Modify(&s.a, s.m); err != nil {
+			return nil, err
+		}
+	}
+	buf := make([]byte, agentRecvs*recvSlotLen+agentSends*mad.MADLen)
+	if a.mr, err = a.pd.RegMR(buf, verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	for i := 0; i < agentRecvs; i++ {
+		if err := a.postRecv(i); err != nil {
+			return nil, err
+		}
+	}
+	for i := agentSends - 1; i >= 0; i-- {
+		a.sendFree = append(a.sendFree, i)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	go a.loop(rctx)
+	return a, nil
+}
+
+// free releases what startAgent made, after a failure.
+func (a *agent) free() {
+	if a.qp != nil {
+		a.qp.Destroy()
+	}
+	if a.mr != nil {
+		a.mr.Dereg()
+	}
+	if a.cq != nil {
+		a.cq.Destroy()
+	}
+	if a.pd != nil {
+		a.pd.Dealloc()
+	}
+	a.ctx.Close()
+}
+
+// Work request IDs of QP1: receives are their slot number, sends have
+// this bit set.
+const sendWRBit = 1 << 32
+
+func (a *agent) postRecv(slot int) error {
+	return a.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(slot), SGList: []verbs.SGE{a.mr.SGE(slot*recvSlotLen, recvSlotLen)}}})
+}
+
+func (a *agent) sendSlot(i int) []byte {
+	off := agentRecvs*recvSlotLen + i*mad.MADLen
+	return a.mr.Buf()[off : off+mad.MADLen]
+}
+
+// loop receives MADs and retires sends until the agent stops.
+func (a *agent) loop(ctx context.Context) {
+	defer close(a.done)
+	wcs := make([]verbs.WC, 16)
+	for {
+		if err := a.cq.Wait(ctx); err != nil {
+			return
+		}
+		n, err := a.cq.Poll(wcs)
+		if err != nil {
+			return
+		}
+		for _, wc := range wcs[:n] {
+			if wc.WRID&sendWRBit != 0 {
+				a.sendDone(int(wc.WRID &^ sendWRBit))
+				continue
+			}
+			slot := int(wc.WRID)
+			if wc.Status == verbs.WCSuccess {
+				b := a.mr.Buf()[slot*recvSlotLen:]
+				a.receive(b[:min(int(wc.ByteLen), recvSlotLen)])
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if err := a.postRecv(slot); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// sendDone frees a send slot and sends the oldest queued MAD in it.
+func (a *agent) sendDone(slot int) {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	a.sendFree = append(a.sendFree, slot)
+	if len(a.sendQueue) > 0 {
+		q := a.sendQueue[0]
+		a.sendQueue = a.sendQueue[1:]
+		a.send(q.b, q.dst, q.sgid)
+	}
+}
+
+// receive handles one MAD from QP1's receive buffer (GRH area first).
+func (a *agent) receive(b []byte) {
+	if len(b) < verbs.GRHLen {
+		return
+	}
+	src, dst, _, _, ok := verbs.GRHAddrs(b[:verbs.GRHLen])
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	a.stats.Received++
+	if !ok {
+		a.stats.Dropped++
+		return
+	}
+	h, msg, err := mad.Decode(b[verbs.GRHLen:])
+	if err != nil || h.MgmtClass != mad.MgmtClassCM || h.Method != mad.MethodSend {
+		a.stats.Dropped++
+		return
+	}
+	in := &inMAD{hdr: h, src: src, sgid: a.gidIndex(dst)}
+	if in.sgid < 0 {
+		a.stats.Dropped++
+		return
+	}
+	switch m := msg.(type) {
+	case *mad.REQ:
+		a.handleREQ(in, m)
+	case *mad.MRA:
+		a.handleMRA(in, m)
+	case *mad.REJ:
+		a.handleREJ(in, m)
+	case *mad.REP:
+		a.handleREP(in, m)
+	case *mad.RTU:
+		a.handleRTU(in, m)
+	case *mad.DREQ:
+		a.handleDREQ(in, m)
+	case *mad.DREP:
+		a.handleDREP(in, m)
+	case *mad.SIDRREQ:
+		a.handleSIDRREQ(in, m)
+	case *mad.SIDRREP:
+		a.handleSIDRREP(in, m)
+	default:
+		a.stats.Dropped++ // LAP and APR: path migration is not supported
+	}
+}
+
+// inMAD is a received MAD's header and where it came from.
+type inMAD struct {
+	hdr  mad.Header
+	src  netip.Addr // the sender's GID
+	sgid int        // our GID index it arrived at
+}
+
+func (a *agent) gidIndex(addr netip.Addr) int {
+	for i, g := range a.gids {
+		if g.WithZone("") == addr.WithZone("") {
+			return i
+		}
+	}
+	return -1
+}
+
+// marshal encodes a CM MAD with the given transaction ID.
+func marshal(tid uint64, m mad.Message) []byte {
+	h := mad.Header{BaseVersion: mad.BaseVersion, MgmtClass: mad.MgmtClassCM, ClassVersion: mad.CMClassVersion, Method: mad.MethodSend,
+		TransactionID: tid, AttrID: m.AttrID()}
+	b, err := mad.Marshal(h, m)
+	if err != nil {
+		// Every message is built here from checked values.
+		panic("rdmacm: encoding " + m.AttrID().String() + ": " + err.Error())
+	}
+	return b
+}
+
+// send sends an encoded MAD to dst's QP1 from our GID sgid, or queues it
+// until a send slot is free. Called with cm.mu held.
+func (a *agent) send(b []byte, dst netip.Addr, sgid int) {
+	if len(a.sendFree) == 0 {
+		a.sendQueue = append(a.sendQueue, queuedMAD{b, dst, sgid})
+		return
+	}
+	ah, err := a.ah(dst, sgid)
+	if err != nil {
+		a.stats.Dropped++
+		return
+	}
+	slot := a.sendFree[len(a.sendFree)-1]
+	a.sendFree = a.sendFree[:len(a.sendFree)-1]
+	copy(a.sendSlot(slot), b)
+	wr := verbs.SendWR{WRID: sendWRBit | uint64(slot), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(agentRecvs*recvSlotLen+slot*mad.MADLen, mad.MADLen)},
+		AH:     ah, RemoteQPN: 1, RemoteQKey: mad.QP1QKey}
+	if err := a.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+		a.sendFree = append(a.sendFree, slot)
+		a.stats.Dropped++
+		return
+	}
+	a.stats.Sent++
+}
+
+func (a *agent) ah(dst netip.Addr, sgid int) (*verbs.AH, error) {
+	k := ahKey{dst, sgid}
+	if ah := a.ahs[k]; ah != nil {
+		return ah, nil
+	}
+	ah, err := a.pd.CreateAH(&verbs.AHAttr{IsGlobal: true, PortNum: 1,
+		GRH: verbs.GlobalRoute{DGID: verbs.GIDFromAddr(dst), SGIDIndex: uint8(sgid), HopLimit: 64}})
+	if err != nil {
+		return nil, err
+	}
+	a.ahs[k] = ah
+	return ah, nil
+}
+
+// reply answers a received MAD with msg, in the same transaction.
+func (a *agent) reply(in *inMAD, msg mad.Message) {
+	a.send(marshal(in.hdr.TransactionID, msg), in.src, in.sgid)
+}
+
+// newCommID returns an unused, nonzero local communication ID.
+func (a *agent) newCommID() uint32 {
+	for {
+		id := randUint32()
+		if id != 0 && a.conns[id] == nil {
+			return id
+		}
+	}
+}
+
+func randUint32() uint32 {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return binary.BigEndian.Uint32(b[:])
+}
+
+// retrier resends one MAD until it is answered or its retries run out
+// (the ib_cm's MAD agent retries). Its timer callbacks take cm.mu.
+type retrier struct {
+	a       *agent
+	b       []byte
+	dst     netip.Addr
+	sgid    int
+	timeout time.Duration
+	left    int
+	timer   *time.Timer
+	expired func() // called with cm.mu held when the retries run out
+}
+
+// startRetrier sends b and arms its retransmissions. Called with cm.mu held.
+func (a *agent) startRetrier(b []byte, dst netip.Addr, sgid int, timeout time.Duration, retries int, expired func()) *retrier {
+	r := &retrier{a: a, b: b, dst: dst, sgid: sgid, timeout: timeout, left: retries, expired: expired}
+	a.send(b, dst, sgid)
+	r.timer = time.AfterFunc(timeout, r.fire)
+	return r
+}
+
+func (r *retrier) fire() {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if r.timer == nil {
+		return // stopped
+	}
+	if r.left <= 0 {
+		r.timer = nil
+		r.expired()
+		return
+	}
+	r.left--
+	r.a.stats.Resent++
+	r.a.send(r.b, r.dst, r.sgid)
+	r.timer.Reset(r.timeout)
+}
+
+// stop cancels the retransmissions. Called with cm.mu held; safe on nil.
+func (r *retrier) stop() {
+	if r == nil || r.timer == nil {
+		return
+	}
+	r.timer.Stop()
+	r.timer = nil
+}
+
+// resend sends the MAD once more now (answering a duplicate).
+func (r *retrier) resend() {
+	if r != nil {
+		r.a.send(r.b, r.dst, r.sgid)
+	}
+}
+
+// errAgentGone is returned when an ID's device closed under it.
+var errAgentGone = errors.New("rdmacm: device closed")

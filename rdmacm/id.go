@@ -1,0 +1,712 @@
+package rdmacm
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// idState is where an ID is in rdma_cm's life cycle (enum rdma_cm_state).
+type idState int
+
+const (
+	stateIdle idState = iota
+	stateAddrBound
+	stateAddrResolved
+	stateRouteResolved
+	stateListen
+	stateConnect    // connecting or connected
+	stateDisconnect // disconnected
+	stateDestroying
+)
+
+// ID is a connection manager identifier (struct rdma_cm_id), the rdma_cm
+// counterpart of a socket: it is bound to an address, resolves a route,
+// listens, or connects, and owns the QP of its connection.
+//
+// An ID created on an EventChannel reports the outcome of its operations as
+// events on the channel. An ID created without one is synchronous, as in
+// librdmacm: ResolveAddr, ResolveRoute, Connect and Accept wait for their
+// outcome and return it as an error, and a listening ID hands out requests
+// through GetRequest.
+type ID struct {
+	ps PortSpace
+
+	// Guarded by cm.mu.
+	ch        *EventChannel
+	sync      bool
+	context   any
+	state     idState
+	agent     *agent   // the device's connection manager
+	agents    []*agent // a wildcard listener's agents, one per device
+	local     netip.AddrPort
+	peer      netip.AddrPort
+	portBound bool
+	route     Route
+	opts      options
+
+	// Listening.
+	backlog int
+	pending int // requests not yet accepted or rejected
+	parent  *ID // a request's listening ID
+	epAttr  *verbs.QPInitAttr
+	epPD    *verbs.PD
+
+	// The ID's QP and what CreateQP made for it.
+	qp       *verbs.QP
+	pd       *verbs.PD
+	sendCQ   *verbs.CQ
+	recvCQ   *verbs.CQ
+	sendCh   *verbs.CompChannel
+	recvCh   *verbs.CompChannel
+	ownCQs   bool
+	qpType   verbs.QPType
+	ownPD    bool
+	userQPN  uint32 // the QP number advertised when the user owns the QP
+	userSRQ  bool
+	lastWait *Event // the event a synchronous call ended on
+
+	c conn // the IB CM connection
+}
+
+// options are the settable per-ID options (rdma_set_option and the Go
+// extensions).
+type options struct {
+	tos        uint8
+	ackTimeout uint8 // 0: the default
+	cmTimeout  uint8
+	cmRetries  uint8
+	reuseAddr  bool
+}
+
+// Defaults of Linux's rdma_cm.
+const (
+	// CMResponseTimeout is the CM response timeout code rdma_cm puts in
+	// a REQ: 4.096 µs << 20, about 4.3 s (CMA_CM_RESPONSE_TIMEOUT).
+	CMResponseTimeout = 20
+	// MaxCMRetries is how often a CM message is resent before the
+	// connection attempt fails (CMA_MAX_CM_RETRIES).
+	MaxCMRetries = 15
+	// defaultACKTimeout is the local ACK timeout code RoCE connections
+	// get: the packet lifetime (18) plus one, as in Linux's REQs.
+	defaultACKTimeout = 19
+	// minRNRTimer is the RNR NAK delay code connected QPs get (0.64 ms).
+	minRNRTimer = 12
+)
+
+// Route is the path a resolved ID uses (the RoCE view of struct
+// rdma_route): which local GID, which peer GID, and the path's MTU.
+type Route struct {
+	SGID         verbs.GID
+	DGID         verbs.GID
+	SGIDIndex    uint8
+	PathMTU      verbs.MTU
+	HopLimit     uint8
+	TrafficClass uint8
+	FlowLabel    uint32
+}
+
+// CreateID creates an ID in port space ps (rdma_create_id). Events for it
+// go to ch; with a nil ch the ID is synchronous. context is the user's
+// value, returned by Context.
+func CreateID(ch *EventChannel, context any, ps PortSpace) (*ID, error) {
+	if !ps.valid() {
+		return nil, verbs.Errorf("rdma_create_id", verbs.ErrInvalidArgument, "unknown port space "+ps.String())
+	}
+	id := &ID{ps: ps, context: context}
+	switch ps {
+	case PSUDP:
+		id.qpType = verbs.QPTUD
+	default:
+		id.qpType = verbs.QPTRC
+	}
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if ch == nil {
+		ch = newChannel()
+		id.sync = true
+	} else {
+		ch.mu.Lock()
+		closed := ch.closed
+		ch.mu.Unlock()
+		if closed {
+			return nil, verbs.Errorf("rdma_create_id", verbs.ErrClosed, "event channel destroyed")
+		}
+	}
+	id.ch = ch
+	ch.ids++
+	return id, nil
+}
+
+// Context returns the user's value given to CreateID (id->context).
+func (id *ID) Context() any {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return id.context
+}
+
+// SetContext replaces the user's value (assigning id->context).
+func (id *ID) SetContext(v any) {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	id.context = v
+}
+
+// PortSpace returns the ID's port space (id->ps).
+func (id *ID) PortSpace() PortSpace { return id.ps }
+
+// Verbs returns the device context the ID is bound to (id->verbs), or nil
+// before it is bound or resolved. All IDs on a device share it.
+func (id *ID) Verbs() *verbs.Context {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.agent == nil {
+		return nil
+	}
+	return id.agent.ctx
+}
+
+// Device returns the device the ID is bound to, or nil.
+func (id *ID) Device() *verbs.Device {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.agent == nil {
+		return nil
+	}
+	return id.agent.dev
+}
+
+// PortNum returns the device port the ID uses (id->port_num): 1 once
+// bound, 0 before.
+func (id *ID) PortNum() uint8 {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.agent == nil {
+		return 0
+	}
+	return 1
+}
+
+// Channel returns the ID's event channel (id->channel); nil for a
+// synchronous ID.
+func (id *ID) Channel() *EventChannel {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.sync {
+		return nil
+	}
+	return id.ch
+}
+
+// LocalAddr returns the ID's local address and port (rdma_get_local_addr,
+// rdma_get_src_port).
+func (id *ID) LocalAddr() netip.AddrPort {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return id.local
+}
+
+// PeerAddr returns the peer's address and port (rdma_get_peer_addr,
+// rdma_get_dst_port).
+func (id *ID) PeerAddr() netip.AddrPort {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return id.peer
+}
+
+// Route returns the resolved route (id->route).
+func (id *ID) Route() Route {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return id.route
+}
+
+// QP returns the ID's QP (id->qp), or nil.
+func (id *ID) QP() *verbs.QP { cm.mu.Lock(); defer cm.mu.Unlock(); return id.qp }
+
+// PD returns the protection domain of the ID's QP (id->pd), or nil.
+func (id *ID) PD() *verbs.PD { cm.mu.Lock(); defer cm.mu.Unlock(); return id.pd }
+
+// SendCQ returns the CQ of the QP's send queue (id->send_cq).
+func (id *ID) SendCQ() *verbs.CQ { cm.mu.Lock(); defer cm.mu.Unlock(); return id.sendCQ }
+
+// RecvCQ returns the CQ of the QP's receive queue (id->recv_cq).
+func (id *ID) RecvCQ() *verbs.CQ { cm.mu.Lock(); defer cm.mu.Unlock(); return id.recvCQ }
+
+// SendCompChannel returns the completion channel of the CQ CreateQP made
+// for sends (id->send_cq_channel), or nil if the user gave the CQ.
+func (id *ID) SendCompChannel() *verbs.CompChannel {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return id.sendCh
+}
+
+// RecvCompChannel returns the completion channel of the CQ CreateQP made
+// for receives (id->recv_cq_channel), or nil if the user gave the CQ.
+func (id *ID) RecvCompChannel() *verbs.CompChannel {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return id.recvCh
+}
+
+// SetTOS sets the IP type of service of the ID's connections
+// (rdma_set_option RDMA_OPTION_ID_TOS), before the route is resolved.
+func (id *ID) SetTOS(tos uint8) error {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	id.opts.tos = tos
+	return nil
+}
+
+// SetReuseAddr lets the ID bind a port other IDs have bound
+// (rdma_set_option RDMA_OPTION_ID_REUSEADDR).
+func (id *ID) SetReuseAddr(on bool) error {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	id.opts.reuseAddr = on
+	return nil
+}
+
+// SetACKTimeout sets the local ACK timeout code of the ID's QP
+// (rdma_set_option RDMA_OPTION_ID_ACK_TIMEOUT): 4.096 µs << code. It also
+// sets the packet lifetime the connection manager reckons with (code-1),
+// and so its timewait. The default is 19, about 2.1 s, as Linux's.
+func (id *ID) SetACKTimeout(code uint8) error {
+	if code == 0 || code > 31 {
+		return verbs.Errorf("rdma_set_option", verbs.ErrInvalidArgument, "ACK timeout code must be 1..31")
+	}
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	id.opts.ackTimeout = code
+	return nil
+}
+
+// SetCMTimeouts sets how long the ID waits for an answer to a CM message
+// (4.096 µs << responseTimeout, default 20: 4.3 s) and how often it sends
+// it again (default 15), as it advertises them in its REQ. Linux fixes
+// both; this Go extension lets a program notice a dead peer sooner.
+func (id *ID) SetCMTimeouts(responseTimeout, maxRetries uint8) error {
+	if responseTimeout > 31 || maxRetries > 15 {
+		return verbs.Errorf("rdma_set_option", verbs.ErrInvalidArgument, "response timeout code must be 0..31 and retries 0..15")
+	}
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	id.opts.cmTimeout = responseTimeout
+	id.opts.cmRetries = maxRetries
+	id.opts.cmTimeout |= 0x80 // set
+	return nil
+}
+
+func (o *options) ack() uint8 {
+	if o.ackTimeout == 0 {
+		return defaultACKTimeout
+	}
+	return o.ackTimeout
+}
+
+func (o *options) responseTimeout() uint8 {
+	if o.cmTimeout&0x80 == 0 {
+		return CMResponseTimeout
+	}
+	return o.cmTimeout &^ 0x80
+}
+
+func (o *options) retries() uint8 {
+	if o.cmTimeout&0x80 == 0 {
+		return MaxCMRetries
+	}
+	return o.cmRetries
+}
+
+// ibTime converts an IBTA time code (4.096 µs << code) to a duration.
+func ibTime(code uint8) time.Duration {
+	return time.Duration(4096<<min(code, 31)) * time.Nanosecond
+}
+
+// event queues an event for id. Called with cm.mu held.
+func (id *ID) event(ev *Event) {
+	if id.state == stateDestroying || id.ch == nil {
+		return
+	}
+	ev.ID = id
+	id.ch.push(ev)
+}
+
+// attach binds id to agent a (one reference). Called with cm.mu held.
+func (id *ID) attach(a *agent) {
+	id.agent = a
+}
+
+// BindAddr binds the ID to a local address and port (rdma_bind_addr). An
+// unspecified address binds the port on every device (for Listen); port 0
+// picks a free port.
+func (id *ID) BindAddr(addr netip.AddrPort) error {
+	const op = "rdma_bind_addr"
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.state != stateIdle {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is already bound")
+	}
+	return id.bind(op, addr)
+}
+
+// bind is BindAddr with cm.mu held.
+func (id *ID) bind(op string, addr netip.AddrPort) error {
+	ip := addr.Addr().Unmap()
+	if !ip.IsValid() {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "no address")
+	}
+	var a *agent
+	if !ip.IsUnspecified() {
+		cm.mu.Unlock()
+		dev := deviceFor(ip)
+		cm.mu.Lock()
+		if dev == nil {
+			return verbs.Errorf(op, verbs.ErrAddrNotAvail, "no RDMA device serves "+ip.String())
+		}
+		var err error
+		if a, err = agentFor(dev); err != nil {
+			return err
+		}
+	}
+	port, err := bindPort(id, ip, addr.Port())
+	if err != nil {
+		if a != nil {
+			a.release()
+		}
+		return err
+	}
+	id.portBound = true
+	id.local = netip.AddrPortFrom(ip, port)
+	id.agent = a
+	id.state = stateAddrBound
+	return nil
+}
+
+// ResolveAddr resolves dst to a local device and address
+// (rdma_resolve_addr): the device whose GID is src, or the one holding the
+// address the host routes dst from. The result comes as an
+// ADDR_RESOLVED or ADDR_ERROR event; a synchronous ID waits for it.
+// timeout is accepted for the C signature: resolution over RoCEv2 needs
+// no network exchange and ends at once.
+func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error {
+	const op = "rdma_resolve_addr"
+	cm.mu.Lock()
+	if id.state != stateIdle && id.state != stateAddrBound {
+		cm.mu.Unlock()
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not idle")
+	}
+	d := dst.Addr().Unmap()
+	if !d.IsValid() || d.IsUnspecified() || d.IsMulticast() {
+		cm.mu.Unlock()
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "bad destination "+dst.String())
+	}
+	if src.Addr().IsValid() && id.state == stateIdle {
+		if err := id.bind(op, src); err != nil {
+			cm.mu.Unlock()
+			return err
+		}
+	}
+	status := id.resolveAddr(d)
+	if status == 0 {
+		id.peer = netip.AddrPortFrom(d, dst.Port())
+		id.state = stateAddrResolved
+		id.event(&Event{Type: EventAddrResolved})
+	} else {
+		id.event(&Event{Type: EventAddrError, Status: status})
+	}
+	cm.mu.Unlock()
+	return id.wait(op, EventAddrResolved)
+}
+
+// resolveAddr finds the device and source address for d. It returns 0 or
+// a negative errno. Called with cm.mu held.
+func (id *ID) resolveAddr(d netip.Addr) int {
+	if id.agent != nil {
+		if id.local.Addr().Is4() != d.Is4() {
+			return -int(verbs.ErrInvalidArgument)
+		}
+		return 0
+	}
+	// Unbound, or bound to the unspecified address: route.
+	cm.mu.Unlock()
+	src, err := routeSource(d)
+	var dev *verbs.Device
+	if err == nil {
+		dev = deviceFor(src)
+	}
+	cm.mu.Lock()
+	if err != nil {
+		return -int(verbs.ErrNetUnreach)
+	}
+	if dev == nil {
+		return -int(verbs.ErrNoDevice)
+	}
+	a, err := agentFor(dev)
+	if err != nil {
+		return -int(verbs.ErrNoDevice)
+	}
+	if !id.portBound {
+		port, err := bindPort(id, src, 0)
+		if err != nil {
+			a.release()
+			return -int(verbs.ErrAddrInUse)
+		}
+		id.portBound = true
+		id.local = netip.AddrPortFrom(src, port)
+	} else {
+		id.local = netip.AddrPortFrom(src, id.local.Port())
+	}
+	id.agent = a
+	return 0
+}
+
+// ResolveRoute resolves the route to the peer (rdma_resolve_route): on
+// RoCEv2 the source and destination GIDs and the path MTU. The result
+// comes as a ROUTE_RESOLVED event; a synchronous ID waits for it.
+func (id *ID) ResolveRoute(timeout time.Duration) error {
+	const op = "rdma_resolve_route"
+	cm.mu.Lock()
+	if id.state != stateAddrResolved {
+		cm.mu.Unlock()
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the address is not resolved")
+	}
+	id.route = id.makeRoute()
+	id.state = stateRouteResolved
+	id.event(&Event{Type: EventRouteResolved})
+	cm.mu.Unlock()
+	return id.wait(op, EventRouteResolved)
+}
+
+// makeRoute builds the route from the resolved addresses. Called with
+// cm.mu held.
+func (id *ID) makeRoute() Route {
+	a := id.agent
+	sgid := a.gidIndex(id.local.Addr())
+	r := Route{
+		SGID:         verbs.GIDFromAddr(id.local.Addr()),
+		DGID:         verbs.GIDFromAddr(id.peer.Addr()),
+		SGIDIndex:    uint8(max(sgid, 0)),
+		PathMTU:      a.mtu,
+		HopLimit:     64,
+		TrafficClass: id.opts.tos,
+	}
+	return r
+}
+
+// Listen starts listening for connection requests (rdma_listen) on the
+// bound address and port. backlog bounds the requests not yet accepted or
+// rejected; requests beyond it are dropped, and the peer's CM resends
+// them. A non-positive backlog means 1024.
+func (id *ID) Listen(backlog int) error {
+	const op = "rdma_listen"
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.state != stateAddrBound {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound (rdma_bind_addr)")
+	}
+	if backlog <= 0 {
+		backlog = 1024
+	}
+	id.backlog = backlog
+	if id.agent == nil {
+		// A wildcard: listen on every device of the address family.
+		cm.mu.Unlock()
+		devs := candidates()
+		cm.mu.Lock()
+		for _, d := range devs {
+			ok := false
+			for _, a := range deviceAddrs(d) {
+				if a.Is4() == id.local.Addr().Is4() {
+					ok = true
+				}
+			}
+			if !ok {
+				continue
+			}
+			if a, err := agentFor(d); err == nil {
+				id.agents = append(id.agents, a)
+			}
+		}
+		if len(id.agents) == 0 {
+			return verbs.Errorf(op, verbs.ErrNoDevice, "no RDMA device to listen on")
+		}
+	}
+	id.state = stateListen
+	return nil
+}
+
+// listensOn reports whether a wildcard listener listens on agent a.
+func (id *ID) listensOn(a *agent) bool {
+	for _, x := range id.agents {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// GetRequest waits for a connection request on a synchronous listening ID
+// and returns its new ID (rdma_get_request). If the listening ID was made
+// by CreateEP with QP attributes, the new ID has its QP.
+func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
+	const op = "rdma_get_request"
+	cm.mu.Lock()
+	if !id.sync || id.state != stateListen {
+		cm.mu.Unlock()
+		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "not a synchronous listening ID")
+	}
+	ch := id.ch
+	cm.mu.Unlock()
+	for {
+		ev, err := ch.GetEvent(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ev.Type != EventConnectRequest {
+			continue
+		}
+		child := ev.ID
+		cm.mu.Lock()
+		attr, pd := id.epAttr, id.epPD
+		child.ch.ids--
+		child.ch = newChannel()
+		child.ch.ids++
+		child.sync = true
+		child.c.reqEvent = ev
+		cm.mu.Unlock()
+		if attr != nil {
+			a := *attr
+			if err := child.CreateQP(pd, &a); err != nil {
+				child.Reject(nil)
+				child.Destroy()
+				return nil, err
+			}
+		}
+		return child, nil
+	}
+}
+
+// RequestEvent returns the CONNECT_REQUEST event a synchronous ID from
+// GetRequest was made by: the peer's connection parameters and private
+// data (librdmacm's id->event).
+func (id *ID) RequestEvent() *Event {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return id.c.reqEvent
+}
+
+// SetEndpointQP records the QP attributes GetRequest gives the QPs of the
+// listening ID's requests (what rdma_create_ep stores for a passive
+// endpoint).
+func (id *ID) SetEndpointQP(pd *verbs.PD, attr *verbs.QPInitAttr) {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if attr == nil {
+		id.epAttr = nil
+	} else {
+		a := *attr
+		id.epAttr = &a
+	}
+	id.epPD = pd
+}
+
+// Migrate moves the ID, and its events not yet taken, to another channel
+// (rdma_migrate_id). A nil ch makes the ID synchronous.
+func (id *ID) Migrate(ch *EventChannel) error {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.state == stateDestroying {
+		return verbs.Errorf("rdma_migrate_id", verbs.ErrClosed, "ID destroyed")
+	}
+	old := id.ch
+	sync := ch == nil
+	if sync {
+		ch = newChannel()
+	}
+	evs := old.take(id)
+	old.ids--
+	id.ch, id.sync = ch, sync
+	ch.ids++
+	for _, ev := range evs {
+		ch.push(ev)
+	}
+	return nil
+}
+
+// wait makes a synchronous ID's call wait for its outcome event.
+func (id *ID) wait(op string, want EventType) error {
+	cm.mu.Lock()
+	sync, ch := id.sync, id.ch
+	cm.mu.Unlock()
+	if !sync {
+		return nil
+	}
+	ev, err := ch.GetEvent(context.Background())
+	if err != nil {
+		return err
+	}
+	cm.mu.Lock()
+	id.lastWait = ev
+	cm.mu.Unlock()
+	if ev.Type != want || ev.Status != 0 {
+		return &opError{op: op, ev: ev}
+	}
+	return nil
+}
+
+// LastEvent returns the event a synchronous ID's last blocking call ended
+// on (librdmacm's id->event): with the peer's private data after Connect.
+func (id *ID) LastEvent() *Event {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return id.lastWait
+}
+
+// opError is a synchronous call's failure: the event it ended on.
+type opError struct {
+	op string
+	ev *Event
+}
+
+func (e *opError) Error() string {
+	return e.op + ": " + (&EventError{Type: e.ev.Type, Status: e.ev.Status}).Error()
+}
+
+func (e *opError) Unwrap() error { return &EventError{Type: e.ev.Type, Status: e.ev.Status} }
+
+// Destroy destroys the ID (rdma_destroy_id), and its QP, CQs and PD if
+// CreateQP made them. A connected ID disconnects first; the connection
+// manager keeps answering the peer for the connection's timewait. No
+// events are delivered for the ID afterwards. Close is the same.
+func (id *ID) Destroy() error {
+	cm.mu.Lock()
+	if id.state == stateDestroying {
+		cm.mu.Unlock()
+		return nil
+	}
+	id.abandon()
+	id.state = stateDestroying
+	unbindPort(id)
+	for _, a := range id.agents {
+		a.release()
+	}
+	id.agents = nil
+	if id.parent != nil && id.c.counted {
+		id.parent.pending--
+		id.c.counted = false
+	}
+	id.ch.ids--
+	id.ch.take(id)
+	cm.mu.Unlock()
+	id.freeQP()
+	cm.mu.Lock()
+	id.dropAgent()
+	cm.mu.Unlock()
+	return nil
+}
+
+// Close is Destroy, for io.Closer.
+func (id *ID) Close() error { return id.Destroy() }

@@ -1,0 +1,262 @@
+package rdmacm
+
+import (
+	"fmt"
+
+	"github.com/rdmago/rdmago/rdmacm/mad"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// CreateQP creates the ID's QP (rdma_create_qp) on the ID's device and
+// moves it to INIT; the connection manager moves it on to RTR and RTS when
+// the connection is made (a UD QP of the UDP port space goes to RTS at
+// once, with Q_Key UDPQKey). A nil pd uses a protection domain shared by
+// the device's IDs. If attr names no send or receive CQ, CreateQP makes
+// one, with a completion channel (SendCQ, SendCompChannel, ...), as
+// librdmacm does; DestroyQP frees them. attr.Cap gets the sizes the device
+// gave.
+func (id *ID) CreateQP(pd *verbs.PD, attr *verbs.QPInitAttr) error {
+	const op = "rdma_create_qp"
+	cm.mu.Lock()
+	a := id.agent
+	has := id.qp != nil
+	cm.mu.Unlock()
+	if a == nil {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound to a device (resolve the address first)")
+	}
+	if has {
+		return verbs.Errorf(op, verbs.ErrExist, "the ID already has a QP")
+	}
+	if attr == nil {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "no QP attributes")
+	}
+	init := *attr
+	if init.QPType == 0 {
+		init.QPType = id.defaultQPType()
+	}
+	switch {
+	case id.ps == PSTCP && init.QPType != verbs.QPTRC && init.QPType != verbs.QPTUC,
+		id.ps == PSUDP && init.QPType != verbs.QPTUD:
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, fmt.Sprintf("%v QP in %v", init.QPType, id.ps))
+	}
+	ownPD := pd == nil
+	if ownPD {
+		pd = a.pd
+		ownPD = false // the device's shared PD belongs to the agent
+	} else if pd.Context() != a.ctx && pd.Context().Device() != a.dev {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the PD is on another device")
+	}
+	ctx := pd.Context()
+	var sendCh, recvCh *verbs.CompChannel
+	var madeCQs []*verbs.CQ
+	fail := func(err error) error {
+		for _, cq := range madeCQs {
+			cq.Destroy()
+		}
+		if sendCh != nil {
+			sendCh.Close()
+		}
+		if recvCh != nil {
+			recvCh.Close()
+		}
+		return err
+	}
+	if init.SendCQ == nil {
+		ch, err := ctx.CreateCompChannel()
+		if err != nil {
+			return fail(err)
+		}
+		sendCh = ch
+		cq, err := ctx.CreateCQ(int(max(init.Cap.MaxSendWR, 1)), ch, 0)
+		if err != nil {
+			return fail(err)
+		}
+		madeCQs = append(madeCQs, cq)
+		init.SendCQ = cq
+	}
+	if init.RecvCQ == nil {
+		ch, err := ctx.CreateCompChannel()
+		if err != nil {
+			return fail(err)
+		}
+		recvCh = ch
+		cq, err := ctx.CreateCQ(int(max(init.Cap.MaxRecvWR, 1)), ch, 0)
+		if err != nil {
+			return fail(err)
+		}
+		madeCQs = append(madeCQs, cq)
+		init.RecvCQ = cq
+	}
+	qp, err := pd.CreateQP(&init)
+	if err != nil {
+		return fail(err)
+	}
+	if err := id.initQP(qp); err != nil {
+		qp.Destroy()
+		return fail(err)
+	}
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.qp != nil || id.state == stateDestroying {
+		qp.Destroy()
+		return fail(verbs.Errorf(op, verbs.ErrExist, "the ID already has a QP or was destroyed"))
+	}
+	id.qp, id.pd, id.ownPD = qp, pd, ownPD
+	id.sendCQ, id.recvCQ = init.SendCQ, init.RecvCQ
+	id.sendCh, id.recvCh = sendCh, recvCh
+	id.ownCQs = len(madeCQs) > 0
+	id.qpType = init.QPType
+	attr.Cap = init.Cap
+	return nil
+}
+
+func (id *ID) defaultQPType() verbs.QPType {
+	if id.ps == PSUDP {
+		return verbs.QPTUD
+	}
+	return verbs.QPTRC
+}
+
+// initQP moves a new QP to INIT, or for UD all the way to RTS.
+func (id *ID) initQP(qp *verbs.QP) error {
+	attr, mask, err := id.InitQPAttr(verbs.QPSInit)
+	if err != nil {
+		return err
+	}
+	if qp.Type() == verbs.QPTUD {
+		attr.QKey = UDPQKey
+		mask |= verbs.QPAttrQKey
+		mask &^= verbs.QPAttrAccessFlags
+	}
+	if err := qp.Modify(&attr, mask); err != nil {
+		return err
+	}
+	if qp.Type() != verbs.QPTUD {
+		return nil
+	}
+	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR}, verbs.QPAttrState); err != nil {
+		return err
+	}
+	return qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: randUint32() & 0xffffff}, verbs.QPAttrState|verbs.QPAttrSQPSN)
+}
+
+// DestroyQP destroys the ID's QP (rdma_destroy_qp), and the CQs and
+// completion channels CreateQP made for it.
+func (id *ID) DestroyQP() error {
+	id.freeQP()
+	return nil
+}
+
+// freeQP destroys what CreateQP made.
+func (id *ID) freeQP() {
+	cm.mu.Lock()
+	qp, sendCQ, recvCQ, sendCh, recvCh, own := id.qp, id.sendCQ, id.recvCQ, id.sendCh, id.recvCh, id.ownCQs
+	id.qp, id.sendCQ, id.recvCQ, id.sendCh, id.recvCh, id.ownCQs, id.pd = nil, nil, nil, nil, nil, false, nil
+	cm.mu.Unlock()
+	if qp != nil {
+		qp.Destroy()
+	}
+	if own {
+		if sendCh != nil {
+			sendCQ.Destroy()
+			sendCh.Close()
+		}
+		if recvCh != nil {
+			recvCQ.Destroy()
+			recvCh.Close()
+		}
+	}
+}
+
+// InitQPAttr returns the attributes and mask that move a QP the user made
+// for this ID to state s (rdma_init_qp_attr): INIT any time, RTR and RTS
+// once the peer's answer is known (after CONNECT_REQUEST on the passive
+// side, CONNECT_RESPONSE on the active side).
+func (id *ID) InitQPAttr(s verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return id.qpAttr(s)
+}
+
+// qpAttr is InitQPAttr with cm.mu held.
+func (id *ID) qpAttr(s verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
+	const op = "rdma_init_qp_attr"
+	c := &id.c
+	switch s {
+	case verbs.QPSInit:
+		if id.agent == nil {
+			return verbs.QPAttr{}, 0, verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound to a device")
+		}
+		attr := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1,
+			QPAccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+		mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags
+		if id.qpType == verbs.QPTUD {
+			attr.QKey = UDPQKey
+			mask = mask&^verbs.QPAttrAccessFlags | verbs.QPAttrQKey
+		}
+		return attr, mask, nil
+	case verbs.QPSRTR:
+		if c.state != cmRepRcvd && c.state != cmReqRcvd && c.state != cmMRAReqSent && c.state != cmRepSent && c.state != cmEstablished {
+			return verbs.QPAttr{}, 0, verbs.Errorf(op, verbs.ErrInvalidArgument, "the peer's QP is not known yet")
+		}
+		attr := verbs.QPAttr{
+			QPState:         verbs.QPSRTR,
+			PathMTU:         c.pathMTU,
+			DestQPNum:       c.remoteQPN,
+			RQPSN:           c.myPSN,
+			MaxDestRdAtomic: c.respRes,
+			MinRNRTimer:     minRNRTimer,
+			AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{
+				DGID: verbs.GIDFromAddr(c.peerGID), SGIDIndex: uint8(c.sgid),
+				HopLimit: id.route.HopLimit, TrafficClass: id.route.TrafficClass, FlowLabel: id.route.FlowLabel}},
+		}
+		mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
+		if id.qpType != verbs.QPTUC {
+			mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+		}
+		return attr, mask, nil
+	case verbs.QPSRTS:
+		if c.state != cmRepRcvd && c.state != cmReqRcvd && c.state != cmMRAReqSent && c.state != cmRepSent && c.state != cmEstablished {
+			return verbs.QPAttr{}, 0, verbs.Errorf(op, verbs.ErrInvalidArgument, "the peer's QP is not known yet")
+		}
+		attr := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: c.peerPSN, Timeout: c.ackTO,
+			RetryCnt: c.retryCnt, RNRRetry: c.rnrRetry, MaxRdAtomic: c.initDepth}
+		mask := verbs.QPAttrState | verbs.QPAttrSQPSN
+		if id.qpType != verbs.QPTUC {
+			mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+		}
+		return attr, mask, nil
+	case verbs.QPSErr:
+		return verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState, nil
+	}
+	return verbs.QPAttr{}, 0, verbs.Errorf(op, verbs.ErrInvalidArgument, fmt.Sprintf("no attributes for state %v", s))
+}
+
+// qpToRTS moves the ID's QP to RTR and RTS for its connection. Called with
+// cm.mu held.
+func (id *ID) qpToRTS() error {
+	for _, s := range []verbs.QPState{verbs.QPSRTR, verbs.QPSRTS} {
+		attr, mask, err := id.qpAttr(s)
+		if err != nil {
+			return err
+		}
+		if err := id.qp.Modify(&attr, mask); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// qpToError moves the ID's QP to ERR, flushing its work requests. Called
+// with cm.mu held.
+func (id *ID) qpToError() {
+	if id.qp != nil && id.qp.Type() != verbs.QPTUD {
+		id.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
+	}
+}
+
+func errf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+func rejectReasonString(status int) string {
+	return mad.RejectReason(status).String()
+}
