@@ -15,6 +15,7 @@
 //	uc_pingpong   ping-pong over a UC QP, as ibv_uc_pingpong (interoperates with it)
 //	ud_pingpong   ping-pong over a UD QP, as ibv_ud_pingpong (interoperates with it)
 //	srq_pingpong  ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)
+//	rping         RDMA READ/WRITE ping-pong over rdma_cm, as rdma-core's rping (interoperates with it)
 //	dump          decode RoCEv2 packets in pcap and pcapng files, checking each ICRC
 //
 // Run `rdmago <command> -h` for a command's flags.
@@ -42,6 +43,7 @@ var commands = map[string]command{
 	"devinfo":      {"print RDMA device and port attributes, as ibv_devinfo does", runDevinfo},
 	"dump":         {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", runDump},
 	"rc_pingpong":  {"ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)", runRCPingpong},
+	"rping":        {"RDMA READ/WRITE ping-pong over rdma_cm, as rdma-core's rping (interoperates with it)", runRping},
 	"srq_pingpong": {"ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)", runSRQPingpong},
 	"uc_pingpong":  {"ping-pong over a UC QP, as ibv_uc_pingpong (interoperates with it)", runUCPingpong},
 	"ud_pingpong":  {"ping-pong over a UD QP, as ibv_ud_pingpong (interoperates with it)", runUDPingpong},
