@@ -96,6 +96,21 @@ func deviceFor(addr netip.Addr) *verbs.Device {
 	return nil
 }
 
+// loopbackDevice returns a device serving a loopback address of src's
+// family, and that address: on one host, a process whose device serves
+// 127.0.0.2 reaches 127.0.0.1 through it, although the routing table
+// names 127.0.0.1 as the source.
+func loopbackDevice(src netip.Addr) (*verbs.Device, netip.Addr) {
+	for _, d := range candidates() {
+		for _, a := range deviceAddrs(d) {
+			if a = a.Unmap(); a.IsLoopback() && a.Is4() == src.Is4() {
+				return d, a
+			}
+		}
+	}
+	return nil, netip.Addr{}
+}
+
 // routeSource returns the local address the host's routing table picks to
 // reach dst (the source address rdma_resolve_addr finds). It sends nothing.
 func routeSource(dst netip.Addr) (netip.Addr, error) {

@@ -62,6 +62,9 @@ type agent struct {
 	remotes   map[remoteKey]*ID // by the peer's communication ID and CA GUID
 	qpns      map[remoteKey]*ID // connected IDs by the peer's QPN and CA GUID
 	stats     AgentStats
+	issued    uint64        // MADs handed to send
+	finished  uint64        // of those, sent (or dropped)
+	sentCh    chan struct{} // closed and replaced when finished grows
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -138,7 +141,7 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a = &agent{dev: dev, ctx: ctx, ahs: map[ahKey]*verbs.AH{}, conns: map[uint32]*ID{},
+	a = &agent{dev: dev, ctx: ctx, sentCh: make(chan struct{}), ahs: map[ahKey]*verbs.AH{}, conns: map[uint32]*ID{},
 		remotes: map[remoteKey]*ID{}, qpns: map[remoteKey]*ID{}, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -271,10 +274,11 @@ func (a *agent) sendDone(slot int) {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	a.sendFree = append(a.sendFree, slot)
+	a.sent()
 	if len(a.sendQueue) > 0 {
 		q := a.sendQueue[0]
 		a.sendQueue = a.sendQueue[1:]
-		a.send(q.b, q.dst, q.sgid)
+		a.post(q.b, q.dst, q.sgid)
 	}
 }
 
@@ -356,6 +360,12 @@ func marshal(tid uint64, m mad.Message) []byte {
 // send sends an encoded MAD to dst's QP1 from our GID sgid, or queues it
 // until a send slot is free. Called with cm.mu held.
 func (a *agent) send(b []byte, dst netip.Addr, sgid int) {
+	a.issued++
+	a.post(b, dst, sgid)
+}
+
+// post is send for a MAD already counted in issued.
+func (a *agent) post(b []byte, dst netip.Addr, sgid int) {
 	if len(a.sendFree) == 0 {
 		a.sendQueue = append(a.sendQueue, queuedMAD{b, dst, sgid})
 		return
@@ -363,6 +373,7 @@ func (a *agent) send(b []byte, dst netip.Addr, sgid int) {
 	ah, err := a.ah(dst, sgid)
 	if err != nil {
 		a.stats.Dropped++
+		a.sent()
 		return
 	}
 	slot := a.sendFree[len(a.sendFree)-1]
@@ -374,9 +385,39 @@ func (a *agent) send(b []byte, dst netip.Addr, sgid int) {
 	if err := a.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 		a.sendFree = append(a.sendFree, slot)
 		a.stats.Dropped++
+		a.sent()
 		return
 	}
 	a.stats.Sent++
+}
+
+// sent counts a MAD that left (or was dropped) and wakes flush. Called
+// with cm.mu held.
+func (a *agent) sent() {
+	a.finished++
+	close(a.sentCh)
+	a.sentCh = make(chan struct{})
+}
+
+// flush waits, at most d, until the first n MADs handed to send have
+// left: so that a program that exits right after Disconnect or Destroy
+// still tells its peer. Called without cm.mu.
+func (a *agent) flush(n uint64, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		cm.mu.Lock()
+		done, ch := a.finished >= n, a.sentCh
+		cm.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 func (a *agent) ah(dst netip.Addr, sgid int) (*verbs.AH, error) {
@@ -417,7 +458,9 @@ func randUint32() uint32 {
 }
 
 // retrier resends one MAD until it is answered or its retries run out
-// (the ib_cm's MAD agent retries). Its timer callbacks take cm.mu.
+// (the ib_cm's MAD agent retries). Its timer callbacks take cm.mu; each
+// arming has its own generation, so a callback that fired while the timer
+// was being rearmed does nothing.
 type retrier struct {
 	a       *agent
 	b       []byte
@@ -425,6 +468,8 @@ type retrier struct {
 	sgid    int
 	timeout time.Duration
 	left    int
+	gen     int
+	stopped bool
 	timer   *time.Timer
 	expired func() // called with cm.mu held when the retries run out
 }
@@ -433,34 +478,52 @@ type retrier struct {
 func (a *agent) startRetrier(b []byte, dst netip.Addr, sgid int, timeout time.Duration, retries int, expired func()) *retrier {
 	r := &retrier{a: a, b: b, dst: dst, sgid: sgid, timeout: timeout, left: retries, expired: expired}
 	a.send(b, dst, sgid)
-	r.timer = time.AfterFunc(timeout, r.fire)
+	r.arm(timeout)
 	return r
 }
 
-func (r *retrier) fire() {
+// arm (re)starts the timer for d. Called with cm.mu held.
+func (r *retrier) arm(d time.Duration) {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.gen++
+	gen := r.gen
+	r.timer = time.AfterFunc(d, func() { r.fire(gen) })
+}
+
+func (r *retrier) fire(gen int) {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
-	if r.timer == nil {
-		return // stopped
+	if r.stopped || gen != r.gen {
+		return
 	}
 	if r.left <= 0 {
-		r.timer = nil
+		r.stopped = true
 		r.expired()
 		return
 	}
 	r.left--
 	r.a.stats.Resent++
 	r.a.send(r.b, r.dst, r.sgid)
-	r.timer.Reset(r.timeout)
+	r.arm(r.timeout)
+}
+
+// extend waits d for the answer before resending, for a peer that sent an
+// MRA. Called with cm.mu held.
+func (r *retrier) extend(d time.Duration) {
+	if r != nil && !r.stopped {
+		r.arm(d)
+	}
 }
 
 // stop cancels the retransmissions. Called with cm.mu held; safe on nil.
 func (r *retrier) stop() {
-	if r == nil || r.timer == nil {
+	if r == nil || r.stopped {
 		return
 	}
+	r.stopped = true
 	r.timer.Stop()
-	r.timer = nil
 }
 
 // resend sends the MAD once more now (answering a duplicate).

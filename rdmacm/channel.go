@@ -14,6 +14,7 @@ type EventChannel struct {
 	mu     sync.Mutex
 	queue  []*Event
 	ready  chan struct{} // has a value while the queue is not empty
+	done   chan struct{} // closed by Close
 	closed bool
 	ids    int // IDs using the channel; guarded by cm.mu
 }
@@ -24,7 +25,7 @@ func CreateEventChannel() (*EventChannel, error) {
 }
 
 func newChannel() *EventChannel {
-	return &EventChannel{ready: make(chan struct{}, 1)}
+	return &EventChannel{ready: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // GetEvent waits for the next event (rdma_get_cm_event). It returns
@@ -50,6 +51,7 @@ func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 		}
 		select {
 		case <-ch.ready:
+		case <-ch.done:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -75,14 +77,15 @@ func (ch *EventChannel) push(ev *Event) {
 	ch.signal()
 }
 
-// take removes and returns the queued events of id (for Migrate).
+// take removes and returns the queued events of id, including requests
+// to a listening id (for Migrate).
 func (ch *EventChannel) take(id *ID) []*Event {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	var out []*Event
 	kept := ch.queue[:0]
 	for _, ev := range ch.queue {
-		if ev.ID == id {
+		if ev.ID == id || ev.ListenID == id {
 			out = append(out, ev)
 		} else {
 			kept = append(kept, ev)
@@ -104,10 +107,18 @@ func (ch *EventChannel) Close() error {
 	if ch.ids > 0 {
 		return verbs.Errorf("rdma_destroy_event_channel", verbs.ErrBusy, "IDs still use the channel")
 	}
+	ch.shut()
+	return nil
+}
+
+// shut closes the channel: queued events are dropped and every GetEvent
+// returns.
+func (ch *EventChannel) shut() {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	ch.closed = true
-	ch.queue = nil
-	ch.signal()
-	return nil
+	if !ch.closed {
+		ch.closed = true
+		ch.queue = nil
+		close(ch.done)
+	}
 }

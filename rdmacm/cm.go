@@ -315,14 +315,9 @@ func (a *agent) handleMRA(in *inMAD, m *mad.MRA) {
 	default:
 		return
 	}
-	// The peer needs longer: wait once more, for its service time,
-	// without resending (IBTA §12.6.6).
-	if c.retr != nil {
-		c.retr.left = 0
-		if c.retr.timer != nil {
-			c.retr.timer.Reset(wait)
-		}
-	}
+	// The peer needs longer: wait for its service time before resending
+	// (IBTA §12.6.6; the ib_cm lengthens the MAD's timeout).
+	c.retr.extend(wait)
 }
 
 func (a *agent) handleREP(in *inMAD, m *mad.REP) {
@@ -407,10 +402,15 @@ func (a *agent) handleREJ(in *inMAD, m *mad.REJ) {
 	var id *ID
 	if m.RemoteCommID != 0 {
 		id = a.conns[m.RemoteCommID]
-	} else if m.MessageRejected == mad.MsgCodeREQ {
-		// Rejected before the peer made an ID: found by the TID.
+	} else {
 		for _, x := range a.conns {
-			if x.c.tid == in.hdr.TransactionID && (x.c.state == cmReqSent || x.c.state == cmMRAReqRcvd) {
+			switch {
+			case m.LocalCommID != 0 && x.c.remoteID == m.LocalCommID && x.c.peerGID == in.src:
+				// The active side gave up on a request we hold.
+				id = x
+			case m.MessageRejected == mad.MsgCodeREQ && x.c.tid == in.hdr.TransactionID &&
+				(x.c.state == cmReqSent || x.c.state == cmMRAReqRcvd):
+				// Refused before the peer made an ID: found by the TID.
 				id = x
 			}
 		}
@@ -419,6 +419,9 @@ func (a *agent) handleREJ(in *inMAD, m *mad.REJ) {
 		return
 	}
 	c := &id.c
+	if c.remoteID != 0 && m.LocalCommID != c.remoteID {
+		return // from another connection of the peer's
+	}
 	param := ConnParam{PrivateData: append([]byte(nil), m.PrivateData[:]...)}
 	switch c.state {
 	case cmReqSent, cmMRAReqRcvd, cmRepRcvd:
@@ -426,6 +429,7 @@ func (a *agent) handleREJ(in *inMAD, m *mad.REJ) {
 		id.qpToError()
 		id.event(&Event{Type: EventRejected, Status: int(m.Reason), Param: param})
 	case cmRepSent, cmMRAReqSent, cmReqRcvd:
+		id.countDone()
 		id.toIdle()
 		id.qpToError()
 		id.event(&Event{Type: EventRejected, Status: int(m.Reason), Param: param})
@@ -694,9 +698,22 @@ func (id *ID) sendREJ(reason mad.RejectReason, msg mad.MsgCode, pdata []byte) {
 // (at once here when answering the peer, otherwise on the peer's DREP or
 // when the DREQ goes unanswered), and TIMEWAIT_EXIT after the timewait.
 func (id *ID) Disconnect() error {
-	const op = "rdma_disconnect"
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	err := id.disconnect()
+	a, issued := id.agent, uint64(0)
+	if a != nil {
+		issued = a.issued
+	}
+	cm.mu.Unlock()
+	if err == nil && a != nil {
+		a.flush(issued, flushTimeout)
+	}
+	return err
+}
+
+// disconnect is Disconnect with cm.mu held.
+func (id *ID) disconnect() error {
+	const op = "rdma_disconnect"
 	c := &id.c
 	switch c.state {
 	case cmEstablished, cmRepSent:

@@ -363,6 +363,9 @@ func (id *ID) bind(op string, addr netip.AddrPort) error {
 		cm.mu.Unlock()
 		dev := deviceFor(ip)
 		cm.mu.Lock()
+		if id.state != stateIdle {
+			return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID changed state (destroyed?) while binding")
+		}
 		if dev == nil {
 			return verbs.Errorf(op, verbs.ErrAddrNotAvail, "no RDMA device serves "+ip.String())
 		}
@@ -436,8 +439,14 @@ func (id *ID) resolveAddr(d netip.Addr) int {
 	var dev *verbs.Device
 	if err == nil {
 		dev = deviceFor(src)
+		if dev == nil && src.IsLoopback() {
+			dev, src = loopbackDevice(src)
+		}
 	}
 	cm.mu.Lock()
+	if id.state == stateDestroying || id.agent != nil {
+		return -int(verbs.ErrInvalidArgument)
+	}
 	if err != nil {
 		return -int(verbs.ErrNetUnreach)
 	}
@@ -516,6 +525,9 @@ func (id *ID) Listen(backlog int) error {
 		cm.mu.Unlock()
 		devs := candidates()
 		cm.mu.Lock()
+		if id.state != stateAddrBound || id.agents != nil {
+			return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID changed state (destroyed?) while listening")
+		}
 		for _, d := range devs {
 			ok := false
 			for _, a := range deviceAddrs(d) {
@@ -631,6 +643,12 @@ func (id *ID) Migrate(ch *EventChannel) error {
 	id.ch, id.sync = ch, sync
 	ch.ids++
 	for _, ev := range evs {
+		if child := ev.ID; ev.ListenID == id && child.ch == old {
+			// A request not yet taken goes with its listener.
+			old.ids--
+			child.ch, child.sync = ch, sync
+			ch.ids++
+		}
 		ch.push(ev)
 	}
 	return nil
@@ -680,13 +698,43 @@ func (e *opError) Unwrap() error { return &EventError{Type: e.ev.Type, Status: e
 // Destroy destroys the ID (rdma_destroy_id), and its QP, CQs and PD if
 // CreateQP made them. A connected ID disconnects first; the connection
 // manager keeps answering the peer for the connection's timewait. No
-// events are delivered for the ID afterwards. Close is the same.
+// events are delivered for the ID afterwards, and a synchronous call
+// blocked on it returns. Requests to a listening ID that were not yet
+// taken from its channel are rejected and destroyed with it. Close is the
+// same.
 func (id *ID) Destroy() error {
 	cm.mu.Lock()
 	if id.state == stateDestroying {
 		cm.mu.Unlock()
 		return nil
 	}
+	for _, ev := range id.destroyLocked() {
+		// A request nobody took: refuse it and let it go.
+		child := ev.ID
+		if child != nil && child != id && child.state != stateDestroying {
+			child.destroyLocked()
+			child.dropAgent()
+		}
+	}
+	a, issued := id.agent, uint64(0)
+	if a != nil {
+		issued = a.issued
+	}
+	cm.mu.Unlock()
+	id.freeQP()
+	if a != nil {
+		a.flush(issued, flushTimeout)
+	}
+	cm.mu.Lock()
+	id.dropAgent()
+	cm.mu.Unlock()
+	return nil
+}
+
+// destroyLocked ends the ID's connection and detaches it from its port,
+// listeners and channel, returning the events it still had queued.
+// Called with cm.mu held.
+func (id *ID) destroyLocked() []*Event {
 	id.abandon()
 	id.state = stateDestroying
 	unbindPort(id)
@@ -694,19 +742,18 @@ func (id *ID) Destroy() error {
 		a.release()
 	}
 	id.agents = nil
-	if id.parent != nil && id.c.counted {
-		id.parent.pending--
-		id.c.counted = false
-	}
+	id.countDone()
 	id.ch.ids--
-	id.ch.take(id)
-	cm.mu.Unlock()
-	id.freeQP()
-	cm.mu.Lock()
-	id.dropAgent()
-	cm.mu.Unlock()
-	return nil
+	evs := id.ch.take(id)
+	if id.sync {
+		id.ch.shut() // wakes a synchronous call waiting on it
+	}
+	return evs
 }
 
 // Close is Destroy, for io.Closer.
 func (id *ID) Close() error { return id.Destroy() }
+
+// flushTimeout bounds how long Destroy and Disconnect wait for their CM
+// message to leave.
+const flushTimeout = time.Second
