@@ -1,0 +1,85 @@
+package rdmacm_test
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/rdmago/rdmago/rdmacm"
+	"github.com/rdmago/rdmago/rxe"
+)
+
+// BenchmarkDialAccept measures connection setup over UDP loopback: REQ,
+// REP and RTU between two devices (127.0.0.1 and 127.0.0.2), the QPs
+// created and moved to RTS, then the connection closed. Compare with
+// BenchmarkTCPDialAccept, run alongside.
+func BenchmarkDialAccept(b *testing.B) {
+	// The devices outlive one run of the benchmark function: closed
+	// connections keep them open for their timewait.
+	benchDevices.Do(func() {
+		for _, a := range []string{"127.0.0.1", "127.0.0.2"} {
+			dev, err := rxe.NewDevice(rxe.Config{Addrs: []netip.Addr{netip.MustParseAddr(a)}, Port: 14791})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rdmacm.RegisterDevice(dev)
+		}
+	})
+	ln, err := rdmacm.Listen("127.0.0.2:7499", &rdmacm.Options{Backlog: 64})
+	if err != nil {
+		b.Skip("no loopback device:", err)
+	}
+	defer ln.Close()
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		for {
+			c, err := ln.Accept(ctx)
+			if err != nil {
+				done <- err
+				return
+			}
+			go func() { c.WaitDisconnect(ctx); c.Close() }()
+		}
+	}()
+	opts := &rdmacm.Options{LocalAddr: netip.MustParseAddrPort("127.0.0.1:0")}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c, err := rdmacm.Dial(ctx, "127.0.0.2:7499", opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+	b.StopTimer()
+}
+
+var benchDevices sync.Once
+
+// BenchmarkTCPDialAccept is the anchor: a TCP connection set up and closed
+// over loopback.
+func BenchmarkTCPDialAccept(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		b.Skip(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { c.Read(make([]byte, 1)); c.Close() }()
+		}
+	}()
+	for i := 0; i < b.N; i++ {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+}
