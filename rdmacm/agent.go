@@ -66,6 +66,7 @@ type agent struct {
 	finished  uint64        // of those, sent (or dropped)
 	sentCh    chan struct{} // closed and replaced when finished grows
 
+	dead   bool // released: the receive loop must not use QP1 any more
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -120,6 +121,7 @@ func (a *agent) release() {
 		return
 	}
 	delete(cm.agents, a.dev)
+	a.dead = true
 	a.cancel()
 	a.qp.Destroy()
 	for _, ah := range a.ahs {
@@ -273,6 +275,9 @@ func (a *agent) loop(ctx context.Context) {
 func (a *agent) sendDone(slot int) {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
+	if a.dead {
+		return
+	}
 	a.sendFree = append(a.sendFree, slot)
 	a.sent()
 	if len(a.sendQueue) > 0 {
@@ -290,6 +295,9 @@ func (a *agent) receive(b []byte) {
 	src, dst, _, _, ok := verbs.GRHAddrs(b[:verbs.GRHLen])
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
+	if a.dead {
+		return
+	}
 	a.stats.Received++
 	if !ok {
 		a.stats.Dropped++
@@ -366,6 +374,10 @@ func (a *agent) send(b []byte, dst netip.Addr, sgid int) {
 
 // post is send for a MAD already counted in issued.
 func (a *agent) post(b []byte, dst netip.Addr, sgid int) {
+	if a.dead {
+		a.sent()
+		return
+	}
 	if len(a.sendFree) == 0 {
 		a.sendQueue = append(a.sendQueue, queuedMAD{b, dst, sgid})
 		return

@@ -134,7 +134,11 @@ func (id *ID) abandon() {
 	case cmDreqRcvd:
 		id.sendDREP(nil)
 		c.lingering = true
-	case cmSIDRReqSent, cmSIDRReqRcvd:
+	case cmSIDRReqRcvd:
+		// Refuse it, or the peer's next retry would be a new request.
+		id.sendSIDRREP(mad.SIDRReject, 0, nil)
+		id.toIdle()
+	case cmSIDRReqSent:
 		id.toIdle()
 	}
 }
@@ -325,7 +329,7 @@ func (a *agent) handleREP(in *inMAD, m *mad.REP) {
 	if id == nil {
 		// Linux answers a REP for no connection with REJ "invalid
 		// communication ID".
-		a.reply(in, &mad.REJ{RemoteCommID: m.LocalCommID, MessageRejected: mad.MsgCodeREP, Reason: mad.RejectInvalidCommID})
+		a.reply(in, &mad.REJ{LocalCommID: m.RemoteCommID, RemoteCommID: m.LocalCommID, MessageRejected: mad.MsgCodeREP, Reason: mad.RejectInvalidCommID})
 		return
 	}
 	c := &id.c
@@ -434,10 +438,12 @@ func (a *agent) handleREJ(in *inMAD, m *mad.REJ) {
 		id.qpToError()
 		id.event(&Event{Type: EventRejected, Status: int(m.Reason), Param: param})
 	case cmEstablished, cmDreqSent, cmDreqRcvd:
-		// The peer gave up on the connection (a stale one, say).
+		// The peer gave up on the connection (a stale one, say): as
+		// Linux's cma, report REJECTED with its reason.
 		id.qpToError()
 		id.enterTimewait()
-		id.disconnectedEvent(0)
+		id.c.disconnected = true
+		id.event(&Event{Type: EventRejected, Status: int(m.Reason), Param: param})
 	}
 }
 

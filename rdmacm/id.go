@@ -633,10 +633,17 @@ func (id *ID) Migrate(ch *EventChannel) error {
 	if id.state == stateDestroying {
 		return verbs.Errorf("rdma_migrate_id", verbs.ErrClosed, "ID destroyed")
 	}
-	old := id.ch
+	old, wasSync := id.ch, id.sync
 	sync := ch == nil
 	if sync {
 		ch = newChannel()
+	} else {
+		ch.mu.Lock()
+		closed := ch.closed
+		ch.mu.Unlock()
+		if closed {
+			return verbs.Errorf("rdma_migrate_id", verbs.ErrClosed, "event channel destroyed")
+		}
 	}
 	evs := old.take(id)
 	old.ids--
@@ -650,6 +657,9 @@ func (id *ID) Migrate(ch *EventChannel) error {
 			ch.ids++
 		}
 		ch.push(ev)
+	}
+	if wasSync {
+		old.shut() // a synchronous call waiting on the ID returns
 	}
 	return nil
 }

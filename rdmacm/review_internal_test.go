@@ -1,0 +1,266 @@
+package rdmacm
+
+// Review tests: each one fails on the code as reviewed and shows one bug.
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/rdmacm/mad"
+	"github.com/rdmago/rdmago/rxe"
+	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// gatedDriver wraps a device driver so that listing its addresses (what
+// deviceFor does while bind and resolveAddr have dropped cm.mu) blocks
+// while the gate is armed.
+type gatedDriver struct {
+	verbs.DeviceDriver
+	mu      sync.Mutex
+	armed   bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedDriver) Addrs() []netip.Addr {
+	g.mu.Lock()
+	armed := g.armed
+	g.armed = false
+	g.mu.Unlock()
+	if armed {
+		close(g.entered)
+		<-g.release
+	}
+	return g.DeviceDriver.(addrLister).Addrs()
+}
+
+type reviewNet struct {
+	cli, srv       netip.Addr
+	cliDev, srvDev *verbs.Device
+	net            *link.Network
+}
+
+// newReviewNet makes two rxe devices on an in-memory network; the server
+// device's driver is wrapped in gate if gate is not nil.
+func newReviewNet(t *testing.T, base byte, gate *gatedDriver) *reviewNet {
+	t.Helper()
+	n := &reviewNet{net: link.NewNetwork(uint64(base)),
+		cli: netip.AddrFrom4([4]byte{10, 99, base, 1}), srv: netip.AddrFrom4([4]byte{10, 99, base, 2})}
+	for i, a := range []netip.Addr{n.cli, n.srv} {
+		l, err := n.net.Attach(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev, err := rxe.NewDevice(rxe.Config{Name: "review_" + a.String(), Links: []link.Link{l}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 && gate != nil {
+			gate.DeviceDriver = dev.Driver()
+			dev = verbs.NewDevice(dev.Name(), dev.GUID(), gate)
+		}
+		if i == 0 {
+			n.cliDev = dev
+		} else {
+			n.srvDev = dev
+		}
+		t.Cleanup(RegisterDevice(dev))
+	}
+	return n
+}
+
+func agentOfDev(d *verbs.Device) *agent {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return cm.agents[d]
+}
+
+// waitAgentGone waits for a device's agent to stop.
+func waitAgentGone(t *testing.T, d *verbs.Device, within time.Duration) bool {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if agentOfDev(d) == nil {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// TestReviewDestroyDuringBindLeaks: bind drops cm.mu to look the device up.
+// An ID destroyed in that window comes back "bound": its agent reference
+// and its port are never given back.
+func TestReviewDestroyDuringBindLeaks(t *testing.T) {
+	g := &gatedDriver{armed: true, entered: make(chan struct{}), release: make(chan struct{})}
+	n := newReviewNet(t, 1, g)
+	id, err := CreateID(nil, nil, PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- id.BindAddr(netip.AddrPortFrom(n.srv, 7600)) }()
+	<-g.entered
+	id.Destroy() // cm.mu is free: bind is looking the device up
+	close(g.release)
+	<-done
+
+	other, _ := CreateID(nil, nil, PSTCP)
+	defer other.Destroy()
+	if err := other.BindAddr(netip.AddrPortFrom(n.srv, 7600)); err != nil {
+		t.Errorf("binding the port of a destroyed ID: %v", err)
+	}
+	other.Destroy()
+	cm.mu.Lock()
+	st := id.state
+	cm.mu.Unlock()
+	if st != stateDestroying {
+		t.Errorf("destroyed ID is in state %d, want stateDestroying", st)
+	}
+	if !waitAgentGone(t, n.srvDev, 3*time.Second) {
+		t.Errorf("the device's agent still runs after every ID was destroyed")
+	}
+}
+
+// TestReviewMRARacesRetransmitTimer: an MRA handled while the REQ's
+// retransmit timer has fired and waits for cm.mu. The MRA sets the
+// retries left to 0 and Resets the timer, but the pending fire then sees
+// no retries left and fails the connection at once.
+func TestReviewMRARacesRetransmitTimer(t *testing.T) {
+	n := newReviewNet(t, 2, nil)
+	n.net.SetFaults(link.Faults{Filter: func(pkt []byte, from, to netip.Addr) bool {
+		return to != n.srv // the server never hears the REQ
+	}})
+	ch := newChannel()
+	id, _ := CreateID(ch, nil, PSTCP)
+	defer id.Destroy()
+	if err := id.ResolveAddr(netip.AddrPortFrom(n.cli, 0), netip.AddrPortFrom(n.srv, 7601), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	id.ResolveRoute(time.Second)
+	id.SetACKTimeout(8)
+	id.SetCMTimeouts(10, 5) // about 5 ms per try
+	if err := id.CreateQP(nil, &verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // ADDR_RESOLVED, ROUTE_RESOLVED
+		ch.GetEvent(context.Background())
+	}
+	if err := id.Connect(nil); err != nil {
+		t.Fatal(err)
+	}
+	cm.mu.Lock()
+	time.Sleep(50 * time.Millisecond) // the retransmit timer fires and blocks on cm.mu
+	// The peer's MRA (service timeout 20: about 4 s) arrives now.
+	id.agent.handleMRA(&inMAD{src: n.srv}, &mad.MRA{LocalCommID: 99, RemoteCommID: id.c.localID, MessageMRAed: mad.MsgCodeREQ, ServiceTimeout: 20})
+	cm.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if ev, err := ch.GetEvent(ctx); err == nil {
+		t.Fatalf("%v (status %d) right after the MRA; the peer asked for about 4 s", ev.Type, ev.Status)
+	}
+}
+
+// TestReviewDestroyedSyncListenerLeaksRequests: a request queued on a
+// synchronous listener that nobody took with GetRequest outlives the
+// listener: its ID keeps the device's agent (QP1, its goroutine) for ever.
+// Linux's ucma destroys the IDs of unreported requests with the listener.
+func TestReviewDestroyedSyncListenerLeaksRequests(t *testing.T) {
+	n := newReviewNet(t, 3, nil)
+	lis, _ := CreateID(nil, nil, PSTCP)
+	if err := lis.BindAddr(netip.AddrPortFrom(n.srv, 7602)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lis.Listen(4); err != nil {
+		t.Fatal(err)
+	}
+	cch := newChannel()
+	cli, _ := CreateID(cch, nil, PSTCP)
+	cli.ResolveAddr(netip.AddrPortFrom(n.cli, 0), netip.AddrPortFrom(n.srv, 7602), time.Second)
+	cli.ResolveRoute(time.Second)
+	cli.SetACKTimeout(8)
+	cli.SetCMTimeouts(10, 1)
+	cli.CreateQP(nil, &verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err := cli.Connect(nil); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the request is queued on the listener.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		cm.mu.Lock()
+		p := lis.pending
+		cm.mu.Unlock()
+		if p > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no request reached the listener")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	lis.Destroy()
+	cli.Destroy()
+	if !waitAgentGone(t, n.cliDev, 5*time.Second) {
+		t.Fatal("client agent still runs")
+	}
+	if !waitAgentGone(t, n.srvDev, 5*time.Second) {
+		a := agentOfDev(n.srvDev)
+		cm.mu.Lock()
+		refs, conns := a.refs, len(a.conns)
+		cm.mu.Unlock()
+		t.Fatalf("server agent still runs with %d reference(s) and %d connection(s) after every ID the user saw was destroyed", refs, conns)
+	}
+}
+
+// TestReviewREJOfOtherConnectionTearsDownEstablished: a REJ is matched by
+// its Remote Communication ID alone; its Local Communication ID is not
+// checked against the connection's peer (Linux's cm_acquire_rejected_id
+// looks the ID up by both), so a REJ from another, stale exchange ends an
+// established connection.
+func TestReviewREJOfOtherConnectionTearsDownEstablished(t *testing.T) {
+	n := newReviewNet(t, 4, nil)
+	sch, cch := newChannel(), newChannel()
+	lis, _ := CreateID(sch, nil, PSTCP)
+	defer lis.Destroy()
+	lis.BindAddr(netip.AddrPortFrom(n.srv, 7603))
+	lis.Listen(4)
+	cli, _ := CreateID(cch, nil, PSTCP)
+	defer cli.Destroy()
+	cli.ResolveAddr(netip.AddrPortFrom(n.cli, 0), netip.AddrPortFrom(n.srv, 7603), time.Second)
+	cli.ResolveRoute(time.Second)
+	for range 2 { // ADDR_RESOLVED, ROUTE_RESOLVED
+		cch.GetEvent(context.Background())
+	}
+	caps := &verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	cli.CreateQP(nil, caps)
+	cli.Connect(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ev, err := sch.GetEvent(ctx)
+	if err != nil || ev.Type != EventConnectRequest {
+		t.Fatalf("%v %v", ev, err)
+	}
+	srv := ev.ID
+	defer srv.Destroy()
+	srv.CreateQP(nil, caps)
+	srv.Accept(nil)
+	for _, ch := range []*EventChannel{sch, cch} {
+		if ev, err := ch.GetEvent(ctx); err != nil || ev.Type != EventEstablished {
+			t.Fatalf("%v %v", ev, err)
+		}
+	}
+	cm.mu.Lock()
+	a, local, remote := cli.agent, cli.c.localID, cli.c.remoteID
+	cm.mu.Unlock()
+	cm.mu.Lock()
+	a.handleREJ(&inMAD{src: n.srv}, &mad.REJ{LocalCommID: remote ^ 0x5a5a5a5a, RemoteCommID: local, MessageRejected: mad.MsgCodeREP, Reason: mad.RejectInvalidCommID})
+	st := cli.c.state
+	cm.mu.Unlock()
+	if st != cmEstablished {
+		t.Fatalf("a REJ from communication ID %#x (the peer is %#x) moved the connection to state %d", remote^0x5a5a5a5a, remote, st)
+	}
+}
