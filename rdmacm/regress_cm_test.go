@@ -1,6 +1,7 @@
 package rdmacm_test
 
-// Review tests: each one fails on the code as reviewed and shows one bug.
+// Regression tests: each pins down a connection manager behaviour that once
+// went wrong.
 
 import (
 	"context"
@@ -12,14 +13,14 @@ import (
 	"github.com/rdmago/rdmago/rdmacm/mad"
 )
 
-// TestReviewDestroyConnectingIDRejectsPassive: destroying an ID whose REQ
+// TestDestroyConnectingIDRejectsPassive: destroying an ID whose REQ
 // is unanswered sends REJ(timeout) with Remote Communication ID 0 (the
 // peer's ID is not known yet). The passive side must find its request by
 // the REJ's Local Communication ID (Linux: cm_acquire_rejected_id, by the
 // ARI's CA GUID), and report REJECTED. handleREJ only searches, by TID,
 // IDs in the active states REQ_SENT and MRA_REQ_RCVD, so the server's
 // request is never told.
-func TestReviewDestroyConnectingIDRejectsPassive(t *testing.T) {
+func TestDestroyConnectingIDRejectsPassive(t *testing.T) {
 	n := newCMNet(t, 101)
 	sch, cch := mustChannel(t), mustChannel(t)
 	n.listen(t, sch, rdmacm.PSTCP, 7610)
@@ -44,11 +45,11 @@ func TestReviewDestroyConnectingIDRejectsPassive(t *testing.T) {
 	}
 }
 
-// TestReviewDestroyUnblocksSyncConnect: a synchronous Connect waits on the
+// TestDestroyUnblocksSyncConnect: a synchronous Connect waits on the
 // ID's private channel; Destroy from another goroutine suppresses every
 // later event of the ID and never closes that channel, so Connect never
 // returns.
-func TestReviewDestroyUnblocksSyncConnect(t *testing.T) {
+func TestDestroyUnblocksSyncConnect(t *testing.T) {
 	n := newCMNet(t, 102)
 	n.listen(t, mustChannel(t), rdmacm.PSTCP, 7611)
 	n.filter(func(pkt []byte, from, to netip.Addr) bool { return madAttr(pkt) == mad.AttrREQ })
@@ -79,10 +80,10 @@ func TestReviewDestroyUnblocksSyncConnect(t *testing.T) {
 	}
 }
 
-// TestReviewCloseWakesEveryGetEvent: Close puts one token in the
+// TestCloseWakesEveryGetEvent: Close puts one token in the
 // channel's ready slot, so of several goroutines blocked in GetEvent only
 // one returns.
-func TestReviewCloseWakesEveryGetEvent(t *testing.T) {
+func TestCloseWakesEveryGetEvent(t *testing.T) {
 	ch, _ := rdmacm.CreateEventChannel()
 	errs := make(chan error, 3)
 	for range 3 {
@@ -104,12 +105,12 @@ func TestReviewCloseWakesEveryGetEvent(t *testing.T) {
 	}
 }
 
-// TestReviewMigratedListenerLeavesRequests: Migrate moves the events whose
+// TestMigratedListenerLeavesRequests: Migrate moves the events whose
 // ID is the listener, but a CONNECT_REQUEST's ID is the new request's; it
 // stays on the old channel with its ID counted there, so the old channel
 // cannot be closed (Linux's ucma_migrate_id moves the listener's
 // connection requests too).
-func TestReviewMigratedListenerLeavesRequests(t *testing.T) {
+func TestMigratedListenerLeavesRequests(t *testing.T) {
 	n := newCMNet(t, 103)
 	old, _ := rdmacm.CreateEventChannel()
 	lis, _ := rdmacm.CreateID(old, nil, rdmacm.PSTCP)
@@ -140,7 +141,7 @@ func TestReviewMigratedListenerLeavesRequests(t *testing.T) {
 	}
 }
 
-// TestReviewREPToGoneIDIsRejected: a REP for a connection the active side
+// TestREPToGoneIDIsRejected: a REP for a connection the active side
 // no longer has (its REQ timed out) is answered with REJ "invalid
 // communication ID" whose Local Communication ID is 0 (handleREP's
 // reply). Since fecb390 handleREJ drops a REJ whose Local Communication
@@ -148,7 +149,7 @@ func TestReviewMigratedListenerLeavesRequests(t *testing.T) {
 // resends the REP until its retries run out and reports UNREACHABLE
 // instead of REJECTED (6). Linux's cm_issue_rej puts the REP's Remote
 // Communication ID there, which passes the check.
-func TestReviewREPToGoneIDIsRejected(t *testing.T) {
+func TestREPToGoneIDIsRejected(t *testing.T) {
 	n := newCMNet(t, 104)
 	sch, cch := mustChannel(t), mustChannel(t)
 	n.listen(t, sch, rdmacm.PSTCP, 7613)
@@ -173,12 +174,12 @@ func TestReviewREPToGoneIDIsRejected(t *testing.T) {
 	mustEvent(t, sch, rdmacm.EventRejected, int(mad.RejectInvalidCommID))
 }
 
-// TestReviewDestroyedSIDRRequestIsNotRedelivered: destroying a SIDR
+// TestDestroyedSIDRRequestIsNotRedelivered: destroying a SIDR
 // request's ID sends nothing (abandon only goes idle), so the client's
 // next SIDR_REQ retry is taken for a new request and the server's
 // application gets a second CONNECT_REQUEST for the same request. Linux's
 // cm_destroy_id answers with a SIDR_REP "rejected" (cm_reject_sidr_req).
-func TestReviewDestroyedSIDRRequestIsNotRedelivered(t *testing.T) {
+func TestDestroyedSIDRRequestIsNotRedelivered(t *testing.T) {
 	n := newCMNet(t, 105)
 	sch, cch := mustChannel(t), mustChannel(t)
 	n.listen(t, sch, rdmacm.PSUDP, 7614)

@@ -1,6 +1,7 @@
 package rdmacm
 
-// Review tests: each one fails on the code as reviewed and shows one bug.
+// Regression tests: each pins down a connection manager behaviour that once
+// went wrong.
 
 import (
 	"context"
@@ -38,24 +39,24 @@ func (g *gatedDriver) Addrs() []netip.Addr {
 	return g.DeviceDriver.(addrLister).Addrs()
 }
 
-type reviewNet struct {
+type regressNet struct {
 	cli, srv       netip.Addr
 	cliDev, srvDev *verbs.Device
 	net            *link.Network
 }
 
-// newReviewNet makes two rxe devices on an in-memory network; the server
+// newRegressNet makes two rxe devices on an in-memory network; the server
 // device's driver is wrapped in gate if gate is not nil.
-func newReviewNet(t *testing.T, base byte, gate *gatedDriver) *reviewNet {
+func newRegressNet(t *testing.T, base byte, gate *gatedDriver) *regressNet {
 	t.Helper()
-	n := &reviewNet{net: link.NewNetwork(uint64(base)),
+	n := &regressNet{net: link.NewNetwork(uint64(base)),
 		cli: netip.AddrFrom4([4]byte{10, 99, base, 1}), srv: netip.AddrFrom4([4]byte{10, 99, base, 2})}
 	for i, a := range []netip.Addr{n.cli, n.srv} {
 		l, err := n.net.Attach(a)
 		if err != nil {
 			t.Fatal(err)
 		}
-		dev, err := rxe.NewDevice(rxe.Config{Name: "review_" + a.String(), Links: []link.Link{l}})
+		dev, err := rxe.NewDevice(rxe.Config{Name: "regress_" + a.String(), Links: []link.Link{l}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,12 +93,12 @@ func waitAgentGone(t *testing.T, d *verbs.Device, within time.Duration) bool {
 	return false
 }
 
-// TestReviewDestroyDuringBindLeaks: bind drops cm.mu to look the device up.
+// TestDestroyDuringBindLeaks: bind drops cm.mu to look the device up.
 // An ID destroyed in that window comes back "bound": its agent reference
 // and its port are never given back.
-func TestReviewDestroyDuringBindLeaks(t *testing.T) {
+func TestDestroyDuringBindLeaks(t *testing.T) {
 	g := &gatedDriver{armed: true, entered: make(chan struct{}), release: make(chan struct{})}
-	n := newReviewNet(t, 1, g)
+	n := newRegressNet(t, 1, g)
 	id, err := CreateID(nil, nil, PSTCP)
 	if err != nil {
 		t.Fatal(err)
@@ -126,12 +127,12 @@ func TestReviewDestroyDuringBindLeaks(t *testing.T) {
 	}
 }
 
-// TestReviewMRARacesRetransmitTimer: an MRA handled while the REQ's
+// TestMRARacesRetransmitTimer: an MRA handled while the REQ's
 // retransmit timer has fired and waits for cm.mu. The MRA sets the
 // retries left to 0 and Resets the timer, but the pending fire then sees
 // no retries left and fails the connection at once.
-func TestReviewMRARacesRetransmitTimer(t *testing.T) {
-	n := newReviewNet(t, 2, nil)
+func TestMRARacesRetransmitTimer(t *testing.T) {
+	n := newRegressNet(t, 2, nil)
 	n.net.SetFaults(link.Faults{Filter: func(pkt []byte, from, to netip.Addr) bool {
 		return to != n.srv // the server never hears the REQ
 	}})
@@ -166,12 +167,12 @@ func TestReviewMRARacesRetransmitTimer(t *testing.T) {
 	}
 }
 
-// TestReviewDestroyedSyncListenerLeaksRequests: a request queued on a
+// TestDestroyedSyncListenerLeaksRequests: a request queued on a
 // synchronous listener that nobody took with GetRequest outlives the
 // listener: its ID keeps the device's agent (QP1, its goroutine) for ever.
 // Linux's ucma destroys the IDs of unreported requests with the listener.
-func TestReviewDestroyedSyncListenerLeaksRequests(t *testing.T) {
-	n := newReviewNet(t, 3, nil)
+func TestDestroyedSyncListenerLeaksRequests(t *testing.T) {
+	n := newRegressNet(t, 3, nil)
 	lis, _ := CreateID(nil, nil, PSTCP)
 	if err := lis.BindAddr(netip.AddrPortFrom(n.srv, 7602)); err != nil {
 		t.Fatal(err)
@@ -216,13 +217,13 @@ func TestReviewDestroyedSyncListenerLeaksRequests(t *testing.T) {
 	}
 }
 
-// TestReviewREJOfOtherConnectionTearsDownEstablished: a REJ is matched by
+// TestREJOfOtherConnectionTearsDownEstablished: a REJ is matched by
 // its Remote Communication ID alone; its Local Communication ID is not
 // checked against the connection's peer (Linux's cm_acquire_rejected_id
 // looks the ID up by both), so a REJ from another, stale exchange ends an
 // established connection.
-func TestReviewREJOfOtherConnectionTearsDownEstablished(t *testing.T) {
-	n := newReviewNet(t, 4, nil)
+func TestREJOfOtherConnectionTearsDownEstablished(t *testing.T) {
+	n := newRegressNet(t, 4, nil)
 	sch, cch := newChannel(), newChannel()
 	lis, _ := CreateID(sch, nil, PSTCP)
 	defer lis.Destroy()
