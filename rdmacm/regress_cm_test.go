@@ -105,12 +105,12 @@ func TestCloseWakesEveryGetEvent(t *testing.T) {
 	}
 }
 
-// TestMigratedListenerLeavesRequests: Migrate moves the events whose
+// TestMigratedListenerTakesItsRequests: Migrate moves the events whose
 // ID is the listener, but a CONNECT_REQUEST's ID is the new request's; it
 // stays on the old channel with its ID counted there, so the old channel
 // cannot be closed (Linux's ucma_migrate_id moves the listener's
 // connection requests too).
-func TestMigratedListenerLeavesRequests(t *testing.T) {
+func TestMigratedListenerTakesItsRequests(t *testing.T) {
 	n := newCMNet(t, 103)
 	old, _ := rdmacm.CreateEventChannel()
 	lis, _ := rdmacm.CreateID(old, nil, rdmacm.PSTCP)

@@ -93,10 +93,10 @@ func waitAgentGone(t *testing.T, d *verbs.Device, within time.Duration) bool {
 	return false
 }
 
-// TestDestroyDuringBindLeaks: bind drops cm.mu to look the device up.
+// TestDestroyDuringBindFreesPortAndAgent: bind drops cm.mu to look the device up.
 // An ID destroyed in that window comes back "bound": its agent reference
 // and its port are never given back.
-func TestDestroyDuringBindLeaks(t *testing.T) {
+func TestDestroyDuringBindFreesPortAndAgent(t *testing.T) {
 	g := &gatedDriver{armed: true, entered: make(chan struct{}), release: make(chan struct{})}
 	n := newRegressNet(t, 1, g)
 	id, err := CreateID(nil, nil, PSTCP)
@@ -127,11 +127,11 @@ func TestDestroyDuringBindLeaks(t *testing.T) {
 	}
 }
 
-// TestMRARacesRetransmitTimer: an MRA handled while the REQ's
+// TestMRAWinsOverAFiredRetransmitTimer: an MRA handled while the REQ's
 // retransmit timer has fired and waits for cm.mu. The MRA sets the
 // retries left to 0 and Resets the timer, but the pending fire then sees
 // no retries left and fails the connection at once.
-func TestMRARacesRetransmitTimer(t *testing.T) {
+func TestMRAWinsOverAFiredRetransmitTimer(t *testing.T) {
 	n := newRegressNet(t, 2, nil)
 	n.net.SetFaults(link.Faults{Filter: func(pkt []byte, from, to netip.Addr) bool {
 		return to != n.srv // the server never hears the REQ
@@ -167,11 +167,11 @@ func TestMRARacesRetransmitTimer(t *testing.T) {
 	}
 }
 
-// TestDestroyedSyncListenerLeaksRequests: a request queued on a
+// TestDestroyedSyncListenerFreesItsRequests: a request queued on a
 // synchronous listener that nobody took with GetRequest outlives the
 // listener: its ID keeps the device's agent (QP1, its goroutine) for ever.
 // Linux's ucma destroys the IDs of unreported requests with the listener.
-func TestDestroyedSyncListenerLeaksRequests(t *testing.T) {
+func TestDestroyedSyncListenerFreesItsRequests(t *testing.T) {
 	n := newRegressNet(t, 3, nil)
 	lis, _ := CreateID(nil, nil, PSTCP)
 	if err := lis.BindAddr(netip.AddrPortFrom(n.srv, 7602)); err != nil {
@@ -217,12 +217,12 @@ func TestDestroyedSyncListenerLeaksRequests(t *testing.T) {
 	}
 }
 
-// TestREJOfOtherConnectionTearsDownEstablished: a REJ is matched by
+// TestREJOfOtherConnectionLeavesEstablishedAlone: a REJ is matched by
 // its Remote Communication ID alone; its Local Communication ID is not
 // checked against the connection's peer (Linux's cm_acquire_rejected_id
 // looks the ID up by both), so a REJ from another, stale exchange ends an
 // established connection.
-func TestREJOfOtherConnectionTearsDownEstablished(t *testing.T) {
+func TestREJOfOtherConnectionLeavesEstablishedAlone(t *testing.T) {
 	n := newRegressNet(t, 4, nil)
 	sch, cch := newChannel(), newChannel()
 	lis, _ := CreateID(sch, nil, PSTCP)
