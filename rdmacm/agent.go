@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -61,7 +60,7 @@ type agent struct {
 	conns     map[uint32]*ID    // by local communication ID
 	remotes   map[remoteKey]*ID // by the peer's communication ID and CA GUID
 	qpns      map[remoteKey]*ID // connected IDs by the peer's QPN and CA GUID
-	stats     AgentStats
+	stats     agentStats
 	issued    uint64        // MADs handed to send
 	finished  uint64        // of those, sent (or dropped)
 	sentCh    chan struct{} // closed and replaced when finished grows
@@ -71,8 +70,8 @@ type agent struct {
 	done   chan struct{}
 }
 
-// AgentStats counts what a device's connection manager received and sent.
-type AgentStats struct {
+// agentStats counts what a device's connection manager received and sent.
+type agentStats struct {
 	Received, Sent, Resent, Dropped uint64
 }
 
@@ -537,13 +536,3 @@ func (r *retrier) stop() {
 	r.stopped = true
 	r.timer.Stop()
 }
-
-// resend sends the MAD once more now (answering a duplicate).
-func (r *retrier) resend() {
-	if r != nil {
-		r.a.send(r.b, r.dst, r.sgid)
-	}
-}
-
-// errAgentGone is returned when an ID's device closed under it.
-var errAgentGone = errors.New("rdmacm: device closed")

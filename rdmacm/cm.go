@@ -428,11 +428,7 @@ func (a *agent) handleREJ(in *inMAD, m *mad.REJ) {
 	}
 	param := ConnParam{PrivateData: append([]byte(nil), m.PrivateData[:]...)}
 	switch c.state {
-	case cmReqSent, cmMRAReqRcvd, cmRepRcvd:
-		id.toIdle()
-		id.qpToError()
-		id.event(&Event{Type: EventRejected, Status: int(m.Reason), Param: param})
-	case cmRepSent, cmMRAReqSent, cmReqRcvd:
+	case cmReqSent, cmMRAReqRcvd, cmRepRcvd, cmRepSent, cmMRAReqSent, cmReqRcvd:
 		id.countDone()
 		id.toIdle()
 		id.qpToError()

@@ -197,6 +197,21 @@ func (c *Conn) Close() error {
 }
 
 // destroyConn destroys an ID with its QP, then its event channel.
+// newChannelID makes an event channel and an ID on it, the start of every
+// asynchronous rdma_cm flow.
+func newChannelID(ps PortSpace) (*ID, *EventChannel, error) {
+	ch, err := CreateEventChannel() // rdma_create_event_channel
+	if err != nil {
+		return nil, nil, err
+	}
+	id, err := CreateID(ch, nil, ps) // rdma_create_id
+	if err != nil {
+		ch.Close()
+		return nil, nil, err
+	}
+	return id, ch, nil
+}
+
 func destroyConn(id *ID, ch *EventChannel) error {
 	var errs []error
 	if id.QP() != nil {
@@ -261,13 +276,8 @@ func Dial(ctx context.Context, addr string, opts *Options) (*Conn, error) {
 }
 
 func dial(ctx context.Context, ai *AddrInfo, opts *Options) (c *Conn, err error) {
-	ch, err := CreateEventChannel() // rdma_create_event_channel
+	id, ch, err := newChannelID(ai.PortSpace)
 	if err != nil {
-		return nil, err
-	}
-	id, err := CreateID(ch, nil, ai.PortSpace) // rdma_create_id
-	if err != nil {
-		ch.Close()
 		return nil, err
 	}
 	defer func() {
@@ -341,13 +351,8 @@ func Listen(addr string, opts *Options) (*Listener, error) {
 		return nil, fmt.Errorf("rdmacm: listen %s: %w", addr, err)
 	}
 	ai := ais[0]
-	ch, err := CreateEventChannel() // rdma_create_event_channel
+	id, ch, err := newChannelID(ai.PortSpace)
 	if err != nil {
-		return nil, err
-	}
-	id, err := CreateID(ch, nil, ai.PortSpace) // rdma_create_id
-	if err != nil {
-		ch.Close()
 		return nil, err
 	}
 	if err := id.BindAddr(ai.SrcAddr); err != nil { // rdma_bind_addr

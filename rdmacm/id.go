@@ -63,9 +63,6 @@ type ID struct {
 	recvCh   *verbs.CompChannel
 	ownCQs   bool
 	qpType   verbs.QPType
-	ownPD    bool
-	userQPN  uint32 // the QP number advertised when the user owns the QP
-	userSRQ  bool
 	lastWait *Event // the event a synchronous call ended on
 
 	c conn // the IB CM connection
@@ -76,6 +73,7 @@ type ID struct {
 type options struct {
 	tos        uint8
 	ackTimeout uint8 // 0: the default
+	cmSet      bool  // SetCMTimeouts was called
 	cmTimeout  uint8
 	cmRetries  uint8
 	reuseAddr  bool
@@ -293,9 +291,9 @@ func (id *ID) SetCMTimeouts(responseTimeout, maxRetries uint8) error {
 	}
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
+	id.opts.cmSet = true
 	id.opts.cmTimeout = responseTimeout
 	id.opts.cmRetries = maxRetries
-	id.opts.cmTimeout |= 0x80 // set
 	return nil
 }
 
@@ -307,14 +305,14 @@ func (o *options) ack() uint8 {
 }
 
 func (o *options) responseTimeout() uint8 {
-	if o.cmTimeout&0x80 == 0 {
+	if !o.cmSet {
 		return CMResponseTimeout
 	}
-	return o.cmTimeout &^ 0x80
+	return o.cmTimeout
 }
 
 func (o *options) retries() uint8 {
-	if o.cmTimeout&0x80 == 0 {
+	if !o.cmSet {
 		return MaxCMRetries
 	}
 	return o.cmRetries
@@ -332,11 +330,6 @@ func (id *ID) event(ev *Event) {
 	}
 	ev.ID = id
 	id.ch.push(ev)
-}
-
-// attach binds id to agent a (one reference). Called with cm.mu held.
-func (id *ID) attach(a *agent) {
-	id.agent = a
 }
 
 // BindAddr binds the ID to a local address and port (rdma_bind_addr). An
@@ -705,8 +698,8 @@ func (e *opError) Error() string {
 
 func (e *opError) Unwrap() error { return &EventError{Type: e.ev.Type, Status: e.ev.Status} }
 
-// Destroy destroys the ID (rdma_destroy_id), and its QP, CQs and PD if
-// CreateQP made them. A connected ID disconnects first; the connection
+// Destroy destroys the ID (rdma_destroy_id), its QP, and the CQs
+// CreateQP made for it. A connected ID disconnects first; the connection
 // manager keeps answering the peer for the connection's timewait. No
 // events are delivered for the ID afterwards, and a synchronous call
 // blocked on it returns. Requests to a listening ID that were not yet

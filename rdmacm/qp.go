@@ -39,10 +39,8 @@ func (id *ID) CreateQP(pd *verbs.PD, attr *verbs.QPInitAttr) error {
 		id.ps == PSUDP && init.QPType != verbs.QPTUD:
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, fmt.Sprintf("%v QP in %v", init.QPType, id.ps))
 	}
-	ownPD := pd == nil
-	if ownPD {
-		pd = a.pd
-		ownPD = false // the device's shared PD belongs to the agent
+	if pd == nil {
+		pd = a.pd // the device's PD, shared by its IDs
 	} else if pd.Context() != a.ctx && pd.Context().Device() != a.dev {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the PD is on another device")
 	}
@@ -101,7 +99,7 @@ func (id *ID) CreateQP(pd *verbs.PD, attr *verbs.QPInitAttr) error {
 		qp.Destroy()
 		return fail(verbs.Errorf(op, verbs.ErrExist, "the ID already has a QP or was destroyed"))
 	}
-	id.qp, id.pd, id.ownPD = qp, pd, ownPD
+	id.qp, id.pd = qp, pd
 	id.sendCQ, id.recvCQ = init.SendCQ, init.RecvCQ
 	id.sendCh, id.recvCh = sendCh, recvCh
 	id.ownCQs = len(madeCQs) > 0

@@ -79,29 +79,18 @@ func (r *runner) serve(ctx context.Context, c *cb, persistent bool) error {
 		r.unregister(c.id)
 		c.id.Destroy()
 	}()
-	if err := c.setupQP(c.id); err != nil {
-		r.errorf("setup_qp failed: %d\n", retval(err))
+	release, err := r.prepare(c)
+	if err != nil {
 		return err
 	}
-	defer c.freeQP()
-	if err := c.setupBuffers(); err != nil {
-		r.errorf("rping_setup_buffers failed: %d\n", retval(err))
-		return err
-	}
-	defer c.freeBuffers()
-	if err := c.postRecv(); err != nil {
-		r.errorf("ibv_post_recv failed: %d\n", retval(err))
-		return err
-	}
-	c.startCQ()
-	defer c.stopCQ()
+	defer release()
 	if err := c.accept(ctx); err != nil {
 		if !quiet(err) {
 			r.errorf("connect error %d\n", retval(err))
 		}
 		return err
 	}
-	err := c.testServer(ctx)
+	err = c.testServer(ctx)
 	if err != nil && !persistent && !quiet(err) {
 		r.errorf("rping server failed: %d\n", retval(err))
 	}
@@ -204,34 +193,54 @@ func (c *cb) testServer(ctx context.Context) error {
 	return err
 }
 
+// prepare is what client and server do before connecting: the QP and its
+// CQ (rping_setup_qp), the buffers, the first receive, and the CQ thread.
+// release undoes it.
+func (r *runner) prepare(c *cb) (release func(), err error) {
+	var undo []func()
+	release = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	if err := c.setupQP(c.id); err != nil {
+		r.errorf("setup_qp failed: %d\n", retval(err))
+		return nil, err
+	}
+	undo = append(undo, c.freeQP)
+	if err := c.setupBuffers(); err != nil {
+		r.errorf("rping_setup_buffers failed: %d\n", retval(err))
+		release()
+		return nil, err
+	}
+	undo = append(undo, c.freeBuffers)
+	if err := c.postRecv(); err != nil {
+		r.errorf("ibv_post_recv failed: %d\n", retval(err))
+		release()
+		return nil, err
+	}
+	c.startCQ()
+	undo = append(undo, c.stopCQ)
+	return release, nil
+}
+
 // runClient is rping_run_client.
 func (r *runner) runClient(ctx context.Context, c *cb) error {
 	if err := c.bindClient(ctx); err != nil {
 		return err
 	}
-	if err := c.setupQP(c.id); err != nil {
-		r.errorf("setup_qp failed: %d\n", retval(err))
+	release, err := r.prepare(c)
+	if err != nil {
 		return err
 	}
-	defer c.freeQP()
-	if err := c.setupBuffers(); err != nil {
-		r.errorf("rping_setup_buffers failed: %d\n", retval(err))
-		return err
-	}
-	defer c.freeBuffers()
-	if err := c.postRecv(); err != nil {
-		r.errorf("ibv_post_recv failed: %d\n", retval(err))
-		return err
-	}
-	c.startCQ()
-	defer c.stopCQ()
+	defer release()
 	if err := c.connectClient(ctx); err != nil {
 		if !quiet(err) {
 			r.errorf("connect error %d\n", retval(err))
 		}
 		return err
 	}
-	err := c.testClient(ctx)
+	err = c.testClient(ctx)
 	if err != nil && !quiet(err) {
 		r.errorf("rping client failed: %d\n", retval(err))
 	}
