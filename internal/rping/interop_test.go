@@ -3,39 +3,14 @@ package rping
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdmago/rdmago/internal/vmtest"
 )
-
-// interopTimeout bounds each side of one interop run (the guest is
-// emulated, without KVM, and slow).
-const interopTimeout = "300"
-
-// interopVM returns the harness script after checking that vm1 is up.
-func interopVM(t *testing.T) string {
-	vm := os.Getenv("RDMAGO_INTEROP_VM")
-	if vm == "" {
-		t.Skip("interop with Linux rping skipped: set RDMAGO_INTEROP_VM to the path of shared/interop/vm after `vm up 1`")
-	}
-	if out, err := exec.Command(vm, "exec", "1", "ibv_devices").CombinedOutput(); err != nil || !bytes.Contains(out, []byte("rxe0")) {
-		t.Fatalf("vm1 is not up with rxe0: %v\n%s", err, out)
-	}
-	return vm
-}
-
-func buildRdmago(t *testing.T) string {
-	bin := filepath.Join(t.TempDir(), "rdmago")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/rdmago/rdmago/cmd/rdmago").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // interopRun runs rping between `rdmago rping` on the host side of the
 // harness (10.77.0.1) and rdma-core's rping in vm1 (10.77.0.11), the
@@ -69,7 +44,7 @@ func interopAttempt(t *testing.T, vm, bin string, count, size int, extra string,
 	guest := func(args string) *exec.Cmd {
 		// stdbuf makes rping's stdout line-buffered, so that its lines
 		// come as printed and survive a kill by timeout.
-		return exec.Command(vm, "exec", "1", fmt.Sprintf("pkill -x rping; timeout %s stdbuf -oL rping %s", interopTimeout, args))
+		return exec.Command(vm, "exec", "1", fmt.Sprintf("pkill -x rping; timeout %s stdbuf -oL rping %s", vmtest.Timeout, args))
 	}
 	var srv, cli *exec.Cmd
 	if rdmagoServes {
@@ -84,7 +59,7 @@ func interopAttempt(t *testing.T, vm, bin string, count, size int, extra string,
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
 	kill := func(c *exec.Cmd) { syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
-	srvOut := &readyBuffer{marker: []byte("rdma_listen\n"), ready: make(chan struct{})}
+	srvOut := vmtest.NewReadyBuffer("rdma_listen\n")
 	var srvErrs, cliOut, cliErrs syncBuffer
 	srv.Stdout, srv.Stderr = srvOut, &srvErrs
 	cli.Stdout, cli.Stderr = &cliOut, &cliErrs
@@ -95,7 +70,7 @@ func interopAttempt(t *testing.T, vm, bin string, count, size int, extra string,
 	go func() { exited <- srv.Wait() }()
 	var srvErr error
 	select {
-	case <-srvOut.ready:
+	case <-srvOut.Ready:
 		time.Sleep(200 * time.Millisecond)
 	case srvErr = <-exited:
 		if !rdmagoServes && sshFailure(srvErrs.String()) {
@@ -160,33 +135,6 @@ func pingLines(out, prefix string) string {
 	return b.String()
 }
 
-// readyBuffer collects a server's output and closes ready when marker
-// first appears.
-type readyBuffer struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	marker []byte
-	ready  chan struct{}
-	seen   bool
-}
-
-func (b *readyBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Write(p)
-	if !b.seen && bytes.Contains(b.buf.Bytes(), b.marker) {
-		b.seen = true
-		close(b.ready)
-	}
-	return len(p), nil
-}
-
-func (b *readyBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestInteropWithLinuxRping runs `rdmago rping` against rdma-core's rping
 // on Linux Soft-RoCE in vm1 of the interop harness, in both directions,
 // 100 pings with -v -V at sizes 64 and 65535, and with -q (QPs created and
@@ -194,8 +142,8 @@ func (b *readyBuffer) String() string {
 // RDMAGO_INTEROP_VM names the harness's vm script and `vm up 1` has been
 // run; otherwise it says so and skips.
 func TestInteropWithLinuxRping(t *testing.T) {
-	vm := interopVM(t)
-	bin := buildRdmago(t)
+	vm := vmtest.VM(t, "Linux rping")
+	bin := vmtest.BuildRdmago(t)
 	for _, tc := range []struct {
 		size  int
 		extra string
@@ -220,10 +168,10 @@ func TestInteropWithLinuxRping(t *testing.T) {
 // for a port nobody listens on with reason 8, and `rdmago rping` says so
 // as rping does.
 func TestInteropRejectedByLinux(t *testing.T) {
-	vm := interopVM(t)
-	bin := buildRdmago(t)
+	vm := vmtest.VM(t, "Linux rping")
+	bin := vmtest.BuildRdmago(t)
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(vm, "host", "env", "RDMAGO_RXE_ADDR=10.77.0.1", "timeout", interopTimeout, bin, "rping", "-c", "-a", "10.77.0.11", "-p", "9999", "-C", "1")
+	cmd := exec.Command(vm, "host", "env", "RDMAGO_RXE_ADDR=10.77.0.1", "timeout", vmtest.Timeout, bin, "rping", "-c", "-a", "10.77.0.11", "-p", "9999", "-C", "1")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 255 {
