@@ -26,12 +26,16 @@ type mmsghdr struct {
 //   - path MTU discovery in "do" mode, so that datagrams leave with DF set and
 //     IPv4 identification 0, as the ICRC assumes (see the package doc); this
 //     one must succeed;
+//   - over IPv6, the acceptance of datagrams whose UDP checksum is 0
+//     (UDP_NO_CHECK6_RX), which is what Linux rxe sends; this one must
+//     succeed too;
 //   - the receipt of the traffic class and hop limit of each datagram, and of
 //     the socket's drop count (SO_RXQ_OVFL);
 //   - large socket buffers, forced past the system limits when the process
 //     may (CAP_NET_ADMIN), and otherwise as large as the limits allow.
 func controlSocket(c syscall.RawConn, v4 bool, opt *UDPOptions) error {
 	var err error
+	what := "IP_MTU_DISCOVER"
 	cerr := c.Control(func(fd uintptr) {
 		s := int(fd)
 		if v4 {
@@ -42,6 +46,14 @@ func controlSocket(c syscall.RawConn, v4 bool, opt *UDPOptions) error {
 			err = unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
 			unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
 			unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1)
+			// RoCEv2 senders may leave the UDP checksum 0 over IPv6, as
+			// Linux rxe does (the ICRC protects the packet); without
+			// this option the kernel drops such datagrams as illegal.
+			if err == nil {
+				if e := unix.SetsockoptInt(s, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1); e != nil {
+					err, what = e, "UDP_NO_CHECK6_RX"
+				}
+			}
 		}
 		unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
 		setBuffer(s, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, opt.RecvBuffer)
@@ -51,7 +63,7 @@ func controlSocket(c syscall.RawConn, v4 bool, opt *UDPOptions) error {
 		return cerr
 	}
 	if err != nil {
-		return os.NewSyscallError("setsockopt IP_MTU_DISCOVER", err)
+		return os.NewSyscallError("setsockopt "+what, err)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package link_test
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -125,5 +126,40 @@ func TestUDPCountsDatagramsTheSocketDropped(t *testing.T) {
 	}
 	if s := b.Stats(); s.Overflow == 0 || s.Overflow > 50 {
 		t.Errorf("Overflow = %d after a burst of 50 into a full socket, want 1-50", s.Overflow)
+	}
+}
+
+// Linux rxe sends RoCEv2 over IPv6 with a UDP checksum of 0 (the ICRC
+// protects the packet). The kernel drops such datagrams unless the socket
+// allows them, so a link that did not would hear nothing from Linux over
+// IPv6.
+func TestUDPAcceptsIPv6DatagramsWithZeroChecksum(t *testing.T) {
+	for _, opt := range []link.UDPOptions{{}, {DisableGRO: true}} {
+		t.Run(fmt.Sprintf("DisableGRO=%v", opt.DisableGRO), func(t *testing.T) {
+			local := netip.IPv6Loopback()
+			l := listenOne(t, local, opt)
+			c := plainConn(t, local)
+			raw, err := c.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw.Control(func(fd uintptr) {
+				if err := unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_TX, 1); err != nil {
+					t.Skipf("cannot send zero UDP checksums over IPv6 here: %v", err)
+				}
+			})
+			src := c.LocalAddr().(*net.UDPAddr).AddrPort()
+			var want []link.Packet
+			for i := range 3 {
+				pkt := newPacket(t, newRand(uint64(i)), wire.RCSendOnly, 64, uint32(i))
+				ph := wire.PseudoHeader{Src: local, Dst: local, SrcPort: src.Port(), DstPort: l.Port()}
+				ph.SetICRC(pkt)
+				if _, err := c.WriteToUDPAddrPort(pkt, netip.AddrPortFrom(local, l.Port())); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, link.Packet{Buf: pkt})
+			}
+			checkSamePackets(t, recvAll(t, l, len(want), 10*time.Second), want, local)
+		})
 	}
 }
