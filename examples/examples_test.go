@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,7 +46,7 @@ func binaries(t *testing.T) string {
 	build.once.Do(func() {
 		goTool, err := exec.LookPath("go")
 		if err != nil {
-			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+			goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 		}
 		build.dir, build.err = os.MkdirTemp("", "rdmago-examples-")
 		if build.err != nil {

@@ -97,7 +97,6 @@ type hw struct {
 	keyIdx  map[uint32]struct{} // indexes of region keys
 	nsrq    int
 	nextQPN uint32
-	nextMR  uint32
 
 	mcastMu sync.Mutex
 	mcast   map[netip.Addr]*group // multicast groups QPs are attached to
@@ -258,17 +257,6 @@ func (h *hw) newKey() uint32 {
 			return k
 		}
 	}
-}
-
-// gidIndex returns the GID table index of addr, or -1.
-func (h *hw) gidIndex(a netip.Addr) int {
-	g := verbs.GIDFromAddr(a)
-	for i, x := range h.gids {
-		if x == g {
-			return i
-		}
-	}
-	return -1
 }
 
 // devctx implements verbs.ContextDriver.

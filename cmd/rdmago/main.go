@@ -16,6 +16,7 @@
 //	ud_pingpong   ping-pong over a UD QP, as ibv_ud_pingpong (interoperates with it)
 //	srq_pingpong  ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)
 //	rping         RDMA READ/WRITE ping-pong over rdma_cm, as rdma-core's rping (interoperates with it)
+//	udaddy        UD datagrams over rdma_cm's UDP port space, as rdma-core's udaddy (interoperates with it)
 //	dump          decode RoCEv2 packets in pcap and pcapng files, checking each ICRC
 //
 // Run `rdmago <command> -h` for a command's flags.
@@ -47,6 +48,7 @@ var commands = map[string]command{
 	"srq_pingpong": {"ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)", runSRQPingpong},
 	"uc_pingpong":  {"ping-pong over a UC QP, as ibv_uc_pingpong (interoperates with it)", runUCPingpong},
 	"ud_pingpong":  {"ping-pong over a UD QP, as ibv_ud_pingpong (interoperates with it)", runUDPingpong},
+	"udaddy":       {"UD datagrams over rdma_cm's UDP port space, as rdma-core's udaddy (interoperates with it)", runUdaddy},
 }
 
 func main() {

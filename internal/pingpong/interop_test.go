@@ -10,23 +10,50 @@ import (
 	"github.com/rdmago/rdmago/internal/vmtest"
 )
 
+// gids picks the GIDs a ping-pong runs over: the GID index on each side.
+type gids struct {
+	name        string
+	env         string // RDMAGO_RXE_ADDR on the host side, if any
+	host, guest string
+}
+
+// The harness's GID tables: the host side's rxe_br0 lists br0's link-local
+// address, 10.77.0.1 and fd77::1 (in that order, as Linux does), and vm1's
+// rxe0 fe80::…, ::ffff:10.77.0.11 and fd77::11.
+var (
+	gidsIPv4      = gids{"IPv4", "RDMAGO_RXE_ADDR=10.77.0.1", "0", "1"}
+	gidsLinkLocal = gids{"IPv6 link-local", "", "0", "0"}
+	gidsGlobal6   = gids{"IPv6 global", "", "2", "2"}
+)
+
 // interopRun runs one ping-pong between `rdmago <transport>_pingpong` on
-// the host side of the harness (GID index 0 = 10.77.0.1) and rdma-core's
-// ibv_<transport>_pingpong in vm1 (GID index 1 = 10.77.0.11), with the
-// flags in common; the client side adds -e, so that each implementation
-// is run both polling and sleeping on events.
+// the host side of the harness and rdma-core's ibv_<transport>_pingpong in
+// vm1 over the IPv4 GIDs, with the flags in common; the client side adds
+// -e, so that each implementation is run both polling and sleeping on
+// events.
 func interopRun(t *testing.T, vm, bin string, tr Transport, common string, rdmagoServes bool) {
+	t.Helper()
+	interopRunGIDs(t, vm, bin, tr, common, rdmagoServes, gidsIPv4)
+}
+
+// interopRunGIDs is interopRun over the GIDs g picks. The out-of-band
+// exchange always goes over IPv4 TCP, as the C programs' does.
+func interopRunGIDs(t *testing.T, vm, bin string, tr Transport, common string, rdmagoServes bool, g gids) {
 	t.Helper()
 	tool := tr.Tool()
 	host := func(args string) *exec.Cmd {
-		return exec.Command(vm, append([]string{"host", "env", "RDMAGO_RXE_ADDR=10.77.0.1", "timeout", vmtest.Timeout,
-			bin, tr.String() + "_pingpong", "-g", "0"}, strings.Fields(args)...)...)
+		pre := []string{"host", "env"}
+		if g.env != "" {
+			pre = append(pre, g.env)
+		}
+		return exec.Command(vm, append(append(pre, "timeout", vmtest.Timeout,
+			bin, tr.String()+"_pingpong", "-d", "rxe_br0", "-g", g.host), strings.Fields(args)...)...)
 	}
 	guest := func(args string) *exec.Cmd {
 		// comm names are cut to 15 characters: ibv_srq_pingpon. stdbuf
 		// makes the C program's stdout line-buffered, so that its lines
 		// come as printed and survive a kill by timeout.
-		return exec.Command(vm, "exec", "1", fmt.Sprintf("pkill -x %s; timeout %s stdbuf -oL %s -d rxe0 -g 1 %s", tool[:min(15, len(tool))], vmtest.Timeout, tool, args))
+		return exec.Command(vm, "exec", "1", fmt.Sprintf("pkill -x %s; timeout %s stdbuf -oL %s -d rxe0 -g %s %s", tool[:min(15, len(tool))], vmtest.Timeout, tool, g.guest, args))
 	}
 	var srv, cli *exec.Cmd
 	if rdmagoServes {
@@ -103,6 +130,33 @@ func TestInteropWithLinuxSoftRoCE(t *testing.T) {
 				}
 				t.Run(fmt.Sprintf("%s size %d %s", tr, size, dir), func(t *testing.T) {
 					interopRun(t, vm, bin, tr, fmt.Sprintf("-n 1000 -s %d -c", size), rdmagoServes)
+				})
+			}
+		}
+	}
+}
+
+// TestInteropIPv6WithLinuxSoftRoCE runs the four ping-pongs against
+// rdma-core's in vm1 over IPv6, in both directions, with data checked: over
+// the link-local GIDs (index 0 on both sides, where rdma-core's tools
+// start) and over the global ones (fd77::1 and fd77::11). Linux sends
+// RoCEv2 over IPv6 with UDP checksum 0, which an ordinary socket drops.
+func TestInteropIPv6WithLinuxSoftRoCE(t *testing.T) {
+	vm := vmtest.VM(t, "Linux Soft-RoCE")
+	bin := vmtest.BuildRdmago(t)
+	for _, g := range []gids{gidsLinkLocal, gidsGlobal6} {
+		for _, tr := range []Transport{RC, UC, UD, SRQ} {
+			size := 4096
+			if tr == UD {
+				size = 1024
+			}
+			for _, rdmagoServes := range []bool{true, false} {
+				dir := "ibv client to rdmago server"
+				if !rdmagoServes {
+					dir = "rdmago client to ibv server"
+				}
+				t.Run(fmt.Sprintf("%s %s %s", g.name, tr, dir), func(t *testing.T) {
+					interopRunGIDs(t, vm, bin, tr, fmt.Sprintf("-n 200 -s %d -c", size), rdmagoServes, g)
 				})
 			}
 		}

@@ -19,8 +19,51 @@ import (
 // guest that fails to start is retried.
 func interopRun(t *testing.T, vm, bin string, count, size int, extra string, rdmagoServes bool) {
 	t.Helper()
+	interopRunAt(t, vm, bin, count, size, extra, rdmagoServes, addrsIPv4)
+}
+
+// addrs are the addresses an interop run uses: each side's own, as it
+// names it to listen on, and as the other side names it to connect to
+// (they differ for link-local addresses, whose zones are each side's
+// interface), and RDMAGO_RXE_ADDR for the host side.
+type addrs struct {
+	env                  string
+	hostSelf, hostPeer   string // the host's address: as the host, as the guest names it
+	guestSelf, guestPeer string // vm1's address: as vm1, as the host names it
+}
+
+var (
+	addrsIPv4    = addrs{"10.77.0.1", "10.77.0.1", "10.77.0.1", "10.77.0.11", "10.77.0.11"}
+	addrsGlobal6 = addrs{"fd77::1", "fd77::1", "fd77::1", "fd77::11", "fd77::11"}
+)
+
+// addrsLinkLocal returns the link-local addresses of the host side's br0
+// and vm1's eth0, each with the zone the other side needs.
+func addrsLinkLocal(t *testing.T, vm string) addrs {
+	t.Helper()
+	ll := func(cmd *exec.Cmd) string {
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%v: %v", cmd.Args, err)
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if strings.HasPrefix(f, "fe80::") {
+				return strings.Split(f, "/")[0]
+			}
+		}
+		t.Fatalf("%v: no link-local address in %q", cmd.Args, out)
+		return ""
+	}
+	h := ll(exec.Command(vm, "host", "ip", "-6", "addr", "show", "br0"))
+	g := ll(exec.Command(vm, "exec", "1", "ip -6 addr show eth0"))
+	return addrs{h + "%br0", h + "%br0", h + "%eth0", g + "%eth0", g + "%br0"}
+}
+
+// interopRunAt is interopRun between the addresses a names.
+func interopRunAt(t *testing.T, vm, bin string, count, size int, extra string, rdmagoServes bool, a addrs) {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
-		msg, sshFailed := interopAttempt(t, vm, bin, count, size, extra, rdmagoServes)
+		msg, sshFailed := interopAttempt(t, vm, bin, count, size, extra, rdmagoServes, a)
 		if !sshFailed || attempt == 3 {
 			return
 		}
@@ -35,11 +78,11 @@ func sshFailure(stderr string) bool {
 		strings.Contains(stderr, "Connection refused") || strings.Contains(stderr, "Connection reset")
 }
 
-func interopAttempt(t *testing.T, vm, bin string, count, size int, extra string, rdmagoServes bool) (string, bool) {
+func interopAttempt(t *testing.T, vm, bin string, count, size int, extra string, rdmagoServes bool, a addrs) (string, bool) {
 	t.Helper()
 	common := fmt.Sprintf("-C %d -S %d -v -V %s", count, size, extra)
 	host := func(args string) *exec.Cmd {
-		return exec.Command(vm, append([]string{"host", "env", "RDMAGO_RXE_ADDR=10.77.0.1", bin, "rping"}, strings.Fields(args)...)...)
+		return exec.Command(vm, append([]string{"host", "env", "RDMAGO_RXE_ADDR=" + strings.Split(a.env, "%")[0], bin, "rping"}, strings.Fields(args)...)...)
 	}
 	guest := func(args string) *exec.Cmd {
 		// stdbuf makes rping's stdout line-buffered, so that its lines
@@ -48,9 +91,9 @@ func interopAttempt(t *testing.T, vm, bin string, count, size int, extra string,
 	}
 	var srv, cli *exec.Cmd
 	if rdmagoServes {
-		srv, cli = host("-s -d -a 10.77.0.1 "+common), guest("-c -a 10.77.0.1 "+common)
+		srv, cli = host("-s -d -a "+a.hostSelf+" "+common), guest("-c -a "+a.hostPeer+" "+common)
 	} else {
-		srv, cli = guest("-s -d -a 10.77.0.11 "+common), host("-c -a 10.77.0.11 "+common)
+		srv, cli = guest("-s -d -a "+a.guestSelf+" "+common), host("-c -a "+a.guestPeer+" "+common)
 	}
 	// Each side runs in a process group of its own, so that all of it
 	// can be stopped: the harness's shell, ip netns exec and rdmago, or
@@ -159,6 +202,28 @@ func TestInteropWithLinuxRping(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				interopRun(t, vm, bin, 100, tc.size, tc.extra, rdmagoServes)
+			})
+		}
+	}
+}
+
+// TestInteropIPv6WithLinuxRping runs `rdmago rping` against rping in
+// vm1 over IPv6, both ways, with -v -V: between the global addresses
+// fd77::1 and fd77::11, and between the link-local ones (with zones).
+func TestInteropIPv6WithLinuxRping(t *testing.T) {
+	vm := vmtest.VM(t, "Linux rping")
+	bin := vmtest.BuildRdmago(t)
+	for _, a := range []struct {
+		name string
+		a    addrs
+	}{{"global", addrsGlobal6}, {"link-local", addrsLinkLocal(t, vm)}} {
+		for _, rdmagoServes := range []bool{true, false} {
+			dir := "rping client to rdmago server"
+			if !rdmagoServes {
+				dir = "rdmago client to rping server"
+			}
+			t.Run(a.name+" "+dir, func(t *testing.T) {
+				interopRunAt(t, vm, bin, 50, 1000, "", rdmagoServes, a.a)
 			})
 		}
 	}

@@ -232,8 +232,7 @@ func TestGoldenRping(t *testing.T) {
 	if len(user) != mad.REQUserPrivateDataLen || !bytes.Equal(user, make([]byte, 56)) {
 		t.Errorf("REQ user private data %x", user)
 	}
-	var rebuilt mad.REQ
-	rebuilt = *req
+	rebuilt := *req
 	if err := rebuilt.SetCMAPrivateData(&cma, nil); err != nil || rebuilt.PrivateData != req.PrivateData {
 		t.Errorf("SetCMAPrivateData: %v\n got %x\nwant %x", err, rebuilt.PrivateData, req.PrivateData)
 	}

@@ -1,0 +1,89 @@
+package getopt
+
+import (
+	"reflect"
+	"testing"
+)
+
+var longs = []Long{{"size", true, 's'}, {"events", false, 'e'}, {"gid-idx", true, 'g'}, {"report_gbits", false, 0}}
+
+func TestParseTakesTheFormsGlibcTakes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		opts     []Option
+		operands []string
+	}{
+		{"separate argument", []string{"-s", "64"}, []Option{{Name: 's', Arg: "64"}}, nil},
+		{"attached argument", []string{"-g0"}, []Option{{Name: 'g', Arg: "0"}}, nil},
+		{"grouped flags", []string{"-ec"}, []Option{{Name: 'e'}, {Name: 'c'}}, nil},
+		{"group ending in an argument", []string{"-es", "4096"}, []Option{{Name: 'e'}, {Name: 's', Arg: "4096"}}, nil},
+		{"group with the argument attached", []string{"-eg2"}, []Option{{Name: 'e'}, {Name: 'g', Arg: "2"}}, nil},
+		{"long with =", []string{"--size=4096"}, []Option{{Name: 's', Long: "size", Arg: "4096"}}, nil},
+		{"long with a separate argument", []string{"--size", "4096"}, []Option{{Name: 's', Long: "size", Arg: "4096"}}, nil},
+		{"long abbreviated", []string{"--ev"}, []Option{{Name: 'e', Long: "events"}}, nil},
+		{"long without a short form", []string{"--report_gbits"}, []Option{{Long: "report_gbits"}}, nil},
+		{"operands anywhere", []string{"host", "-e", "x"}, []Option{{Name: 'e'}}, []string{"host", "x"}},
+		{"-- ends the options", []string{"-e", "--", "-s"}, []Option{{Name: 'e'}}, []string{"-s"}},
+		{"a lone dash is an operand", []string{"-"}, nil, []string{"-"}},
+		{"an argument may start with a dash", []string{"-s", "-1"}, []Option{{Name: 's', Arg: "-1"}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts, operands, err := Parse(tc.args, "ceg:s:", longs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(opts, tc.opts) || !reflect.DeepEqual(operands, tc.operands) {
+				t.Errorf("Parse(%q) = %+v, %q; want %+v, %q", tc.args, opts, operands, tc.opts, tc.operands)
+			}
+		})
+	}
+}
+
+func TestParseRefusesWithGlibcsWords(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-x"}, "invalid option -- 'x'"},
+		{[]string{"-ex"}, "invalid option -- 'x'"},
+		{[]string{"-s"}, "option requires an argument -- 's'"},
+		{[]string{"--bogus"}, "unrecognized option '--bogus'"},
+		{[]string{"--events=1"}, "option '--events' doesn't allow an argument"},
+		{[]string{"--size"}, "option '--size' requires an argument"},
+		{[]string{"---"}, "unrecognized option '---'"},
+	} {
+		_, _, err := Parse(tc.args, "ceg:s:", longs)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("Parse(%q) error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestParseRefusesAmbiguousAbbreviations(t *testing.T) {
+	_, _, err := Parse([]string{"--s"}, "", []Long{{"size", true, 's'}, {"sl", true, 'l'}})
+	if err == nil || err.Error() != "option '--s' is ambiguous" {
+		t.Errorf("error %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add("-eg0\x00--size=1\x00host")
+	f.Fuzz(func(t *testing.T, s string) {
+		var args []string
+		start := 0
+		for i := 0; i <= len(s); i++ {
+			if i == len(s) || s[i] == 0 {
+				args = append(args, s[start:i])
+				start = i + 1
+			}
+		}
+		opts, operands, err := Parse(args, "ceg:s:", longs)
+		if err != nil {
+			return
+		}
+		if len(opts)+len(operands) > 2*len(args)+len(s) {
+			t.Fatalf("more results than input")
+		}
+	})
+}
