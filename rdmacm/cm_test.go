@@ -217,8 +217,11 @@ func TestConnectWithoutListenerIsRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := mustEvent(t, cch, rdmacm.EventRejected, 8)
-	if err := ev.Err(); err == nil || err.Error() != "rdmacm: RDMA_CM_EVENT_REJECTED, error 8 (invalid service ID)" {
+	if err := ev.Err(); err == nil || err.Error() != "rdmacm: RDMA_CM_EVENT_REJECTED, error 8 (connection refused: invalid service ID)" {
 		t.Errorf("Err() = %v", err)
+	}
+	if err := ev.Err(); !errors.Is(err, verbs.ErrConnRefused) {
+		t.Errorf("errors.Is(%v, verbs.ErrConnRefused) = false", err)
 	}
 	if !errors.Is(cli.Disconnect(), verbs.ErrInvalidArgument) {
 		t.Error("Disconnect after a rejection should fail: not connected")

@@ -169,7 +169,7 @@ type EventError struct {
 func (e *EventError) Error() string {
 	s := fmt.Sprintf("rdmacm: %s, error %d", e.Type, e.Status)
 	if e.Type == EventRejected {
-		return s + " (" + rejectReasonString(e.Status) + ")"
+		return s + " (connection refused: " + rejectReasonString(e.Status) + ")"
 	}
 	if e.Status < 0 {
 		return s + " (" + verbs.Errno(-e.Status).Error() + ")"
@@ -178,8 +178,14 @@ func (e *EventError) Error() string {
 }
 
 // Unwrap returns the errno of a negative status, so that
-// errors.Is(err, verbs.ErrTimedOut) works.
+// errors.Is(err, verbs.ErrTimedOut) works, and verbs.ErrConnRefused for a
+// rejection (whose status is the IB CM reason: 8 when nobody listens, 28
+// when the peer's application rejected), as librdmacm's synchronous calls
+// set errno to ECONNREFUSED then.
 func (e *EventError) Unwrap() error {
+	if e.Type == EventRejected {
+		return verbs.ErrConnRefused
+	}
 	if e.Status < 0 {
 		return verbs.Errno(-e.Status)
 	}

@@ -359,12 +359,30 @@ func (c *devctx) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
-	// Destroy this context's QPs, then let go of the hardware.
+	// Destroy this context's QPs and release its memory regions and
+	// windows, as the kernel does when a process closes its verbs file
+	// (ibv_close_device succeeds whatever is still allocated), then let
+	// go of the hardware. A peer's RDMA to a released region fails with
+	// a remote access error.
 	c.hw.mu.Lock()
 	var mine []*qp
 	for _, q := range c.hw.qps {
 		if q.ctx == c {
 			mine = append(mine, q)
+		}
+	}
+	for k, m := range c.hw.keys {
+		if m.pd.ctx == c {
+			m.valid.Store(false)
+			delete(c.hw.keys, k)
+			delete(c.hw.keyIdx, k>>8)
+		}
+	}
+	for i, w := range c.hw.mws {
+		if w.pd.ctx == c {
+			w.dead.Store(true)
+			w.unbind()
+			delete(c.hw.mws, i)
 		}
 	}
 	c.hw.mu.Unlock()

@@ -60,6 +60,7 @@ func (provider) Devices() ([]*verbs.Device, error) {
 		registry.devices = map[string]*verbs.Device{}
 	}
 	var out []*verbs.Device
+	served := map[netip.Addr]bool{}
 	for _, ifc := range ifs {
 		if ifc.Flags&net.FlagUp == 0 {
 			continue
@@ -67,6 +68,9 @@ func (provider) Devices() ([]*verbs.Device, error) {
 		addrs := interfaceAddrs(&ifc, want)
 		if len(addrs) == 0 {
 			continue
+		}
+		for _, a := range addrs {
+			served[a.WithZone("")] = true
 		}
 		name := "rxe_" + ifc.Name
 		cfg := Config{Name: name, Addrs: addrs, Port: port, NetdevMTU: ifc.MTU, Netdev: ifc.Name}
@@ -79,6 +83,11 @@ func (provider) Devices() ([]*verbs.Device, error) {
 			registry.devices[key] = d
 		}
 		out = append(out, d)
+	}
+	for _, w := range want {
+		if !served[w.WithZone("")] {
+			return nil, fmt.Errorf("rxe: %s names %v, which is not an address of an interface of this host that is up", EnvAddr, w)
+		}
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package rxe
 
 import (
 	"context"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -174,5 +175,50 @@ func TestRetryCnt7NeverRunsOut(t *testing.T) {
 		wc := make([]verbs.WC, 1)
 		a.cq.Poll(wc)
 		t.Fatalf("completion %s after retry_cnt 7", describe(wc))
+	}
+}
+
+// Closing a context releases its memory regions and windows even while
+// another context keeps the device open, as closing the verbs file does on
+// Linux: no peer reaches a closed context's memory.
+func TestContextCloseReleasesItsRegionsAndWindows(t *testing.T) {
+	network := link.NewNetwork(31)
+	l, err := network.Attach(netip.MustParseAddr("10.31.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := NewDevice(Config{Name: "rxe_closing", Links: []link.Link{l}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep, err := dev.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	ctx, err := dev.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, _ := ctx.AllocPD()
+	region, err := pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessMWBind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.AllocMW(verbs.MWType2); err != nil {
+		t.Fatal(err)
+	}
+	h := dev.Driver().(*device).hw
+	if h.lookup(region.RKey(), region.Driver().(*mr).pd) == nil {
+		t.Fatal("the region is not in the key table")
+	}
+	if err := ctx.Close(); err != nil {
+		t.Fatalf("Close with a region and a window: %v", err)
+	}
+	h.mu.RLock()
+	keys, mws := len(h.keys), len(h.mws)
+	h.mu.RUnlock()
+	if keys != 0 || mws != 0 {
+		t.Errorf("after Close: %d regions and %d windows left in the device's tables", keys, mws)
 	}
 }

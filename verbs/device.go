@@ -163,7 +163,11 @@ func (c *Context) Device() *Device { return c.dev }
 // Driver returns the provider's side of the context, for providers.
 func (c *Context) Driver() ContextDriver { return c.drv }
 
-// Close closes the device context (ibv_close_device).
+// Close closes the device context (ibv_close_device). Like closing the
+// verbs file on Linux, it succeeds whatever the program left allocated:
+// the provider destroys the context's QPs and releases its memory regions
+// and windows, so no peer reaches that memory afterwards. Objects of the
+// context fail with ErrClosed from then on.
 func (c *Context) Close() error {
 	c.mu.Lock()
 	if c.closed {

@@ -21,6 +21,7 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	port := fs.Uint("port", 4791, "UDP destination port of RoCEv2 packets (for devices set to another port)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: rdmago dump [-check] [-a] [-abs] [-q] [-port N] FILE...")
+		fmt.Fprintln(stderr, "\nA FILE of - is standard input: tcpdump -i any -w - udp port 4791 | rdmago dump -")
 		fmt.Fprintln(stderr, "\nDecodes the RoCEv2 packets (UDP to port 4791) in pcap and pcapng files, one line")
 		fmt.Fprintln(stderr, "each, verifying every ICRC, then prints a summary line per file.")
 		fmt.Fprintln(stderr, "Link types: Ethernet, Linux cooked v1/v2, raw IP, BSD loopback; IPv4 and IPv6.")
@@ -47,7 +48,12 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		if len(files) > 1 && !opt.Quiet {
 			fmt.Fprintf(out, "== %s\n", name)
 		}
-		f, err := os.Open(name)
+		var f io.ReadCloser = os.Stdin
+		if name == "-" {
+			name = "(stdin)"
+		} else {
+			f, err = os.Open(name)
+		}
 		if err != nil {
 			out.Flush()
 			fmt.Fprintf(stderr, "rdmago dump: %v\n", err)

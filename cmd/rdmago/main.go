@@ -17,6 +17,7 @@
 //	srq_pingpong  ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)
 //	rping         RDMA READ/WRITE ping-pong over rdma_cm, as rdma-core's rping (interoperates with it)
 //	udaddy        UD datagrams over rdma_cm's UDP port space, as rdma-core's udaddy (interoperates with it)
+//	version       print the module version and VCS revision this binary was built from
 //	dump          decode RoCEv2 packets in pcap and pcapng files, checking each ICRC
 //
 // Run `rdmago <command> -h` for a command's flags.
@@ -48,6 +49,7 @@ var commands = map[string]command{
 	"srq_pingpong": {"ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)", runSRQPingpong},
 	"uc_pingpong":  {"ping-pong over a UC QP, as ibv_uc_pingpong (interoperates with it)", runUCPingpong},
 	"ud_pingpong":  {"ping-pong over a UD QP, as ibv_ud_pingpong (interoperates with it)", runUDPingpong},
+	"version":      {"print the module version and VCS revision this binary was built from", runVersion},
 	"udaddy":       {"UD datagrams over rdma_cm's UDP port space, as rdma-core's udaddy (interoperates with it)", runUdaddy},
 }
 
@@ -64,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
+	case "--version", "-version":
+		args[0] = "version"
 	}
 	c, ok := commands[args[0]]
 	if !ok {

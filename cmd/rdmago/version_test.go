@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestVersionNamesTheModuleAndGo(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		var out, errs bytes.Buffer
+		if st := run(args, &out, &errs); st != 0 {
+			t.Fatalf("%v: status %d: %s", args, st, errs.String())
+		}
+		if !strings.HasPrefix(out.String(), "rdmago ") || !strings.Contains(out.String(), " go1.") {
+			t.Errorf("%v printed %q", args, out.String())
+		}
+	}
+	var out, errs bytes.Buffer
+	if st := run([]string{"version", "extra"}, &out, &errs); st != 2 || !strings.Contains(errs.String(), `"extra"`) {
+		t.Errorf("version extra: status %d, stderr %q", st, errs.String())
+	}
+}
+
+func TestDumpReadsStandardInput(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "..", "testdata", "captures", "rping.pcapng"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	saved := os.Stdin
+	os.Stdin = f
+	defer func() { os.Stdin = saved }()
+	var out, errs bytes.Buffer
+	if st := run([]string{"dump", "-q", "-"}, &out, &errs); st != 0 {
+		t.Fatalf("status %d: %s", st, errs.String())
+	}
+	if want := "(stdin): 41 RoCEv2 packets (41 icrc ok, 0 icrc bad, 0 malformed), 0 other packets\n"; out.String() != want {
+		t.Errorf("printed %q, want %q", out.String(), want)
+	}
+}
