@@ -51,6 +51,10 @@ type agent struct {
 	guid uint64
 	mtu  verbs.MTU
 	gids []netip.Addr // the port's GID table, as addresses
+	// owner is the upper 8 bits of the agent's communication IDs: on a
+	// device that several processes share, what routes the answers to our
+	// messages to this process (see commIDOwner).
+	owner uint8
 
 	// Guarded by cm.mu.
 	refs      int
@@ -159,6 +163,9 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 		return nil, err
 	}
 	a.mtu = pa.ActiveMTU
+	if o, ok := dev.Driver().(commIDOwner); ok {
+		a.owner, _ = o.CommIDOwner()
+	}
 	for i := 0; i < pa.GIDTblLen; i++ {
 		g, err := ctx.QueryGID(1, i)
 		if err != nil || g.IsZero() {
@@ -450,10 +457,25 @@ func (a *agent) reply(in *inMAD, msg mad.Message) {
 	a.send(marshal(in.hdr.TransactionID, msg), in.src, in.sgid)
 }
 
-// newCommID returns an unused, nonzero local communication ID.
+// commIDOwner is what a device that several processes share tells its
+// connection managers: the upper 8 bits their communication IDs (and SIDR
+// request IDs) must have for the device to route the answers to them.
+type commIDOwner interface {
+	CommIDOwner() (owner uint8, ok bool)
+}
+
+// serviceClaimer is a device that several processes share, on which a
+// listener claims its service ID (on one of its addresses, or all if addr
+// is unspecified) so that connection requests for it reach its process.
+type serviceClaimer interface {
+	ClaimService(addr netip.Addr, id uint64) (release func(), err error)
+}
+
+// newCommID returns an unused local communication ID, nonzero, its upper 8
+// bits the agent's owner.
 func (a *agent) newCommID() uint32 {
 	for {
-		id := randUint32()
+		id := uint32(a.owner)<<24 | randUint32()&0xffffff
 		if id != 0 && a.conns[id] == nil {
 			return id
 		}

@@ -89,6 +89,9 @@
 // picks for the destination. The devices searched are those
 // RegisterDevice names and those verbs.Devices lists (the rxe provider's
 // one per network interface, with the addresses RDMAGO_RXE_ADDR selects).
-// Each process has its own software device, so two rdmago processes on one
-// host serve two addresses (127.0.0.1 and 127.0.0.2, say).
+// The software devices are shared by the processes of a host, as the
+// kernel's are: a server and its clients may all be on 127.0.0.1. A
+// listener claims its service on the device for its process, so a second
+// process listening on the same port and address fails with
+// verbs.ErrAddrInUse, as rdma_listen fails with EADDRINUSE.
 package rdmacm

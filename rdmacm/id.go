@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/rdmago/rdmago/rdmacm/mad"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -41,6 +42,7 @@ type ID struct {
 	state     idState
 	agent     *agent   // the device's connection manager
 	agents    []*agent // a wildcard listener's agents, one per device
+	claims    []func() // a listener's service claims on shared devices, to release
 	local     netip.AddrPort
 	peer      netip.AddrPort
 	portBound bool
@@ -539,8 +541,41 @@ func (id *ID) Listen(backlog int) error {
 			return verbs.Errorf(op, verbs.ErrNoDevice, "no RDMA device to listen on")
 		}
 	}
+	// Claim the service on devices other processes share, so that their
+	// connection requests come here (and a second listener is refused).
+	sid := uint64(mad.MakeServiceID(mad.PortSpace(id.ps), id.local.Port()))
+	agents := id.agents
+	if id.agent != nil {
+		agents = []*agent{id.agent}
+	}
+	for _, a := range agents {
+		c, ok := a.dev.Driver().(serviceClaimer)
+		if !ok {
+			continue
+		}
+		release, err := c.ClaimService(id.local.Addr(), sid)
+		if err != nil {
+			id.releaseClaims()
+			if id.agent == nil {
+				for _, a := range id.agents {
+					a.release()
+				}
+				id.agents = nil
+			}
+			return err
+		}
+		id.claims = append(id.claims, release)
+	}
 	id.state = stateListen
 	return nil
+}
+
+// releaseClaims gives up the listener's service claims.
+func (id *ID) releaseClaims() {
+	for _, r := range id.claims {
+		r()
+	}
+	id.claims = nil
 }
 
 // listensOn reports whether a wildcard listener listens on agent a.
@@ -741,6 +776,7 @@ func (id *ID) destroyLocked() []*Event {
 	id.abandon()
 	id.state = stateDestroying
 	unbindPort(id)
+	id.releaseClaims()
 	for _, a := range id.agents {
 		a.release()
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 
 	"github.com/rdmago/rdmago/rxe/link"
 	"github.com/rdmago/rdmago/rxe/wire"
@@ -96,7 +97,11 @@ type hw struct {
 	mws     map[uint32]*mw      // by index (the key's upper 24 bits)
 	keyIdx  map[uint32]struct{} // indexes of region keys
 	nsrq    int
-	nextQPN uint32
+	nextQPN uint32 // the low 16 bits of the next QP number to try
+	owner   uint8  // the upper 8 bits of the device's QP numbers (see share.go)
+
+	upMu    sync.Mutex // guards bringing the links up, and stopped
+	stopped bool
 
 	mcastMu sync.Mutex
 	mcast   map[netip.Addr]*group // multicast groups QPs are attached to
@@ -120,32 +125,55 @@ func startHW(d *device) (*hw, error) {
 		nextQPN: minQPN,
 	}
 	h.bufs.New = func() any { return &bufBox{b: make([]byte, maxPacket)} }
-	links := d.cfg.Links
-	if len(links) == 0 {
-		for _, a := range d.cfg.Addrs {
-			l, err := link.ListenUDP(netip.AddrPortFrom(a, d.cfg.Port), link.UDPOptions{})
-			if err != nil {
-				for _, l := range links {
-					l.Close()
-				}
-				return nil, fmt.Errorf("rxe: opening %s: %w", d.cfg.Name, err)
-			}
-			links = append(links, l)
-		}
+	for _, a := range d.cfg.Addrs {
+		h.gids = append(h.gids, verbs.GIDFromAddr(a))
 	}
-	h.links = links
-	for _, l := range links {
-		h.gids = append(h.gids, verbs.GIDFromAddr(l.LocalAddr()))
-	}
-	for i := range links {
-		h.wg.Add(1)
-		go h.recvLoop(i)
+	if len(d.cfg.Links) > 0 {
+		h.startLinks(d.cfg.Links)
 	}
 	return h, nil
 }
 
+// up brings the device onto the network, if it is not yet: it joins the
+// processes that share its addresses (see share.go) and starts receiving.
+// A device comes up with its first QP, so that opening and querying a
+// device never needs its UDP port.
+func (h *hw) up() error {
+	h.upMu.Lock()
+	defer h.upMu.Unlock()
+	if h.links != nil {
+		return nil
+	}
+	if h.stopped {
+		return verbs.Errorf("ibv_create_qp", verbs.ErrClosed, "device closed")
+	}
+	links, owner, err := shareAddrs(h.dev.cfg.Addrs, h.dev.cfg.Port)
+	if err != nil {
+		errno := verbs.ErrIO
+		if errors.Is(err, syscall.EADDRINUSE) {
+			errno = verbs.ErrAddrInUse
+		}
+		return verbs.Errorf("ibv_create_qp", errno, fmt.Sprintf("bringing %s up: %v", h.dev.cfg.Name, err))
+	}
+	h.owner = owner
+	h.startLinks(links)
+	return nil
+}
+
+// startLinks starts a receive loop on each link.
+func (h *hw) startLinks(links []link.Link) {
+	h.links = links
+	for i := range links {
+		h.wg.Add(1)
+		go h.recvLoop(i)
+	}
+}
+
 // stop closes the links and waits for the receive loops.
 func (h *hw) stop() {
+	h.upMu.Lock()
+	h.stopped = true
+	h.upMu.Unlock()
 	for _, l := range h.links {
 		l.Close()
 	}
@@ -189,6 +217,9 @@ func (h *hw) recvLoop(i int) {
 		}
 		// Look the QPs up first and deliver without h.mu: deliver takes
 		// q.mu, and a poster holding q.mu may need h.mu (inline data).
+		sh, leading := l.(*link.Shared)
+		leading = leading && sh.Leading()
+		forwarded := false
 		h.mu.RLock()
 		for j := 0; j < n; j++ {
 			qs[j] = h.qps[binary.BigEndian.Uint32(batch[j].Buf[4:8])&0xffffff]
@@ -198,12 +229,23 @@ func (h *hw) recvLoop(i int) {
 			p := &batch[j]
 			q := qs[j]
 			qs[j] = nil
+			if leading {
+				if owner := h.route(sh, p.Buf); owner != h.owner {
+					sh.Forward(owner, p)
+					forwarded = true
+					continue
+				}
+			}
 			if q == nil {
 				continue // no such QP: dropped, as hardware does
 			}
 			if q.deliver(inPacket{buf: p.Buf, src: p.Addr, tclass: p.TClass, hop: p.HopLimit, link: uint8(i)}) {
 				p.Buf = h.getBuf()
 			}
+		}
+		if forwarded {
+			sh.Flush()
+			forwarded = false
 		}
 		for j := 0; j < n; j++ {
 			batch[j].Buf = batch[j].Buf[:cap(batch[j].Buf)]

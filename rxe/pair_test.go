@@ -108,6 +108,12 @@ func newEnd(t testing.TB, name string, l link.Link, o *pairOpts) *end {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newEndOn(t, dev, o)
+}
+
+// newEndOn opens a context on dev and makes a QP (not yet connected).
+func newEndOn(t testing.TB, dev *verbs.Device, o *pairOpts) *end {
+	t.Helper()
 	ctx, err := dev.Open()
 	if err != nil {
 		t.Fatal(err)

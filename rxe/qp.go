@@ -135,6 +135,9 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	}
 	attr.Cap = c
 	h := p.ctx.hw
+	if err := h.up(); err != nil {
+		return nil, err
+	}
 	q := &qp{
 		ctx: p.ctx, hw: h, pd: p, typ: attr.QPType,
 		sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, sigAll: attr.SQSigAll, cap: c, srq: shared,
@@ -160,9 +163,11 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 		q.num = gsiQPN
 	}
 	for q.num == 0 {
-		n := h.nextQPN
+		// QP numbers stay in the owner's range, owner<<16 | 0x11..0xffff,
+		// so that a shared address's leader knows whose a packet is.
+		n := uint32(h.owner)<<16 | h.nextQPN
 		h.nextQPN++
-		if h.nextQPN > 0xffffff {
+		if h.nextQPN > 0xffff {
 			h.nextQPN = minQPN
 		}
 		if _, taken := h.qps[n]; !taken {

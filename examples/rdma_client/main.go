@@ -23,16 +23,11 @@
 // -b picks the local address to connect from (default: the one the host
 // routes from).
 //
-// rdmago's software RDMA device lives in each process and binds UDP port
-// 4791 on the addresses it serves, so two processes on one host need two
-// addresses. RDMAGO_RXE_ADDR picks them; 127.0.0.2 reaches loopback too:
+// rdmago's software RDMA device is shared by every process on the host, as
+// Linux Soft-RoCE's is, so server and client run side by side on loopback:
 //
-//	RDMAGO_RXE_ADDR=127.0.0.2 go run ./examples/rdma_server
-//	go run ./examples/rdma_client -s 127.0.0.2
-//
-// or, with the server on the default addresses,
-//
-//	RDMAGO_RXE_ADDR=127.0.0.2 go run ./examples/rdma_client -b 127.0.0.2
+//	go run ./examples/rdma_server &
+//	go run ./examples/rdma_client -s 127.0.0.1
 package main
 
 import (

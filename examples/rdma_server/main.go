@@ -25,12 +25,11 @@
 // By default it listens on every address (0.0.0.0) on port 7471, as the C
 // program does. Start it, then connect with rdma_client.
 //
-// rdmago's software RDMA device lives in each process and binds UDP port
-// 4791 on the addresses it serves, so two processes on one host need two
-// addresses. RDMAGO_RXE_ADDR picks them; 127.0.0.2 reaches loopback too:
+// rdmago's software RDMA device is shared by every process on the host, as
+// Linux Soft-RoCE's is, so server and client run side by side on loopback:
 //
-//	RDMAGO_RXE_ADDR=127.0.0.2 go run ./examples/rdma_server
-//	go run ./examples/rdma_client -s 127.0.0.2
+//	go run ./examples/rdma_server &
+//	go run ./examples/rdma_client -s 127.0.0.1
 package main
 
 import (

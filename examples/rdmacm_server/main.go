@@ -29,12 +29,11 @@
 // which it prints) and serves connections until interrupted, or until -n
 // connections have come and gone.
 //
-// rdmago's software RDMA device lives in each process and binds UDP port
-// 4791 on the addresses it serves, so two processes on one host need two
-// addresses. RDMAGO_RXE_ADDR picks them; 127.0.0.2 reaches loopback too:
+// rdmago's software RDMA device is shared by every process on the host, as
+// Linux Soft-RoCE's is, so server and client run side by side on loopback:
 //
-//	RDMAGO_RXE_ADDR=127.0.0.2 go run ./examples/rdmacm_server
-//	go run ./examples/rdmacm_client 127.0.0.2 7471
+//	go run ./examples/rdmacm_server &
+//	go run ./examples/rdmacm_client 127.0.0.1 7471
 package main
 
 import (

@@ -111,6 +111,22 @@ type Stats struct {
 	// was full (on Linux, the socket's SO_RXQ_OVFL count, which counts
 	// datagrams: with UDP GRO one may have held a run of packets).
 	Overflow uint64
+
+	// Forwarded counts packets a Shared link's leader handed to the
+	// processes that own them, ForwardDrops those it could not (the owner
+	// had gone, or its queue was full), and ForwardedIn the packets a
+	// follower got from the leader.
+	Forwarded, ForwardDrops, ForwardedIn uint64
+}
+
+// add returns the sums of s's and o's counters.
+func (s Stats) add(o Stats) Stats {
+	return Stats{
+		Sent: s.Sent + o.Sent, SendErrors: s.SendErrors + o.SendErrors, Dropped: s.Dropped + o.Dropped,
+		Received: s.Received + o.Received, BadICRC: s.BadICRC + o.BadICRC, Short: s.Short + o.Short,
+		Truncated: s.Truncated + o.Truncated, Overflow: s.Overflow + o.Overflow,
+		Forwarded: s.Forwarded + o.Forwarded, ForwardDrops: s.ForwardDrops + o.ForwardDrops, ForwardedIn: s.ForwardedIn + o.ForwardedIn,
+	}
 }
 
 // counters are the live counters behind Stats.
@@ -161,13 +177,13 @@ func checkPacket(p *Packet, local netip.Addr, max int) (netip.Addr, error) {
 	return dst, nil
 }
 
-// pseudoHeader returns the pseudo header of a packet sent from local to
-// peer with both UDP ports port, by a sender whose IPv4 datagrams carry
-// identification id and DF (see the package documentation).
-func pseudoHeader(local, peer netip.Addr, port, id uint16) wire.PseudoHeader {
+// pseudoHeader returns the pseudo header of a packet sent from local's
+// UDP port srcPort to peer's port dstPort, by a sender whose IPv4 datagrams
+// carry identification id and DF (see the package documentation).
+func pseudoHeader(local, peer netip.Addr, srcPort, dstPort, id uint16) wire.PseudoHeader {
 	return wire.PseudoHeader{
 		Src: local, Dst: peer,
-		SrcPort: port, DstPort: port,
+		SrcPort: srcPort, DstPort: dstPort,
 		IPv4ID: id, IPv4Flags: wire.IPv4DontFragment,
 	}
 }

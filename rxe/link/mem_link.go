@@ -87,7 +87,7 @@ func (m *Mem) Send(pkts []Packet) error {
 			}
 			continue
 		}
-		ph := pseudoHeader(m.addr, dst, wire.UDPPort, 0)
+		ph := pseudoHeader(m.addr, dst, wire.UDPPort, wire.UDPPort, 0)
 		ph.SetICRC(p.Buf)
 		m.stats.sent.Add(1)
 		if !n.pass(p.Buf, m.addr, dst) {
@@ -208,7 +208,7 @@ func (m *Mem) accept(p *Packet, q *memPacket) bool {
 		m.stats.truncated.Add(1)
 		return false
 	}
-	ph := pseudoHeader(q.from, m.addr, wire.UDPPort, 0)
+	ph := pseudoHeader(q.from, m.addr, wire.UDPPort, wire.UDPPort, 0)
 	if !ph.CheckICRC(q.buf) {
 		m.stats.badICRC.Add(1)
 		return false

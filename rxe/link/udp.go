@@ -65,7 +65,8 @@ type UDPOptions struct {
 type UDP struct {
 	conn      *net.UDPConn
 	local     netip.Addr
-	port      uint16
+	port      uint16 // the RoCEv2 port: packets go to it, and arrive at it
+	srcPort   uint16 // the port the socket is bound to: port, or another if it only sends
 	scope     uint32 // the interface index of a link-local address
 	maxPacket int
 	closed    atomic.Bool
@@ -89,6 +90,13 @@ var _ Link = (*UDP)(nil)
 // one). An IPv4-mapped IPv6 address binds as IPv4. If the address is taken,
 // the error says so and wraps syscall.EADDRINUSE.
 func ListenUDP(addr netip.AddrPort, opt UDPOptions) (*UDP, error) {
+	return listenUDP(addr, 0, opt)
+}
+
+// listenUDP is ListenUDP, with a sending port of its own if roce is not 0:
+// the link then sends from the port it binds (addr's; 0 picks one) to
+// peers' port roce, and Port reports roce.
+func listenUDP(addr netip.AddrPort, roce uint16, opt UDPOptions) (*UDP, error) {
 	ip := addr.Addr().Unmap()
 	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() {
 		return nil, fmt.Errorf("rxe/link: cannot bind %v: a link needs one unicast address, which the ICRC covers", addr)
@@ -117,6 +125,10 @@ func ListenUDP(addr netip.AddrPort, opt UDPOptions) (*UDP, error) {
 		local:     ip,
 		port:      uint16(conn.LocalAddr().(*net.UDPAddr).Port),
 		maxPacket: maxUDPPayload6,
+	}
+	u.srcPort = u.port
+	if roce != 0 {
+		u.port = roce
 	}
 	if ip.Is4() {
 		u.maxPacket = maxUDPPayload4

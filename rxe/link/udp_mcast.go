@@ -23,7 +23,7 @@ func (u *UDP) JoinGroup(group netip.Addr) (Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rxe/link: join %v on %s: %w", group, ifi.Name, err)
 	}
-	g := &UDP{conn: conn, local: group, port: u.port, maxPacket: u.maxPacket, scope: u.scope}
+	g := &UDP{conn: conn, local: group, port: u.port, srcPort: u.port, maxPacket: u.maxPacket, scope: u.scope}
 	opt := UDPOptions{RecvBuffer: DefaultSocketBuffer, SendBuffer: DefaultSocketBuffer}
 	if raw, err := conn.SyscallConn(); err == nil {
 		controlSocket(raw, group.Is4(), &opt) // TOS/TTL reporting and buffers; binding is done

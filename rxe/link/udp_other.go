@@ -39,7 +39,7 @@ func (u *UDP) send(pkts []Packet) error {
 		p := &pkts[i]
 		dst, err := u.peer(p)
 		if err == nil {
-			ph := pseudoHeader(u.local, dst, u.port, 0)
+			ph := pseudoHeader(u.local, dst, u.srcPort, u.port, 0)
 			ph.SetICRC(p.Buf)
 			if dst.IsLinkLocalUnicast() && dst.Zone() == "" {
 				dst = dst.WithZone(u.local.Zone())

@@ -146,7 +146,7 @@ func (u *UDP) pack(pkts []Packet, next, plain int, checked *int, firstErr *error
 			s.count[m] < maxGSOSegments && s.bytes[m]+size <= u.maxPacket {
 			// The kernel sends the k-th segment of a GSO message with
 			// IPv4 ID k (see the package doc).
-			ph := pseudoHeader(u.local, dst, u.port, uint16(s.count[m]))
+			ph := pseudoHeader(u.local, dst, u.srcPort, u.port, uint16(s.count[m]))
 			ph.SetICRC(p.Buf)
 			s.count[m]++
 			s.bytes[m] += size
@@ -158,7 +158,7 @@ func (u *UDP) pack(pkts []Packet, next, plain int, checked *int, firstErr *error
 			iov++
 			continue
 		}
-		ph := pseudoHeader(u.local, dst, u.port, 0)
+		ph := pseudoHeader(u.local, dst, u.srcPort, u.port, 0)
 		ph.SetICRC(p.Buf)
 		m := s.n
 		s.n++

@@ -1,0 +1,598 @@
+package link
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Shared is a Link on an address and UDP port that several processes of
+// the host use at once, as every process on a Linux host shares the
+// kernel's Soft-RoCE device. RoCEv2 peers send every packet to one port
+// (4791), so one process, the leader, holds that port; the others, the
+// followers, send from ports of their own and get their packets from the
+// leader:
+//
+//   - Each process sharing an address has an owner number, 0 to 255,
+//     claimed by binding the abstract Unix socket
+//     "@rdmago/<port>/<address>/fwd/<owner>", which the kernel releases when
+//     the process ends, however it ends. The device gives its QPs numbers
+//     in its owner's range (owner<<16 | n), so the destination QP of a
+//     packet names the process that owns it.
+//   - The first process to bind the UDP port leads, having first claimed
+//     "@rdmago/<port>/<address>/leader": a port in use while nobody has that
+//     name is held by a program that is not rdmago (Linux Soft-RoCE, say),
+//     and ListenShared fails, saying so. Its device reads every
+//     packet that arrives and hands those of other owners to them with
+//     Forward, through their Unix sockets, with the packet's source address,
+//     traffic class and hop limit in a header of 24 bytes.
+//   - A follower tries to bind the port every TakeoverInterval. When the
+//     leader ends, the kernel frees the port and one follower gets it and
+//     leads from then on; packets that arrive in between are lost, which
+//     the transport recovers from as from any loss.
+//   - Connection requests name a service rather than a QP: a process that
+//     listens on one claims it with RegisterService (the abstract stream
+//     socket "@rdmago/<port>/<address>/svc/<id>", which answers whoever
+//     connects with the owner's number), and the leader finds the owner
+//     with ServiceOwner.
+//
+// Abstract Unix sockets belong to the network namespace, as the address
+// does, and need no privilege. Processes that share an address trust each
+// other as processes that share a host's UDP ports do.
+type Shared struct {
+	local netip.Addr
+	port  uint16
+	owner uint8
+	opt   UDPOptions
+	base  string // "@rdmago/<port>/<address>/"
+
+	send *UDP                // sends: the port's socket if this process led from the start, else one of its own
+	lead atomic.Pointer[UDP] // the port's socket while this process leads
+	// leaderName holds "@rdmago/<port>/<address>/leader" while this
+	// process leads.
+	leaderName atomic.Pointer[net.UnixConn]
+
+	// fwd listens for the leader's connection; the packets it forwards
+	// come through inq, in buffers from bufs.
+	fwd  *net.UnixListener
+	inq  chan *fwdPacket
+	bufs sync.Pool
+	wake chan struct{} // closed when this process takes the port over
+
+	// outs are the leader's connections to the other owners.
+	outs [256]outConn
+
+	closed atomic.Bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
+
+	forwarded, forwardDrops, received atomic.Uint64
+
+	conns    map[*net.UnixConn]struct{} // accepted from leaders, to close; guarded by svcMu
+	svcMu    sync.Mutex
+	services map[uint64]*net.UnixListener
+	svcCache map[uint64]svcEntry
+}
+
+// fwdHeaderLen is the length of the header before a forwarded packet:
+// version (1), traffic class, hop limit, 5 reserved bytes, and the source
+// address as 16 bytes (IPv4-mapped for IPv4).
+const fwdHeaderLen = 24
+
+// TakeoverInterval is how often a follower tries to take the port over.
+var TakeoverInterval = 200 * time.Millisecond
+
+// ErrOwnerTaken means another process of the host has the owner number
+// asked for on the address.
+var ErrOwnerTaken = errors.New("rxe/link: owner number in use on this address")
+
+// ErrServiceTaken means another process of the host has claimed the
+// service.
+var ErrServiceTaken = errors.New("rxe/link: service claimed by another process on this address")
+
+type svcEntry struct {
+	owner uint8
+	ok    bool
+	until time.Time
+}
+
+// ListenShared joins the processes sharing addr (a unicast address of the
+// host and the RoCEv2 port) as owner. If another process has that owner
+// number on the address, the error wraps ErrOwnerTaken; the caller tries
+// another.
+func ListenShared(addr netip.AddrPort, owner uint8, opt UDPOptions) (*Shared, error) {
+	ip := addr.Addr().Unmap()
+	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() || addr.Port() == 0 {
+		return nil, fmt.Errorf("rxe/link: cannot share %v: a shared link needs one unicast address and a port", addr)
+	}
+	s := &Shared{
+		local: ip, port: addr.Port(), owner: owner, opt: opt,
+		base:     "@rdmago/" + strconv.Itoa(int(addr.Port())) + "/" + ip.String() + "/",
+		stop:     make(chan struct{}),
+		services: map[uint64]*net.UnixListener{},
+		svcCache: map[uint64]svcEntry{},
+	}
+	fwd, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.fwdName(owner), Net: "unix"})
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("%w: %v owner %d", ErrOwnerTaken, ip, owner)
+		}
+		return nil, fmt.Errorf("rxe/link: sharing %v: %w", addr, err)
+	}
+	s.fwd = fwd
+	s.inq = make(chan *fwdPacket, fwdQueue)
+	s.wake = make(chan struct{})
+	s.conns = map[*net.UnixConn]struct{}{}
+	s.bufs.New = func() any { return &fwdPacket{buf: make([]byte, maxForwarded)} }
+	s.wg.Add(1)
+	go s.acceptLeaders()
+	l, err := s.tryLead()
+	for try := 0; errors.Is(err, errForeign) && try < 5; try++ {
+		// A leader that is exiting may have let go of its name before its
+		// port: look again before blaming another program.
+		time.Sleep(20 * time.Millisecond)
+		l, err = s.tryLead()
+	}
+	switch {
+	case err == nil:
+		s.send = l
+		s.lead.Store(l)
+	case errors.Is(err, errForeign):
+		fwd.Close()
+		return nil, fmt.Errorf("rxe/link: %v is already in use by a program that is not rdmago (Linux Soft-RoCE, or another RoCE stack): %w", addr, syscall.EADDRINUSE)
+	case errors.Is(err, errFollow):
+		// Another process leads: send from a port of our own.
+		so := opt
+		so.DisableGRO, so.RecvBuffer = true, 64<<10
+		if s.send, err = listenUDP(netip.AddrPortFrom(ip, 0), s.port, so); err != nil {
+			fwd.Close()
+			return nil, err
+		}
+		s.wg.Add(1)
+		go s.takeover()
+	default:
+		fwd.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// errFollow and errForeign are why tryLead did not lead: another rdmago
+// process leads, or a program that is not rdmago holds the port.
+var (
+	errFollow  = errors.New("another process leads")
+	errForeign = errors.New("the port is held by another program")
+)
+
+// tryLead claims the address's leader name and then binds its port. The
+// name says that an rdmago process holds the port; a port in use while
+// nobody has the name is held by another program.
+func (s *Shared) tryLead() (*UDP, error) {
+	name, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: s.base + "leader", Net: "unixgram"})
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, errFollow
+		}
+		return nil, err
+	}
+	l, err := listenUDP(netip.AddrPortFrom(s.local, s.port), 0, s.opt)
+	if err != nil {
+		name.Close()
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, errForeign
+		}
+		return nil, err
+	}
+	s.leaderName.Store(name)
+	return l, nil
+}
+
+func (s *Shared) fwdName(owner uint8) string { return s.base + "fwd/" + strconv.Itoa(int(owner)) }
+
+func (s *Shared) svcName(id uint64) string { return s.base + "svc/" + strconv.FormatUint(id, 16) }
+
+// takeover tries to bind the port until it succeeds or the link closes.
+func (s *Shared) takeover() {
+	defer s.wg.Done()
+	t := time.NewTicker(TakeoverInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		l, err := s.tryLead()
+		if err != nil {
+			continue
+		}
+		if s.closed.Load() {
+			l.Close()
+			return
+		}
+		s.lead.Store(l)
+		close(s.wake) // Recv reads the port from now on
+		return
+	}
+}
+
+// Owner returns the process's owner number on the address.
+func (s *Shared) Owner() uint8 { return s.owner }
+
+// Leading reports whether this process holds the port, and so receives
+// every packet to the address, its own and others'.
+func (s *Shared) Leading() bool { return s.lead.Load() != nil }
+
+// LocalAddr implements Link.LocalAddr.
+func (s *Shared) LocalAddr() netip.Addr { return s.local }
+
+// Port implements Link.Port.
+func (s *Shared) Port() uint16 { return s.port }
+
+// MaxPacket implements Link.MaxPacket.
+func (s *Shared) MaxPacket() int { return s.send.MaxPacket() }
+
+// Send implements Link.Send.
+func (s *Shared) Send(pkts []Packet) error {
+	if s.closed.Load() {
+		return net.ErrClosed
+	}
+	return s.send.Send(pkts)
+}
+
+// Recv implements Link.Recv: the port's packets while this process leads,
+// those the leader forwards to it otherwise.
+func (s *Shared) Recv(pkts []Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	for {
+		if s.closed.Load() {
+			return 0, net.ErrClosed
+		}
+		if l := s.lead.Load(); l != nil {
+			return l.Recv(pkts)
+		}
+		select {
+		case fp := <-s.inq:
+			n := 0
+			for {
+				if s.take(&pkts[n], fp) {
+					n++
+				}
+				if n == len(pkts) {
+					break
+				}
+				select {
+				case fp = <-s.inq:
+					continue
+				default:
+				}
+				break
+			}
+			if n == 0 {
+				continue
+			}
+			s.received.Add(uint64(n))
+			return n, nil
+		case <-s.wake:
+		case <-s.stop:
+			return 0, net.ErrClosed
+		}
+	}
+}
+
+// take moves a forwarded packet into p, reporting whether it fit.
+func (s *Shared) take(p *Packet, fp *fwdPacket) bool {
+	defer s.bufs.Put(fp)
+	buf := p.Buf[:cap(p.Buf)]
+	if len(buf) < fp.n {
+		return false
+	}
+	p.Buf = buf[:copy(buf, fp.buf[:fp.n])]
+	p.Addr, p.TClass, p.HopLimit = fp.addr, fp.tclass, fp.hop
+	return true
+}
+
+// fwdPacket is a packet forwarded by the leader, on its way to Recv.
+type fwdPacket struct {
+	buf         []byte
+	n           int
+	addr        netip.Addr
+	tclass, hop uint8
+}
+
+// Forwarding goes over a stream socket from the leader to each owner
+// (datagram sockets queue at most net.unix.max_dgram_qlen packets, 10 by
+// default, far fewer than a burst). Each packet is framed as its length
+// (2 bytes), the header and the packet.
+const (
+	fwdQueue     = 1024                  // forwarded packets waiting for Recv
+	maxForwarded = 65535                 // the longest packet a frame carries
+	fwdWriteWait = 20 * time.Millisecond // how long a slow owner may hold the leader up
+)
+
+// acceptLeaders takes the connections of the leaders (one at a time, a
+// new one after a takeover) and reads their packets into inq.
+func (s *Shared) acceptLeaders() {
+	defer s.wg.Done()
+	for {
+		c, err := s.fwd.AcceptUnix()
+		if err != nil {
+			return
+		}
+		s.svcMu.Lock()
+		if s.closed.Load() {
+			s.svcMu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.svcMu.Unlock()
+		s.wg.Add(1)
+		go s.readLeader(c)
+	}
+}
+
+// readLeader reads framed packets from a leader's connection until it
+// closes. A packet that finds inq full is dropped, as a full socket
+// buffer drops it.
+func (s *Shared) readLeader(c *net.UnixConn) {
+	defer s.wg.Done()
+	defer func() {
+		s.svcMu.Lock()
+		delete(s.conns, c)
+		s.svcMu.Unlock()
+		c.Close()
+	}()
+	r := bufio.NewReaderSize(c, 256<<10)
+	var head [2 + fwdHeaderLen]byte
+	for {
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return
+		}
+		n := int(binary.BigEndian.Uint16(head[:2]))
+		h := head[2:]
+		fp := s.bufs.Get().(*fwdPacket)
+		if _, err := io.ReadFull(r, fp.buf[:n]); err != nil {
+			s.bufs.Put(fp)
+			return
+		}
+		if h[0] != 1 || n < MinPacket {
+			s.bufs.Put(fp)
+			continue
+		}
+		fp.n, fp.tclass, fp.hop = n, h[1], h[2]
+		fp.addr = netip.AddrFrom16([16]byte(h[8:24])).Unmap()
+		select {
+		case s.inq <- fp:
+		default:
+			s.bufs.Put(fp)
+			s.forwardDrops.Add(1)
+		}
+	}
+}
+
+// outConn is the leader's connection to one owner.
+type outConn struct {
+	mu     sync.Mutex
+	c      *net.UnixConn
+	frame  []byte // frames queued by Forward
+	queued int
+}
+
+// Forward queues a packet this process received as leader for the
+// process that owns it; Flush sends what is queued. A packet for an owner
+// that has gone, or that does not keep up, is dropped and counted, as a
+// network drops it.
+func (s *Shared) Forward(owner uint8, p *Packet) error {
+	if owner == s.owner {
+		return nil
+	}
+	if len(p.Buf) > maxForwarded || s.closed.Load() {
+		s.forwardDrops.Add(1)
+		return ErrPacketTooLarge
+	}
+	o := &s.outs[owner]
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	f := binary.BigEndian.AppendUint16(o.frame, uint16(len(p.Buf)))
+	a16 := p.Addr.As16()
+	f = append(f, 1, p.TClass, p.HopLimit, 0, 0, 0, 0, 0)
+	f = append(f, a16[:]...)
+	o.frame = append(f, p.Buf...)
+	o.queued++
+	if len(o.frame) >= 256<<10 {
+		s.flush(owner, o)
+	}
+	return nil
+}
+
+// Flush sends the packets Forward queued, one write per owner.
+func (s *Shared) Flush() {
+	for i := range s.outs {
+		o := &s.outs[i]
+		o.mu.Lock()
+		if o.queued > 0 {
+			s.flush(uint8(i), o)
+		}
+		o.mu.Unlock()
+	}
+}
+
+// flush writes o's queued frames to owner (o.mu held).
+func (s *Shared) flush(owner uint8, o *outConn) {
+	n := uint64(o.queued)
+	f := o.frame
+	o.frame, o.queued = o.frame[:0], 0
+	if o.c == nil {
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: s.fwdName(owner), Net: "unix"})
+		if err != nil {
+			s.forwardDrops.Add(n)
+			return
+		}
+		c.SetWriteBuffer(DefaultSocketBuffer)
+		o.c = c
+	}
+	o.c.SetWriteDeadline(time.Now().Add(fwdWriteWait))
+	if _, err := o.c.Write(f); err != nil {
+		// The owner has gone, or is so slow that part of a frame may
+		// have been written: start afresh with the next packets.
+		o.c.Close()
+		o.c = nil
+		s.forwardDrops.Add(n)
+		return
+	}
+	s.forwarded.Add(n)
+}
+
+// RegisterService claims the connection manager service id for this
+// owner on the address; release gives it up. If another process has
+// claimed it, the error wraps ErrServiceTaken.
+func (s *Shared) RegisterService(id uint64) (release func(), err error) {
+	s.svcMu.Lock()
+	defer s.svcMu.Unlock()
+	if _, ok := s.services[id]; ok {
+		return nil, fmt.Errorf("%w: service %#x", ErrServiceTaken, id)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.svcName(id), Net: "unix"})
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("%w: service %#x on %v", ErrServiceTaken, id, s.local)
+		}
+		return nil, fmt.Errorf("rxe/link: claiming service %#x: %w", id, err)
+	}
+	s.services[id] = ln
+	s.wg.Add(1)
+	go s.answer(ln)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.svcMu.Lock()
+			if s.services[id] == ln {
+				delete(s.services, id)
+			}
+			s.svcMu.Unlock()
+			ln.Close()
+		})
+	}, nil
+}
+
+// answer tells whoever connects to a claimed service's socket the owner
+// number, until the socket is closed.
+func (s *Shared) answer(ln *net.UnixListener) {
+	defer s.wg.Done()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		c.Write([]byte{s.owner})
+		c.Close()
+	}
+}
+
+// ServiceOwner returns the owner of service id on the address, if a
+// process has claimed it. Answers are cached for a second (a miss for a
+// tenth of that), so that a burst of requests asks once.
+func (s *Shared) ServiceOwner(id uint64) (uint8, bool) {
+	now := time.Now()
+	s.svcMu.Lock()
+	if _, mine := s.services[id]; mine {
+		s.svcMu.Unlock()
+		return s.owner, true
+	}
+	if e, ok := s.svcCache[id]; ok && now.Before(e.until) {
+		s.svcMu.Unlock()
+		return e.owner, e.ok
+	}
+	s.svcMu.Unlock()
+	e := svcEntry{until: now.Add(100 * time.Millisecond)}
+	if c, err := net.DialTimeout("unix", s.svcName(id), 50*time.Millisecond); err == nil {
+		c.SetReadDeadline(now.Add(100 * time.Millisecond))
+		var b [1]byte
+		if _, err := c.Read(b[:]); err == nil {
+			e = svcEntry{owner: b[0], ok: true, until: now.Add(time.Second)}
+		}
+		c.Close()
+	}
+	s.svcMu.Lock()
+	if len(s.svcCache) > 4096 {
+		clear(s.svcCache)
+	}
+	s.svcCache[id] = e
+	s.svcMu.Unlock()
+	return e.owner, e.ok
+}
+
+// Stats implements Link.Stats: the counters of the sockets in use, and
+// the packets forwarded to or by this process.
+func (s *Shared) Stats() Stats {
+	st := s.send.Stats()
+	if l := s.lead.Load(); l != nil && l != s.send {
+		st = st.add(l.Stats())
+	}
+	st.Forwarded = s.forwarded.Load()
+	st.ForwardDrops = s.forwardDrops.Load()
+	st.ForwardedIn = s.received.Load()
+	return st
+}
+
+// JoinGroup implements Joiner through the link's own address.
+func (s *Shared) JoinGroup(group netip.Addr) (Link, error) {
+	return s.send.JoinGroup(group)
+}
+
+// Close implements Link.Close: it leaves the address, giving up the port
+// if this process leads (a follower takes it over) and every claim.
+func (s *Shared) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	close(s.stop)
+	s.svcMu.Lock()
+	for id, ln := range s.services {
+		ln.Close()
+		delete(s.services, id)
+	}
+	s.svcMu.Unlock()
+	if l := s.lead.Load(); l != nil && l != s.send {
+		l.Close()
+	}
+	s.send.Close()
+	s.fwd.Close()
+	s.svcMu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.svcMu.Unlock()
+	for i := range s.outs {
+		o := &s.outs[i]
+		o.mu.Lock()
+		if o.c != nil {
+			o.c.Close()
+			o.c = nil
+		}
+		o.mu.Unlock()
+	}
+	s.wg.Wait()
+	if l := s.lead.Load(); l != nil && l != s.send { // taken over while closing
+		l.Close()
+	}
+	if n := s.leaderName.Load(); n != nil {
+		n.Close()
+	}
+	return nil
+}
+
+var _ Link = (*Shared)(nil)

@@ -1,0 +1,127 @@
+package link_test
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/rxe/wire"
+)
+
+// sharedPair joins owners 0 and 1 on 127.0.0.1 at a free port: the first
+// leads.
+func sharedPair(t *testing.T) (lead, follow *link.Shared, port uint16) {
+	t.Helper()
+	for try := 0; try < 20; try++ {
+		port = uint16(30000 + try*97 + int(time.Now().UnixNano()%1000))
+		ap := netip.AddrPortFrom(addr1, port)
+		l, err := link.ListenShared(ap, 0, link.UDPOptions{})
+		if err != nil {
+			continue
+		}
+		f, err := link.ListenShared(ap, 1, link.UDPOptions{})
+		if err != nil {
+			l.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close(); l.Close() })
+		return l, f, port
+	}
+	t.Fatal("no free port")
+	return nil, nil, 0
+}
+
+func TestSharedLeaderForwardsToTheOwner(t *testing.T) {
+	checkNoLeaks(t)
+	lead, follow, port := sharedPair(t)
+	if !lead.Leading() || follow.Leading() {
+		t.Fatalf("Leading: %v, %v", lead.Leading(), follow.Leading())
+	}
+	pkt := link.Packet{Buf: newPacket(t, newRand(1), wire.RCSendOnly, 100, 7), Addr: addr1}
+	// A peer on another address, at the shared port (links send to the
+	// port they have).
+	p2, err := link.ListenUDP(netip.AddrPortFrom(addr2, port), link.UDPOptions{})
+	if err != nil {
+		t.Skipf("port %d taken on %v: %v", port, addr2, err)
+	}
+	defer p2.Close()
+	if err := p2.Send([]link.Packet{pkt}); err != nil {
+		t.Fatal(err)
+	}
+	got := recvAll(t, lead, 1, 5*time.Second)
+	if err := lead.Forward(1, &got[0]); err != nil {
+		t.Fatal(err)
+	}
+	lead.Flush()
+	fwd := recvAll(t, follow, 1, 5*time.Second)
+	checkSamePackets(t, fwd, []link.Packet{pkt}, addr2)
+	if st := lead.Stats(); st.Forwarded != 1 {
+		t.Errorf("leader's Forwarded = %d", st.Forwarded)
+	}
+	// An owner nobody has: dropped and counted.
+	lead.Forward(9, &got[0])
+	lead.Flush()
+	if st := lead.Stats(); st.ForwardDrops != 1 {
+		t.Errorf("ForwardDrops = %d", st.ForwardDrops)
+	}
+	// The follower sends from a port of its own to the peer's port.
+	if err := follow.Send([]link.Packet{{Buf: newPacket(t, newRand(2), wire.RCSendOnly, 10, 8), Addr: addr2}}); err != nil {
+		t.Fatal(err)
+	}
+	recvAll(t, p2, 1, 5*time.Second)
+}
+
+func TestSharedFollowerTakesThePortOver(t *testing.T) {
+	checkNoLeaks(t)
+	lead, follow, _ := sharedPair(t)
+	lead.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for !follow.Leading() {
+		if time.Now().After(deadline) {
+			t.Fatal("the follower did not take the port over")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSharedRefusesAPortAnotherProgramHolds(t *testing.T) {
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: addr1.AsSlice()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	port := uint16(c.LocalAddr().(*net.UDPAddr).Port)
+	_, err = link.ListenShared(netip.AddrPortFrom(addr1, port), 0, link.UDPOptions{})
+	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "not rdmago") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func TestSharedOwnerNumbersAndServicesAreExclusive(t *testing.T) {
+	lead, follow, port := sharedPair(t)
+	if _, err := link.ListenShared(netip.AddrPortFrom(addr1, port), 1, link.UDPOptions{}); !errors.Is(err, link.ErrOwnerTaken) {
+		t.Errorf("second owner 1: %v", err)
+	}
+	release, err := follow.RegisterService(0x106_1c8e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lead.RegisterService(0x106_1c8e); !errors.Is(err, link.ErrServiceTaken) {
+		t.Errorf("second claim: %v", err)
+	}
+	if o, ok := lead.ServiceOwner(0x106_1c8e); !ok || o != 1 {
+		t.Errorf("ServiceOwner = %d, %v; want 1", o, ok)
+	}
+	if _, ok := lead.ServiceOwner(0x106_0001); ok {
+		t.Error("an unclaimed service has an owner")
+	}
+	release()
+	if _, err := lead.RegisterService(0x106_1c8e); err != nil {
+		t.Errorf("claim after release: %v", err)
+	}
+}

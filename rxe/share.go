@@ -1,0 +1,147 @@
+package rxe
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// A device on the host's addresses is shared between processes, as
+// Linux's Soft-RoCE device is: every process that opens rxe_lo uses
+// 127.0.0.1:4791 at once. Each process takes an owner number on the
+// device's addresses (the same on all of them), gives its QPs numbers in
+// that owner's range (owner<<16 | 0x11 to owner<<16 | 0xffff), and the
+// process that holds the UDP port hands each packet to the process that
+// owns its destination QP (link.Shared). Packets for QP1, the general
+// services QP every process's connection manager has, are routed as the
+// kernel's MAD layer routes them to its agents: a CM message that answers
+// one of ours carries our communication ID, whose upper 8 bits are the
+// owner (the connection manager asks the device for them, CommIDOwner); a
+// connection request goes to the process that listens on its service ID
+// (ClaimService).
+
+// maxOwners is the number of processes that can share an address.
+const maxOwners = 256
+
+// shareAddrs joins the processes using addrs at port under the first owner
+// number free on all of them.
+func shareAddrs(addrs []netip.Addr, port uint16) ([]link.Link, uint8, error) {
+	for owner := 0; owner < maxOwners; owner++ {
+		var links []link.Link
+		var err error
+		for _, a := range addrs {
+			var l *link.Shared
+			l, err = link.ListenShared(netip.AddrPortFrom(a, port), uint8(owner), link.UDPOptions{})
+			if err != nil {
+				break
+			}
+			links = append(links, l)
+		}
+		if err == nil {
+			return links, uint8(owner), nil
+		}
+		for _, l := range links {
+			l.Close()
+		}
+		if !errors.Is(err, link.ErrOwnerTaken) {
+			return nil, 0, err
+		}
+	}
+	return nil, 0, fmt.Errorf("%d processes share the device's addresses already", maxOwners)
+}
+
+// MAD layout, for routing QP1 packets: the MAD follows the BTH and DETH;
+// its header holds the management class at byte 1 and the attribute ID at
+// bytes 16-17; the CM message's fields start at byte 24.
+const (
+	madOffset      = 12 + 8
+	madHeaderLen   = 24
+	mgmtClassCM    = 0x07
+	cmAttrREQ      = 0x0010
+	cmAttrSIDRREQ  = 0x0017
+	cmAttrSIDRREP  = 0x0018
+	cmServiceIDOff = 8 // REQ and SIDR_REQ: the service ID
+	cmRemoteIDOff  = 4 // MRA, REJ, REP, RTU, DREQ, DREP, LAP, APR: the receiver's communication ID
+)
+
+// route returns the owner of a packet the leader of a shared address
+// received.
+func (h *hw) route(sh *link.Shared, pkt []byte) uint8 {
+	qpn := binary.BigEndian.Uint32(pkt[4:8]) & 0xffffff
+	if qpn != gsiQPN {
+		return uint8(qpn >> 16)
+	}
+	cm := madOffset + madHeaderLen
+	if len(pkt) < cm+16 || pkt[madOffset+1] != mgmtClassCM {
+		return h.owner
+	}
+	switch attr := binary.BigEndian.Uint16(pkt[madOffset+16:]); attr {
+	case cmAttrREQ, cmAttrSIDRREQ:
+		if o, ok := sh.ServiceOwner(binary.BigEndian.Uint64(pkt[cm+cmServiceIDOff:])); ok {
+			return o
+		}
+		return h.owner // nobody listens: our connection manager refuses it, if we have one
+	case cmAttrSIDRREP:
+		return pkt[cm] // the request ID is ours
+	default:
+		return pkt[cm+cmRemoteIDOff]
+	}
+}
+
+// CommIDOwner returns the value the upper 8 bits of the connection
+// manager's communication IDs (and SIDR request IDs) must have on this
+// device, so that CM messages answering them reach this process when the
+// device is shared; ok is false if the device is not open.
+func (d *device) CommIDOwner() (owner uint8, ok bool) {
+	d.mu.Lock()
+	h := d.hw
+	d.mu.Unlock()
+	if h == nil || h.up() != nil {
+		return 0, false
+	}
+	return h.owner, true
+}
+
+// ClaimService claims connection manager service id on the device's
+// address addr (every address if addr is unspecified), so that connection
+// requests for it reach this process when the device is shared. If
+// another process of the host has claimed it, the error is
+// verbs.ErrAddrInUse, as rdma_listen fails with EADDRINUSE on a port
+// another process listens on.
+func (d *device) ClaimService(addr netip.Addr, id uint64) (release func(), err error) {
+	d.mu.Lock()
+	h := d.hw
+	d.mu.Unlock()
+	if h == nil {
+		return nil, verbs.Errorf("rdma_listen", verbs.ErrNoDevice, "the device is not open")
+	}
+	if err := h.up(); err != nil {
+		return nil, err
+	}
+	var releases []func()
+	undo := func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	for _, l := range h.links {
+		sh, ok := l.(*link.Shared)
+		if !ok || addr.IsValid() && !addr.IsUnspecified() && l.LocalAddr().WithZone("") != addr.Unmap().WithZone("") {
+			continue
+		}
+		r, err := sh.RegisterService(id)
+		if err != nil {
+			undo()
+			if errors.Is(err, link.ErrServiceTaken) {
+				return nil, verbs.Errorf("rdma_listen", verbs.ErrAddrInUse, fmt.Sprintf("another process of this host listens on service %#x at %v", id, l.LocalAddr()))
+			}
+			return nil, err
+		}
+		releases = append(releases, r)
+	}
+	return undo, nil
+}
