@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rdmago/rdmago/rdmacm/mad"
@@ -125,6 +126,9 @@ func (a *agent) release() {
 	}
 	delete(cm.agents, a.dev)
 	a.dead = true
+	if n, ok := a.dev.Driver().(unreachableNotifier); ok {
+		n.OnCMUnreachable(nil)
+	}
 	a.cancel()
 	a.qp.Destroy()
 	for _, ah := range a.ahs {
@@ -165,6 +169,9 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 	a.mtu = pa.ActiveMTU
 	if o, ok := dev.Driver().(commIDOwner); ok {
 		a.owner, _ = o.CommIDOwner()
+	}
+	if n, ok := dev.Driver().(unreachableNotifier); ok {
+		n.OnCMUnreachable(a.unreachable)
 	}
 	for i := 0; i < pa.GIDTblLen; i++ {
 		g, err := ctx.QueryGID(1, i)
@@ -462,6 +469,53 @@ func (a *agent) reply(in *inMAD, msg mad.Message) {
 // request IDs) must have for the device to route the answers to them.
 type commIDOwner interface {
 	CommIDOwner() (owner uint8, ok bool)
+}
+
+// unreachableNotifier is a device that says when a MAD it sent found no
+// RoCE device at its destination (an ICMP port unreachable).
+type unreachableNotifier interface {
+	OnCMUnreachable(fn func(dst netip.Addr, errno syscall.Errno, pkt []byte))
+}
+
+// unreachable fails at once the connection request or SIDR request whose
+// MAD the network could not deliver: nothing listens for RoCE at the
+// destination (as when the host has no RDMA device, or the device there
+// is not up), or there is no such host. The status is the negative errno,
+// ECONNREFUSED for a port unreachable.
+func (a *agent) unreachable(dst netip.Addr, errno syscall.Errno, pkt []byte) {
+	const madAt = 12 + 8 // after the BTH and DETH
+	if len(pkt) < madAt+mad.HeaderLen+4 {
+		return
+	}
+	m := pkt[madAt:]
+	attr := binary.BigEndian.Uint16(m[16:18])
+	if m[1] != mad.MgmtClassCM || attr != uint16(mad.AttrREQ) && attr != uint16(mad.AttrSIDRREQ) {
+		return
+	}
+	commID := binary.BigEndian.Uint32(m[mad.HeaderLen:])
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	id := a.conns[commID]
+	if id == nil || a.dead || id.c.peerGID.WithZone("") != dst.WithZone("") {
+		return
+	}
+	switch id.c.state {
+	case cmReqSent:
+		if id.c.retr != nil {
+			id.c.retr.stop()
+		}
+		id.c.retr = nil
+		id.toIdle()
+		id.qpToError()
+		id.event(&Event{Type: EventUnreachable, Status: -int(errno)})
+	case cmSIDRReqSent:
+		if id.c.retr != nil {
+			id.c.retr.stop()
+		}
+		id.c.retr = nil
+		id.toIdle()
+		id.event(&Event{Type: EventUnreachable, Status: -int(errno)})
+	}
 }
 
 // serviceClaimer is a device that several processes share, on which a

@@ -286,19 +286,19 @@ func dial(ctx context.Context, ai *AddrInfo, opts *Options) (c *Conn, err error)
 		}
 	}()
 	if err := id.ResolveAddr(ai.SrcAddr, ai.DstAddr, opts.timeout()); err != nil { // rdma_resolve_addr
-		return nil, err
+		return nil, fmt.Errorf("resolving address %v: %w", ai.DstAddr.Addr(), err)
 	}
 	if _, err := waitEvent(ctx, ch, EventAddrResolved); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("resolving address %v: %w", ai.DstAddr.Addr(), err)
 	}
 	if err := id.ResolveRoute(opts.timeout()); err != nil { // rdma_resolve_route
-		return nil, err
+		return nil, fmt.Errorf("resolving route to %v: %w", ai.DstAddr.Addr(), err)
 	}
 	if _, err := waitEvent(ctx, ch, EventRouteResolved); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("resolving route to %v: %w", ai.DstAddr.Addr(), err)
 	}
 	if err := id.CreateQP(nil, opts.qpAttr()); err != nil { // rdma_create_qp
-		return nil, err
+		return nil, fmt.Errorf("creating the QP: %w", err)
 	}
 	c = newConn(id, ch)
 	if opts.Setup != nil {
@@ -307,11 +307,15 @@ func dial(ctx context.Context, ai *AddrInfo, opts *Options) (c *Conn, err error)
 		}
 	}
 	if err := id.Connect(opts.connectParam(id)); err != nil { // rdma_connect
-		return nil, err
+		return nil, fmt.Errorf("connecting: %w", err)
 	}
 	ev, err := waitEvent(ctx, ch, EventEstablished)
 	if err != nil {
-		return nil, err
+		var ee *EventError
+		if errors.As(err, &ee) && ee.Type == EventUnreachable && ee.Status == -int(verbs.ErrConnRefused) {
+			return nil, fmt.Errorf("connecting: no RoCE device answered at %v (port %d unreachable): %w", ai.DstAddr.Addr(), wireUDPPort(id), err)
+		}
+		return nil, fmt.Errorf("connecting: %w", err)
 	}
 	c.PrivateData = ev.Param.PrivateData
 	return c, nil
@@ -490,3 +494,11 @@ var canceledCtx = func() context.Context {
 	cancel()
 	return ctx
 }()
+
+// wireUDPPort is the UDP port the ID's device speaks RoCEv2 on.
+func wireUDPPort(id *ID) int {
+	if p, ok := id.Device().Driver().(interface{ UDPPort() uint16 }); ok {
+		return int(p.UDPPort())
+	}
+	return 4791
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/rdmago/rdmago/rxe/link"
@@ -45,6 +46,8 @@ const (
 type device struct {
 	cfg  Config
 	guid uint64
+
+	cmUnreachable atomic.Pointer[func(netip.Addr, syscall.Errno, []byte)]
 
 	mu   sync.Mutex
 	hw   *hw
@@ -163,6 +166,11 @@ func (h *hw) up() error {
 // startLinks starts a receive loop on each link.
 func (h *hw) startLinks(links []link.Link) {
 	h.links = links
+	for _, l := range links {
+		if n, ok := l.(link.Notifier); ok {
+			n.SetUnreachable(h.unreachable)
+		}
+	}
 	for i := range links {
 		h.wg.Add(1)
 		go h.recvLoop(i)

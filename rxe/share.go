@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"syscall"
 
 	"github.com/rdmago/rdmago/rxe/link"
 	"github.com/rdmago/rdmago/verbs"
@@ -145,3 +146,33 @@ func (d *device) ClaimService(addr netip.Addr, id uint64) (release func(), err e
 	}
 	return undo, nil
 }
+
+// unreachable hears from a link that a packet found nobody at dst (ICMP
+// port, host or network unreachable). For a connection manager message,
+// whose sender would otherwise resend it for a minute and more, it tells
+// the connection manager at once (OnCMUnreachable).
+func (h *hw) unreachable(dst netip.Addr, errno syscall.Errno, pkt []byte) {
+	if len(pkt) < 8 || binary.BigEndian.Uint32(pkt[4:8])&0xffffff != gsiQPN {
+		return
+	}
+	if fn := h.dev.cmUnreachable.Load(); fn != nil {
+		(*fn)(dst, errno, pkt)
+	}
+}
+
+// OnCMUnreachable sets the function the device calls when a packet its
+// QP1 sent to dst found no RoCE device there (errno ECONNREFUSED), or no
+// host or network (EHOSTUNREACH, ENETUNREACH); pkt holds the start of the
+// packet, from its BTH. The connection manager sets it to fail a
+// connection request at once instead of resending it into the void. A nil
+// fn removes it.
+func (d *device) OnCMUnreachable(fn func(dst netip.Addr, errno syscall.Errno, pkt []byte)) {
+	if fn == nil {
+		d.cmUnreachable.Store(nil)
+		return
+	}
+	d.cmUnreachable.Store(&fn)
+}
+
+// UDPPort returns the UDP port the device speaks RoCEv2 on.
+func (d *device) UDPPort() uint16 { return d.cfg.Port }

@@ -162,6 +162,10 @@ func (r *runner) handleEvent(ctx context.Context, ev *rdmacm.Event) (bool, func(
 	case rdmacm.EventAddrError, rdmacm.EventRouteError, rdmacm.EventConnectError,
 		rdmacm.EventUnreachable, rdmacm.EventRejected:
 		r.errorf("cma event %s, error %d\n", ev.Type, ev.Status)
+		if ev.Type == rdmacm.EventUnreachable && ev.Status == -int(verbs.ErrConnRefused) {
+			// rping stops at the line above; say what it means.
+			r.errorf("rping: no RoCE device answered at %v (UDP port unreachable): is the server's device up?\n", r.o.Addr)
+		}
 		c.post()
 		r.setFatal()
 		return false, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/rdmago/rdmago/rxe/wire"
 )
@@ -112,6 +113,10 @@ type Stats struct {
 	// datagrams: with UDP GRO one may have held a run of packets).
 	Overflow uint64
 
+	// Unreachable counts ICMP errors the network sent back for packets
+	// this link sent (Linux only).
+	Unreachable uint64
+
 	// Forwarded counts packets a Shared link's leader handed to the
 	// processes that own them, ForwardDrops those it could not (the owner
 	// had gone, or its queue was full), and ForwardedIn the packets a
@@ -125,7 +130,8 @@ func (s Stats) add(o Stats) Stats {
 		Sent: s.Sent + o.Sent, SendErrors: s.SendErrors + o.SendErrors, Dropped: s.Dropped + o.Dropped,
 		Received: s.Received + o.Received, BadICRC: s.BadICRC + o.BadICRC, Short: s.Short + o.Short,
 		Truncated: s.Truncated + o.Truncated, Overflow: s.Overflow + o.Overflow,
-		Forwarded: s.Forwarded + o.Forwarded, ForwardDrops: s.ForwardDrops + o.ForwardDrops, ForwardedIn: s.ForwardedIn + o.ForwardedIn,
+		Unreachable: s.Unreachable + o.Unreachable,
+		Forwarded:   s.Forwarded + o.Forwarded, ForwardDrops: s.ForwardDrops + o.ForwardDrops, ForwardedIn: s.ForwardedIn + o.ForwardedIn,
 	}
 }
 
@@ -133,19 +139,21 @@ func (s Stats) add(o Stats) Stats {
 type counters struct {
 	sent, sendErrors, dropped                     atomic.Uint64
 	received, badICRC, short, truncated, overflow atomic.Uint64
+	unreachable                                   atomic.Uint64
 }
 
 // snapshot returns the counters' current values.
 func (c *counters) snapshot() Stats {
 	return Stats{
-		Sent:       c.sent.Load(),
-		SendErrors: c.sendErrors.Load(),
-		Dropped:    c.dropped.Load(),
-		Received:   c.received.Load(),
-		BadICRC:    c.badICRC.Load(),
-		Short:      c.short.Load(),
-		Truncated:  c.truncated.Load(),
-		Overflow:   c.overflow.Load(),
+		Sent:        c.sent.Load(),
+		SendErrors:  c.sendErrors.Load(),
+		Dropped:     c.dropped.Load(),
+		Received:    c.received.Load(),
+		BadICRC:     c.badICRC.Load(),
+		Short:       c.short.Load(),
+		Truncated:   c.truncated.Load(),
+		Overflow:    c.overflow.Load(),
+		Unreachable: c.unreachable.Load(),
 	}
 }
 
@@ -187,3 +195,19 @@ func pseudoHeader(local, peer netip.Addr, srcPort, dstPort, id uint16) wire.Pseu
 		IPv4ID: id, IPv4Flags: wire.IPv4DontFragment,
 	}
 }
+
+// Unreachable is what a link learns from the network when a packet it
+// sent found nobody: the kernel's ICMP "port unreachable" (no RoCE device
+// listens at the address), "host unreachable" or "network unreachable",
+// with the destination and the start of the packet (its BTH and what
+// follows), so that the device can tell which request failed.
+type Unreachable func(dst netip.Addr, errno syscall.Errno, pkt []byte)
+
+// Notifier is a link that reports unreachable destinations, on Linux from
+// the socket's error queue (IP_RECVERR).
+type Notifier interface {
+	SetUnreachable(fn Unreachable)
+}
+
+// SetUnreachable implements Notifier.
+func (u *UDP) SetUnreachable(fn Unreachable) { u.unreachable.Store(&fn) }

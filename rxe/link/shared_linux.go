@@ -76,6 +76,7 @@ type Shared struct {
 	wg     sync.WaitGroup
 
 	forwarded, forwardDrops, received atomic.Uint64
+	unreachable                       atomic.Pointer[Unreachable]
 
 	conns    map[*net.UnixConn]struct{} // accepted from leaders, to close; guarded by svcMu
 	svcMu    sync.Mutex
@@ -158,6 +159,11 @@ func ListenShared(addr netip.AddrPort, owner uint8, opt UDPOptions) (*Shared, er
 			return nil, err
 		}
 		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.send.watchErrors()
+		}()
+		s.wg.Add(1)
 		go s.takeover()
 	default:
 		fwd.Close()
@@ -219,9 +225,22 @@ func (s *Shared) takeover() {
 			l.Close()
 			return
 		}
+		if fn := s.unreachable.Load(); fn != nil {
+			l.SetUnreachable(*fn)
+		}
 		s.lead.Store(l)
 		close(s.wake) // Recv reads the port from now on
 		return
+	}
+}
+
+// SetUnreachable implements Notifier, for the port's socket and the one
+// this process sends from.
+func (s *Shared) SetUnreachable(fn Unreachable) {
+	s.unreachable.Store(&fn)
+	s.send.SetUnreachable(fn)
+	if l := s.lead.Load(); l != nil {
+		l.SetUnreachable(fn)
 	}
 }
 

@@ -71,7 +71,9 @@ type UDP struct {
 	maxPacket int
 	closed    atomic.Bool
 	stats     counters
-	idSolver  wire.IPv4IDSolver // used by Recv, one goroutine at a time
+	// unreachable is told of ICMP errors for what the link sent.
+	unreachable atomic.Pointer[Unreachable]
+	idSolver    wire.IPv4IDSolver // used by Recv, one goroutine at a time
 
 	// sendMu guards the sender's preallocated batch, and serialises Send.
 	sendMu sync.Mutex

@@ -29,6 +29,9 @@ type mmsghdr struct {
 //   - over IPv6, the acceptance of datagrams whose UDP checksum is 0
 //     (UDP_NO_CHECK6_RX), which is what Linux rxe sends; this one must
 //     succeed too;
+//   - ICMP errors for what the socket sends queued for it to read
+//     (IP_RECVERR), so that a destination where no RoCE device listens is
+//     known at once (see Notifier);
 //   - the receipt of the traffic class and hop limit of each datagram, and of
 //     the socket's drop count (SO_RXQ_OVFL);
 //   - large socket buffers, forced past the system limits when the process
@@ -41,10 +44,12 @@ func controlSocket(c syscall.RawConn, v4 bool, opt *UDPOptions) error {
 		if v4 {
 			err = unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
 			unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+			unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_RECVERR, 1)
 			unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_RECVTTL, 1)
 		} else {
 			err = unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
 			unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
+			unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVERR, 1)
 			unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1)
 			// RoCEv2 senders may leave the UDP checksum 0 over IPv6, as
 			// Linux rxe does (the ICRC protects the packet); without
@@ -86,6 +91,7 @@ func (u *UDP) init(_ *UDPOptions, gso, gro bool) error {
 	}
 	u.receiver.init(raw, gro && enableGRO(raw))
 	u.sender.init(raw, gso && gsoSupported(raw))
+	u.receiver.drain, u.sender.drain = u.drainErrors, u.drainErrors
 	return nil
 }
 

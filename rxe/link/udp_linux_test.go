@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -161,5 +162,36 @@ func TestUDPAcceptsIPv6DatagramsWithZeroChecksum(t *testing.T) {
 			}
 			checkSamePackets(t, recvAll(t, l, len(want), 10*time.Second), want, local)
 		})
+	}
+}
+
+// A packet sent where nothing listens comes back as an ICMP port
+// unreachable, which the link reports with the packet's destination and
+// start, whether the receive or the send path meets it first.
+func TestUDPReportsUnreachableDestinations(t *testing.T) {
+	l := listenOne(t, addr1, link.UDPOptions{})
+	got := make(chan netip.Addr, 10)
+	l.SetUnreachable(func(dst netip.Addr, errno syscall.Errno, pkt []byte) {
+		if errno == syscall.ECONNREFUSED && len(pkt) >= wire.BTHLen {
+			got <- dst
+		}
+	})
+	go func() { // the receive path reads the error queue
+		buf := recvBuffers(4, 70000)
+		l.Recv(buf)
+	}()
+	if err := l.Send([]link.Packet{{Buf: newPacket(t, newRand(1), wire.RCSendOnly, 16, 1), Addr: addr3}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case dst := <-got:
+		if dst != addr3 {
+			t.Errorf("unreachable %v, want %v", dst, addr3)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no unreachable report")
+	}
+	if st := l.Stats(); st.Unreachable == 0 {
+		t.Error("Stats().Unreachable = 0")
 	}
 }

@@ -27,6 +27,7 @@ const oobSize = 128
 type receiver struct {
 	raw    syscall.RawConn
 	readFn func(fd uintptr) bool // r.read, bound once
+	drain  func(fd uintptr)      // reads the error queue
 	want   int                   // messages to ask for
 	got    int                   // messages received
 	err    syscall.Errno         // the error recvmmsg failed with
@@ -72,6 +73,12 @@ func (r *receiver) read(fd uintptr) bool {
 			continue
 		case unix.EAGAIN:
 			return false
+		}
+		if netError(e) && r.drain != nil {
+			// An ICMP error for something we sent (IP_RECVERR): report
+			// it and read on.
+			r.drain(fd)
+			continue
 		}
 		r.err = e
 		return true

@@ -23,6 +23,7 @@ const maxGSOSegments = 64
 type sender struct {
 	raw     syscall.RawConn
 	writeFn func(fd uintptr) bool // s.write, bound once
+	drain   func(fd uintptr)      // reads the error queue
 	gso     bool                  // whether to build GSO messages
 
 	n    int           // messages packed
@@ -59,6 +60,11 @@ func (s *sender) write(fd uintptr) bool {
 			continue
 		case e == unix.EAGAIN || e == 0 && n == 0:
 			return false
+		case netError(e) && s.drain != nil:
+			// The error is an earlier packet's ICMP error, pending on
+			// the socket (IP_RECVERR): report it and send on.
+			s.drain(fd)
+			continue
 		case e != 0:
 			s.err = e
 			return true
