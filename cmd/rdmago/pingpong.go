@@ -128,11 +128,18 @@ func runPingpong(t pingpong.Transport, args []string, stdout, stderr io.Writer) 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if _, err := pingpong.Run(ctx, stdout, o); err != nil {
+		if ctx.Err() != nil {
+			return exitInterrupted // Ctrl-C: quietly, as after SIGINT
+		}
 		fmt.Fprintf(stderr, "rdmago %s: %v\n", name, err)
 		return 1
 	}
 	return 0
 }
+
+// exitInterrupted is the status of a tool stopped by Ctrl-C: 128 + SIGINT,
+// what a shell reports for a C program the signal killed.
+const exitInterrupted = 130
 
 // pingpongAbout is the line of usage text that says what t's tool does.
 func pingpongAbout(t pingpong.Transport) string {

@@ -106,11 +106,20 @@ type Options struct {
 	// among verbs.Devices (for programs that made their own with
 	// rxe.NewDevice).
 	Dev *verbs.Device
+	// Idle is how long a side waits for a completion before it decides
+	// that the peer has stopped answering and fails (0: for ever, as the
+	// C programs wait). DefaultsFor sets DefaultIdle.
+	Idle time.Duration
 	// Listener, if set, is where the server accepts the exchange
 	// connection instead of listening on Port (Run closes it). The
 	// client ignores it.
 	Listener net.Listener
 }
+
+// DefaultIdle is how long a side waits for a completion before it gives
+// up on its peer: long beside any round trip, even over an emulated link
+// with losses, short beside a person's patience.
+const DefaultIdle = 10 * time.Second
 
 // Defaults returns ibv_rc_pingpong's defaults.
 func Defaults() Options { return DefaultsFor(RC) }
@@ -120,7 +129,7 @@ func Defaults() Options { return DefaultsFor(RC) }
 // text says 2048, its code 1024) and 16 QPs for SRQ.
 func DefaultsFor(t Transport) Options {
 	o := Options{Transport: t, Port: 18515, IBPort: 1, Size: 4096, MTU: verbs.MTU1024, NumQP: 1,
-		RxDepth: 500, Iters: 1000, GIDIndex: -1}
+		RxDepth: 500, Iters: 1000, GIDIndex: -1, Idle: DefaultIdle}
 	switch t {
 	case UD:
 		o.Size = 1024

@@ -62,6 +62,17 @@ func newContext(dev *verbs.Device, o *Options) (*ppContext, error) {
 		pp.fill = 0 // ibv_srq_pingpong zeroes its buffer
 	}
 	pp.slotLen = pp.off + o.Size
+	var err error
+	if pp.ctx, err = dev.Open(); err != nil {
+		return nil, fmt.Errorf("couldn't get context for %s: %w", dev.Name(), err)
+	}
+	fail := func(err error) (*ppContext, error) { pp.close(); return nil, err }
+	// Check the sizes against the device before allocating anything: a
+	// message above max_msg_sz would fail only when sent, after both
+	// sides have allocated and connected.
+	if err := checkLimits(pp.ctx, o); err != nil {
+		return fail(err)
+	}
 	slots := 1
 	if o.Transport == SRQ {
 		slots = o.RxDepth
@@ -73,11 +84,6 @@ func newContext(dev *verbs.Device, o *Options) (*ppContext, error) {
 	if o.Check {
 		markPages(pp.mem[:o.Size])
 	}
-	var err error
-	if pp.ctx, err = dev.Open(); err != nil {
-		return nil, fmt.Errorf("couldn't get context for %s: %w", dev.Name(), err)
-	}
-	fail := func(err error) (*ppContext, error) { pp.close(); return nil, err }
 	if o.Transport == UD {
 		port, err := pp.ctx.QueryPort(o.IBPort)
 		if err != nil {
@@ -340,9 +346,11 @@ func (pp *ppContext) loop(ctx context.Context, routs int, rem []dest) (time.Dura
 	}
 	for rcnt < o.Iters || scnt < o.Iters {
 		if o.Events {
-			cq, err := pp.channel.GetCQEvent(ctx)
+			wctx, cancel := pp.idleContext(ctx)
+			cq, err := pp.channel.GetCQEvent(wctx)
+			cancel()
 			if err != nil {
-				return 0, fmt.Errorf("failed to get cq_event: %w", err)
+				return 0, pp.idleError(ctx, err, rcnt, scnt, "failed to get cq_event")
 			}
 			events++
 			if cq != pp.cq {
@@ -357,8 +365,11 @@ func (pp *ppContext) loop(ctx context.Context, routs int, rem []dest) (time.Dura
 			return 0, fmt.Errorf("poll CQ failed: %w", err)
 		}
 		if ne == 0 && !o.Events {
-			if err := pp.cq.Wait(ctx); err != nil {
-				return 0, err
+			wctx, cancel := pp.idleContext(ctx)
+			err := pp.cq.Wait(wctx)
+			cancel()
+			if err != nil {
+				return 0, pp.idleError(ctx, err, rcnt, scnt, "waiting for completions")
 			}
 			continue
 		}
@@ -409,4 +420,49 @@ func (pp *ppContext) loop(ctx context.Context, routs int, rem []dest) (time.Dura
 		pp.cq.AckEvents(events)
 	}
 	return elapsed, nil
+}
+
+// checkLimits checks the run's sizes against what the device reports
+// (ibv_query_device, ibv_query_port), naming the limit a size exceeds.
+func checkLimits(ctx *verbs.Context, o *Options) error {
+	da, err := ctx.QueryDevice()
+	if err != nil {
+		return fmt.Errorf("couldn't query device: %w", err)
+	}
+	pa, err := ctx.QueryPort(o.IBPort)
+	if err != nil {
+		return fmt.Errorf("unable to query port info for port %d: %w", o.IBPort, err)
+	}
+	switch {
+	case pa.MaxMsgSz > 0 && uint64(o.Size) > uint64(pa.MaxMsgSz):
+		return fmt.Errorf("message size %d above the port's max_msg_sz %d", o.Size, pa.MaxMsgSz)
+	case da.MaxQPWR > 0 && o.RxDepth > da.MaxQPWR:
+		return fmt.Errorf("rx depth %d above the device's max_qp_wr %d", o.RxDepth, da.MaxQPWR)
+	case o.Transport == SRQ && da.MaxSRQWR > 0 && o.RxDepth > da.MaxSRQWR:
+		return fmt.Errorf("rx depth %d above the device's max_srq_wr %d", o.RxDepth, da.MaxSRQWR)
+	case da.MaxCQE > 0 && o.RxDepth+o.numQP() > da.MaxCQE:
+		return fmt.Errorf("rx depth %d and %d QPs need %d CQ entries, above the device's max_cqe %d", o.RxDepth, o.numQP(), o.RxDepth+o.numQP(), da.MaxCQE)
+	}
+	if mem := uint64(o.Size) * uint64(1+max(1, o.RxDepth)); o.Transport == SRQ && mem > uint64(da.MaxMRSize) {
+		return fmt.Errorf("%d receive buffers of %d bytes exceed the device's max_mr_size %d", o.RxDepth, o.Size, da.MaxMRSize)
+	}
+	return nil
+}
+
+// idleContext bounds one wait for completions by Options.Idle.
+func (pp *ppContext) idleContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if pp.o.Idle <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, pp.o.Idle)
+}
+
+// idleError explains a wait that ended without a completion: the run was
+// interrupted, or the peer has stopped answering (it failed, was killed,
+// or its host went away), which the C programs would wait on for ever.
+func (pp *ppContext) idleError(ctx context.Context, err error, rcnt, scnt int, what string) error {
+	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no completion for %v after %d of %d messages received and %d sent: the peer has stopped answering", pp.o.Idle, rcnt, pp.o.Iters, scnt)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

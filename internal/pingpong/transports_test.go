@@ -3,6 +3,7 @@ package pingpong
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -248,6 +249,61 @@ func TestTransportNames(t *testing.T) {
 	for tr, want := range map[Transport]string{RC: "ibv_rc_pingpong", UC: "ibv_uc_pingpong", UD: "ibv_ud_pingpong", SRQ: "ibv_srq_pingpong"} {
 		if tr.Tool() != want {
 			t.Errorf("%v: %s", tr, tr.Tool())
+		}
+	}
+}
+
+// A side whose peer vanishes mid-run (here: its client is stopped, which
+// destroys its QP) fails once Idle passes without a completion, saying
+// so, instead of waiting for ever as the C programs do.
+func TestServerWhosePeerVanishesFails(t *testing.T) {
+	port := freeUDPPort(t)
+	srv := DefaultsFor(RC)
+	srv.GIDIndex, srv.Iters, srv.Size, srv.Idle = 0, 1<<30, 64, 500*time.Millisecond
+	cli := srv
+	srv.Dev = loopbackDevice(t, "127.0.0.1", port, 0)
+	cli.Dev = loopbackDevice(t, "127.0.0.2", port, 0)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = ln
+	cli.Server, cli.Port = "127.0.0.1", ln.Addr().(*net.TCPAddr).Port
+	cliCtx, stopClient := context.WithCancel(context.Background())
+	go func() {
+		time.Sleep(300 * time.Millisecond) // mid-run
+		stopClient()
+	}()
+	done := make(chan error, 1)
+	go func() { _, err := Run(context.Background(), io.Discard, srv); done <- err }()
+	Run(cliCtx, io.Discard, cli)
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "the peer has stopped answering") {
+			t.Errorf("server: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server still waits 10 s after its client stopped")
+	}
+}
+
+// Sizes beyond what the device takes are refused before anything is
+// allocated, naming the limit.
+func TestSizesAboveTheDeviceLimitsAreRefused(t *testing.T) {
+	port := freeUDPPort(t)
+	for _, tc := range []struct {
+		set  func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.Size = 1 << 30 }, "message size 1073741824 above the port's max_msg_sz 8388608"},
+		{func(o *Options) { o.RxDepth = 1 << 20 }, "rx depth 1048576 above the device's max_qp_wr"},
+	} {
+		o := DefaultsFor(RC)
+		o.GIDIndex, o.Dev, o.Server = 0, loopbackDevice(t, "127.0.0.1", port, 0), "127.0.0.1"
+		tc.set(&o)
+		_, err := Run(context.Background(), io.Discard, o)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want %q", err, tc.want)
 		}
 	}
 }

@@ -225,6 +225,12 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	} else {
 		err = r.server(ctx)
 	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// Interrupted: end quietly, as udaddy ends on SIGINT.
+		r.destroy()
+		ch.Close()
+		return err
+	}
 	fmt.Fprintln(stdout, "test complete")
 	r.destroy()
 	ch.Close()
