@@ -8,31 +8,28 @@ package main
 
 import (
 	"bufio"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
+	"github.com/rdmago/rdmago/internal/getopt"
 	_ "github.com/rdmago/rdmago/rxe" // registers the software RoCE devices
 	"github.com/rdmago/rdmago/verbs"
 )
 
 // runDevices implements `rdmago devices`, the counterpart of ibv_devices.
 func runDevices(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("devices", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: rdmago devices")
-		fmt.Fprintln(stderr, "\nLists the RDMA devices and their node GUIDs, as ibv_devices does.")
-	}
-	rest, err := parseInterspersed(fs, args)
-	if err != nil {
-		return flagError(err)
-	}
-	if len(rest) > 0 {
-		fmt.Fprintf(stderr, "rdmago devices: unexpected argument %q\n", rest[0])
-		fs.Usage()
+	opts, rest, err := getopt.ParseSpecs(args, []getopt.Spec{{Short: 'h', Long: "help"}})
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "rdmago devices: %v\nusage: rdmago devices\n", err)
+		return 2
+	case len(opts) > 0:
+		fmt.Fprintln(stdout, "usage: rdmago devices\n\nLists the RDMA devices and their node GUIDs, as ibv_devices does.")
+		return 0
+	case len(rest) > 0:
+		fmt.Fprintf(stderr, "rdmago devices: unexpected argument %q\nusage: rdmago devices\n", rest[0])
 		return 2
 	}
 	devs, err := verbs.Devices()
@@ -89,44 +86,52 @@ func writeDeviceList(w io.Writer, names []string) {
 // it opens each device (or the one -d names), queries it, prints its
 // attributes and closes it again.
 func runDevinfo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("devinfo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var (
 		devName       string
 		port          int
 		list, verbose bool
 	)
-	fs.StringVar(&devName, "d", "", "use IB device `dev` (default all devices)")
-	fs.StringVar(&devName, "ib-dev", "", "same as -d")
-	fs.IntVar(&port, "i", 0, "use `port` of IB device (default all ports)")
-	fs.IntVar(&port, "ib-port", 0, "same as -i")
-	fs.BoolVar(&list, "l", false, "print only the IB devices names")
-	fs.BoolVar(&list, "list", false, "same as -l")
-	fs.BoolVar(&verbose, "v", false, "print all the attributes of the IB device(s)")
-	fs.BoolVar(&verbose, "verbose", false, "same as -v")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: rdmago devinfo [-d dev] [-i port] [-v] [-l]")
-		fmt.Fprintln(stderr, "\nPrints the attributes of RDMA devices and their ports, as ibv_devinfo does.")
-		fmt.Fprintln(stderr, "Opening a device binds its UDP sockets (port 4791, or $RDMAGO_RXE_PORT).")
-		fmt.Fprintln(stderr, "\noptions:")
-		fmt.Fprintln(stderr, "  -d, --ib-dev=<dev>     use IB device <dev> (default all devices)")
-		fmt.Fprintln(stderr, "  -i, --ib-port=<port>   use port <port> of IB device (default all ports)")
-		fmt.Fprintln(stderr, "  -l, --list             print only the IB devices names")
-		fmt.Fprintln(stderr, "  -v, --verbose          print all the attributes of the IB device(s)")
+	specs := []getopt.Spec{
+		{Short: 'd', Long: "ib-dev", Arg: "DEV", Usage: "use IB device DEV", Default: "all devices"},
+		{Short: 'i', Long: "ib-port", Arg: "PORT", Usage: "use port PORT of IB device", Default: "all ports"},
+		{Short: 'l', Long: "list", Usage: "print only the IB devices names"},
+		{Short: 'v', Long: "verbose", Usage: "print all the attributes of the IB device(s)"},
+		{Short: 'h', Long: "help", Usage: "print this help"},
 	}
-	rest, err := parseInterspersed(fs, args)
+	usage := func(w io.Writer) {
+		fmt.Fprintln(w, "usage: rdmago devinfo [options]")
+		fmt.Fprintln(w, "\nPrints the attributes of RDMA devices and their ports, as ibv_devinfo does.")
+		fmt.Fprintln(w, "\noptions (those of ibv_devinfo):")
+		getopt.PrintUsage(w, specs)
+	}
+	fail := func(msg string) int {
+		fmt.Fprintf(stderr, "rdmago devinfo: %s\n", msg)
+		fmt.Fprintln(stderr, "run 'rdmago devinfo --help' for the options")
+		return 2
+	}
+	opts, rest, err := getopt.ParseSpecs(args, specs)
 	if err != nil {
-		return flagError(err)
+		return fail(err.Error())
+	}
+	for _, op := range opts {
+		switch op.Name {
+		case 'h':
+			usage(stdout)
+			return 0
+		case 'd':
+			devName = op.Arg
+		case 'i':
+			if port, err = op.Int(1, 255); err != nil {
+				return fail(err.Error() + ": ports are numbered from 1")
+			}
+		case 'l':
+			list = true
+		case 'v':
+			verbose = true
+		}
 	}
 	if len(rest) > 0 {
-		fmt.Fprintf(stderr, "rdmago devinfo: unexpected argument %q\n", rest[0])
-		fs.Usage()
-		return 2
-	}
-	if port < 0 || port > 255 || isFlagSet(fs, "i", "ib-port") && port == 0 {
-		fmt.Fprintf(stderr, "rdmago devinfo: invalid port %d: ports are numbered from 1 to 255\n", port)
-		fs.Usage()
-		return 2
+		return fail(fmt.Sprintf("unexpected argument %q", rest[0]))
 	}
 
 	devs, err := verbs.Devices()
@@ -181,19 +186,6 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return status
-}
-
-// isFlagSet reports whether any of the named flags was given.
-func isFlagSet(fs *flag.FlagSet, names ...string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) {
-		for _, n := range names {
-			if f.Name == n {
-				set = true
-			}
-		}
-	})
-	return set
 }
 
 // hcaInfo is everything devinfo prints about one device.

@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 
+	"github.com/rdmago/rdmago/internal/getopt"
 	"github.com/rdmago/rdmago/internal/pingpong"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -34,96 +35,115 @@ func runSRQPingpong(args []string, stdout, stderr io.Writer) int {
 	return runPingpong(pingpong.SRQ, args, stdout, stderr)
 }
 
-// runPingpong parses the flags of t's C program and runs it.
+// pingpongSpecs are the options of t's C program, with its long names.
+func pingpongSpecs(t pingpong.Transport) []getopt.Spec {
+	o := pingpong.DefaultsFor(t)
+	size := "size of message to exchange"
+	if t == pingpong.UD {
+		size += ", at most the port's active MTU"
+	}
+	iters := "number of exchanges"
+	if t == pingpong.SRQ {
+		iters += " (in total over all QPs)"
+	}
+	specs := []getopt.Spec{
+		{Short: 'p', Long: "port", Arg: "PORT", Usage: "listen on/connect to TCP port", Default: strconv.Itoa(o.Port)},
+		{Short: 'd', Long: "ib-dev", Arg: "DEV", Usage: "use IB device", Default: "first device found"},
+		{Short: 'i', Long: "ib-port", Arg: "PORT", Usage: "use port of IB device", Default: "1"},
+		{Short: 's', Long: "size", Arg: "SIZE", Usage: size, Default: strconv.Itoa(o.Size)},
+	}
+	if t != pingpong.UD {
+		specs = append(specs, getopt.Spec{Short: 'm', Long: "mtu", Arg: "MTU", Usage: "path MTU", Default: strconv.Itoa(o.MTU.Bytes())})
+	}
+	if t == pingpong.SRQ {
+		specs = append(specs, getopt.Spec{Short: 'q', Long: "num-qp", Arg: "NUM", Usage: "number of QPs to use", Default: strconv.Itoa(o.NumQP)})
+	}
+	return append(specs,
+		getopt.Spec{Short: 'r', Long: "rx-depth", Arg: "DEP", Usage: "number of receives to post at a time", Default: strconv.Itoa(o.RxDepth)},
+		getopt.Spec{Short: 'n', Long: "iters", Arg: "ITERS", Usage: iters, Default: strconv.Itoa(o.Iters)},
+		getopt.Spec{Short: 'l', Long: "sl", Arg: "SL", Usage: "service level value", Default: "0"},
+		getopt.Spec{Short: 'e', Long: "events", Usage: "sleep on CQ events", Default: "poll"},
+		getopt.Spec{Short: 'g', Long: "gid-idx", Arg: "IDX", Usage: "local port gid index", Default: "the GID of the device's IPv4 address on RoCE"},
+		getopt.Spec{Short: 'c', Long: "chk", Usage: "validate received buffer"},
+		getopt.Spec{Short: 'h', Long: "help", Usage: "print this help"},
+	)
+}
+
+// runPingpong parses the options of t's C program, as its getopt_long
+// does, and runs it.
 func runPingpong(t pingpong.Transport, args []string, stdout, stderr io.Writer) int {
 	name := t.String() + "_pingpong"
 	o := pingpong.DefaultsFor(t)
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		port, ibPort, size, mtu, numQP, rx, iters, sl, gid int
-	)
-	intFlag := func(p *int, short, long string, def int, usage string) {
-		fs.IntVar(p, short, def, usage)
-		fs.IntVar(p, long, def, usage+" (same as -"+short+")")
+	o.Notice = stderr
+	specs := pingpongSpecs(t)
+	usage := func(w io.Writer) {
+		fmt.Fprintln(w, "usage:")
+		fmt.Fprintf(w, "  rdmago %s [options]         start a server and wait for connection\n", name)
+		fmt.Fprintf(w, "  rdmago %s [options] <host>  connect to server at <host>\n", name)
+		fmt.Fprintf(w, "\n%s\n\noptions (those of %s):\n", pingpongAbout(t), t.Tool())
+		getopt.PrintUsage(w, specs)
 	}
-	intFlag(&port, "p", "port", o.Port, "listen on/connect to TCP port")
-	fs.StringVar(&o.Device, "d", "", "use IB device (default first device found)")
-	fs.StringVar(&o.Device, "ib-dev", "", "same as -d")
-	intFlag(&ibPort, "i", "ib-port", int(o.IBPort), "use port of IB device")
-	sizeUsage := "size of message to exchange"
-	if t == pingpong.UD {
-		sizeUsage += ", at most the port's active MTU"
+	fail := func(msg string) int {
+		fmt.Fprintf(stderr, "rdmago %s: %s\n", name, msg)
+		fmt.Fprintf(stderr, "run 'rdmago %s --help' for the options\n", name)
+		return 2
 	}
-	intFlag(&size, "s", "size", o.Size, sizeUsage)
-	mtu = o.MTU.Bytes()
-	if t != pingpong.UD {
-		intFlag(&mtu, "m", "mtu", mtu, "path MTU")
-	}
-	if t == pingpong.SRQ {
-		intFlag(&numQP, "q", "num-qp", o.NumQP, "number of QPs to use")
-	}
-	intFlag(&rx, "r", "rx-depth", o.RxDepth, "number of receives to post at a time")
-	itersUsage := "number of exchanges"
-	if t == pingpong.SRQ {
-		itersUsage += " (in total over all QPs)"
-	}
-	intFlag(&iters, "n", "iters", o.Iters, itersUsage)
-	intFlag(&sl, "l", "sl", 0, "service level value")
-	fs.BoolVar(&o.Events, "e", false, "sleep on CQ events (default poll)")
-	fs.BoolVar(&o.Events, "events", false, "same as -e")
-	intFlag(&gid, "g", "gid-idx", -1, "local port gid index (RoCE needs one)")
-	fs.BoolVar(&o.Check, "c", false, "validate the data received")
-	fs.BoolVar(&o.Check, "chk", false, "same as -c")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage:")
-		fmt.Fprintf(stderr, "  rdmago %s [flags]         start a server and wait for connection\n", name)
-		fmt.Fprintf(stderr, "  rdmago %s [flags] <host>  connect to server at <host>\n", name)
-		fmt.Fprintf(stderr, "\n%s\n\nflags (those of %s):\n", pingpongAbout(t), t.Tool())
-		fs.PrintDefaults()
-	}
-	rest, err := parseInterspersed(fs, args)
+	opts, rest, err := getopt.ParseSpecs(args, specs)
 	if err != nil {
-		return flagError(err)
+		return fail(err.Error())
+	}
+	mtu := o.MTU.Bytes()
+	for _, op := range opts {
+		var err error
+		switch op.Name {
+		case 'h':
+			usage(stdout)
+			return 0
+		case 'p':
+			o.Port, err = op.Int(0, 65535)
+		case 'd':
+			o.Device = op.Arg
+		case 'i':
+			var n int
+			n, err = op.Int(1, 255)
+			o.IBPort = uint8(n)
+		case 's':
+			o.Size, err = op.Int(1, 1<<30)
+		case 'm':
+			mtu, err = op.Int(256, 4096)
+			if err == nil && verbs.MTUFromBytes(mtu).Bytes() != mtu {
+				err = fmt.Errorf("%s %q: must be 256, 512, 1024, 2048 or 4096", op, op.Arg)
+			}
+		case 'q':
+			o.NumQP, err = op.Int(1, 255)
+		case 'r':
+			o.RxDepth, err = op.Int(1, 1<<20)
+		case 'n':
+			o.Iters, err = op.Int(1, 1<<62)
+		case 'l':
+			var n int
+			n, err = op.Int(0, 15)
+			o.SL = uint8(n)
+		case 'e':
+			o.Events = true
+		case 'g':
+			o.GIDIndex, err = op.Int(0, 255)
+		case 'c':
+			o.Check = true
+		}
+		if err != nil {
+			return fail(err.Error())
+		}
 	}
 	switch {
 	case len(rest) > 1:
-		fs.Usage()
-		return 2
+		return fail(fmt.Sprintf("one server host at most, got %q", rest))
 	case len(rest) == 1:
 		o.Server = rest[0]
 	}
 	o.MTU = verbs.MTUFromBytes(mtu)
-	bad := ""
-	switch {
-	case port < 0 || port > 65535:
-		bad = "-p must be a TCP port"
-	case ibPort < 1 || ibPort > 255:
-		bad = "-i must be 1-255"
-	case size < 1 || size > 1<<30:
-		bad = "-s must be 1 to 2^30"
-	case o.MTU == 0 || o.MTU.Bytes() != mtu:
-		bad = "-m must be 256, 512, 1024, 2048 or 4096"
-	case rx < 1 || rx > 16384:
-		bad = "-r must be 1-16384"
-	case t == pingpong.SRQ && (numQP < 1 || numQP > 255):
-		bad = "-q must be 1-255"
-	case t == pingpong.SRQ && numQP > rx:
-		bad = fmt.Sprintf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP (-r >= -q)", rx, numQP)
-	case iters < 1:
-		bad = "-n must be positive"
-	case sl < 0 || sl > 15:
-		bad = "-l must be 0-15"
-	case gid < -1 || gid > 255:
-		bad = "-g must be a GID index"
-	}
-	if bad != "" {
-		fmt.Fprintf(stderr, "rdmago %s: %s\n", name, bad)
-		return 2
-	}
-	o.Port, o.IBPort, o.Size, o.RxDepth, o.Iters, o.SL, o.GIDIndex = port, uint8(ibPort), size, rx, iters, uint8(sl), gid
-	if t == pingpong.SRQ {
-		o.NumQP = numQP
+	if t == pingpong.SRQ && o.NumQP > o.RxDepth {
+		return fail(fmt.Sprintf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP (-r >= -q)", o.RxDepth, o.NumQP))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

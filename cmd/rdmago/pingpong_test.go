@@ -16,27 +16,29 @@ func TestPingpongCommandsRejectBadFlags(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{"ud has no -m", []string{"ud_pingpong", "-m", "1024"}, 2, "flag provided but not defined: -m"},
-		{"uc has no -q", []string{"uc_pingpong", "-q", "4"}, 2, "flag provided but not defined: -q"},
-		{"rc has no -q", []string{"rc_pingpong", "-q", "4"}, 2, "flag provided but not defined: -q"},
-		{"srq has no -o (on-demand paging)", []string{"srq_pingpong", "-o"}, 2, "flag provided but not defined: -o"},
-		{"srq -q 0", []string{"srq_pingpong", "-q", "0"}, 2, "-q must be 1-255"},
-		{"srq -q 256", []string{"srq_pingpong", "--num-qp", "256", "-r", "1000"}, 2, "-q must be 1-255"},
+		{"ud has no -m", []string{"ud_pingpong", "-m", "1024"}, 2, "invalid option -- 'm'"},
+		{"uc has no -q", []string{"uc_pingpong", "-q", "4"}, 2, "invalid option -- 'q'"},
+		{"rc has no -q", []string{"rc_pingpong", "-q", "4"}, 2, "invalid option -- 'q'"},
+		{"srq has no -o (on-demand paging)", []string{"srq_pingpong", "-o"}, 2, "invalid option -- 'o'"},
+		{"srq -q 0", []string{"srq_pingpong", "-q", "0"}, 2, `-q "0": want a number from 1 to 255`},
+		{"srq -q 256", []string{"srq_pingpong", "--num-qp", "256", "-r", "1000"}, 2, `--num-qp "256": want a number from 1 to 255`},
 		{"srq more QPs than receives", []string{"srq_pingpong", "-q", "32", "-r", "16"}, 2, "rx_depth 16 is too small for 32 QPs"},
 		{"srq default 16 QPs need -r 16", []string{"srq_pingpong", "-r", "15"}, 2, "rx_depth 15 is too small for 16 QPs"},
-		{"uc bad MTU", []string{"uc_pingpong", "-m", "1000"}, 2, "-m must be 256, 512, 1024, 2048 or 4096"},
-		{"srq bad MTU", []string{"srq_pingpong", "--mtu", "8192"}, 2, "-m must be"},
-		{"ud size 0", []string{"ud_pingpong", "-s", "0"}, 2, "rdmago ud_pingpong: -s must be 1 to 2^30"},
-		{"uc size not a number", []string{"uc_pingpong", "-s", "big"}, 2, `invalid value "big" for flag -s`},
-		{"ud bad port", []string{"ud_pingpong", "-p", "70000"}, 2, "-p must be a TCP port"},
-		{"ud ib port 0", []string{"ud_pingpong", "-i", "0"}, 2, "-i must be 1-255"},
-		{"srq no iterations", []string{"srq_pingpong", "-n", "0"}, 2, "-n must be positive"},
-		{"uc SL 16", []string{"uc_pingpong", "-l", "16"}, 2, "-l must be 0-15"},
-		{"ud GID index -2", []string{"ud_pingpong", "-g", "-2"}, 2, "-g must be a GID index"},
-		{"ud two hosts", []string{"ud_pingpong", "host1", "host2"}, 2, "usage:\n  rdmago ud_pingpong [flags]"},
-		{"ud -h", []string{"ud_pingpong", "-h"}, 0, "flags (those of ibv_ud_pingpong)"},
-		{"srq -h lists -q", []string{"srq_pingpong", "-h"}, 0, "number of QPs to use (default 16)"},
-		{"uc -h", []string{"uc_pingpong", "--help"}, 0, "over a UC QP"},
+		{"uc bad MTU", []string{"uc_pingpong", "-m", "1000"}, 2, `-m "1000": must be 256, 512, 1024, 2048 or 4096`},
+		{"srq bad MTU", []string{"srq_pingpong", "--mtu=8192"}, 2, `--mtu "8192": want a number from 256 to 4096`},
+		{"ud size 0", []string{"ud_pingpong", "-s", "0"}, 2, `rdmago ud_pingpong: -s "0": want a number from 1 to 1073741824`},
+		{"uc size not a number", []string{"uc_pingpong", "-s", "big"}, 2, `-s "big": want a number`},
+		{"ud bad port", []string{"ud_pingpong", "-p", "70000"}, 2, `-p "70000": want a number from 0 to 65535`},
+		{"ud ib port 0", []string{"ud_pingpong", "-i", "0"}, 2, `-i "0": want a number from 1 to 255`},
+		{"srq no iterations", []string{"srq_pingpong", "-n", "0"}, 2, `-n "0": want a number from 1`},
+		{"uc SL 16", []string{"uc_pingpong", "-l", "16"}, 2, `-l "16": want a number from 0 to 15`},
+		{"ud GID index -2", []string{"ud_pingpong", "-g", "-2"}, 2, `-g "-2": want a number from 0 to 255`},
+		{"unknown long option", []string{"rc_pingpong", "--bogus"}, 2, "unrecognized option '--bogus'"},
+		{"missing argument", []string{"rc_pingpong", "-s"}, 2, "option requires an argument -- 's'"},
+		{"ud two hosts", []string{"ud_pingpong", "host1", "host2"}, 2, `one server host at most, got ["host1" "host2"]`},
+		{"ud -h", []string{"ud_pingpong", "-h"}, 0, ""},
+		{"srq -h", []string{"srq_pingpong", "-h"}, 0, ""},
+		{"uc --help", []string{"uc_pingpong", "--help"}, 0, ""},
 		{"ud unknown device", []string{"ud_pingpong", "-d", "nosuchdev"}, 1, "rdmago ud_pingpong: IB device nosuchdev not found"},
 	}
 	for _, tt := range tests {
@@ -49,6 +51,46 @@ func TestPingpongCommandsRejectBadFlags(t *testing.T) {
 				t.Errorf("stderr %q lacks %q", errs, tt.stderr)
 			}
 		})
+	}
+}
+
+func TestPingpongHelpListsTheCOptions(t *testing.T) {
+	code, out, _ := runCmd("srq_pingpong", "--help")
+	for _, want := range []string{"options (those of ibv_srq_pingpong)", "-q, --num-qp=NUM", "(default 16)", "-g, --gid-idx=IDX"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d; help lacks %q:\n%s", code, want, out)
+		}
+	}
+}
+
+// Without -g on a RoCE port the tools take the device's IPv4 GID and say
+// so, where the C programs fail.
+func TestPingpongPicksAGIDWhenNoneIsGiven(t *testing.T) {
+	useLoopbackDevice(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	var wg sync.WaitGroup
+	var scode int
+	var serr string
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scode, _, serr = runCmd("rc_pingpong", "-n", "10", "-p", port)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	ccode, _, cerr := runCmd("rc_pingpong", "-n", "10", "-p", port, "127.0.0.1")
+	wg.Wait()
+	if scode != 0 || ccode != 0 {
+		t.Fatalf("server %d %s; client %d %s", scode, serr, ccode, cerr)
+	}
+	for _, e := range []string{serr, cerr} {
+		if !strings.Contains(e, "no -g given: using GID index 0 (::ffff:127.0.0.1)") {
+			t.Errorf("stderr %q", e)
+		}
 	}
 }
 
@@ -74,17 +116,19 @@ func TestPingpongCommandsOverLoopback(t *testing.T) {
 			}
 			port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 			l.Close()
-			common := []string{tc.cmd, "-g", "0", "-n", "100", "-s", tc.size, "-c", "-p", port}
+			// getopt's forms: an attached argument, a long option with
+			// "=", grouped flags on the server.
+			common := []string{tc.cmd, "-g0", "-n", "100", "--size=" + tc.size, "-p", port}
 			var wg sync.WaitGroup
 			var scode int
 			var sout, serr string
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				scode, sout, serr = runCmd(append(common, "-e")...)
+				scode, sout, serr = runCmd(append(common, "-ec")...)
 			}()
 			time.Sleep(200 * time.Millisecond) // let the server listen
-			ccode, cout, cerr := runCmd(append(common, "127.0.0.1")...)
+			ccode, cout, cerr := runCmd(append(common, "-c", "127.0.0.1")...)
 			wg.Wait()
 			if scode != 0 || ccode != 0 {
 				t.Fatalf("server exit %d %s\n%s\nclient exit %d %s\n%s", scode, serr, sout, ccode, cerr, cout)

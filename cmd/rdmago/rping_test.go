@@ -21,7 +21,7 @@ func TestRpingRejectsBadFlags(t *testing.T) {
 		stdout, stderr string
 	}{
 		{"no side", []string{"rping"}, 22, "rdmago rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]\n", ""},
-		{"unknown flag", []string{"rping", "-s", "-z"}, 22, "\t-P\t\tpersistent server mode allowing multiple connections\n", ""},
+		{"unknown flag", []string{"rping", "-s", "-z"}, 22, "\t-P\t\tpersistent server mode allowing multiple connections\n", "rdmago rping: invalid option -- 'z'\n"},
 		{"size too small", []string{"rping", "-c", "-a", "10.0.0.1", "-S", "8"}, 22, "", "Invalid size 8 (valid range is 23 to 65536)\n"},
 		{"size too large", []string{"rping", "-s", "-S", "70000"}, 22, "", "Invalid size 70000 (valid range is 23 to 65536)\n"},
 		{"negative count", []string{"rping", "-s", "-C", "-5"}, 22, "", "Invalid count -5\n"},

@@ -2,6 +2,7 @@ package getopt
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -86,4 +87,31 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("more results than input")
 		}
 	})
+}
+
+func TestParseSpecsAndUsage(t *testing.T) {
+	specs := []Spec{
+		{Short: 's', Long: "size", Arg: "SIZE", Usage: "message size", Default: "4096"},
+		{Short: 'e', Long: "events", Usage: "sleep on CQ events"},
+		{Long: "report_gbits", Usage: "report in Gbit/s"},
+	}
+	opts, rest, err := ParseSpecs([]string{"-es64", "--report_gbits", "host"}, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts) != 3 || opts[0].Key() != "e" || opts[1].Key() != "s" || opts[2].Key() != "report_gbits" || len(rest) != 1 {
+		t.Fatalf("opts %+v rest %q", opts, rest)
+	}
+	if n, err := opts[1].Int(1, 1<<30); err != nil || n != 64 {
+		t.Errorf("Int = %d, %v", n, err)
+	}
+	if _, err := (Option{Name: 's', Arg: "big"}).Int(1, 10); err == nil || err.Error() != `-s "big": want a number from 1 to 10` {
+		t.Errorf("Int error %v", err)
+	}
+	var b strings.Builder
+	PrintUsage(&b, specs)
+	want := "  -s, --size=SIZE     message size (default 4096)\n  -e, --events        sleep on CQ events\n      --report_gbits  report in Gbit/s\n"
+	if b.String() != want {
+		t.Errorf("usage\n%s\nwant\n%s", b.String(), want)
+	}
 }

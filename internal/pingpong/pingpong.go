@@ -106,6 +106,9 @@ type Options struct {
 	// among verbs.Devices (for programs that made their own with
 	// rxe.NewDevice).
 	Dev *verbs.Device
+	// Notice, if set, is told what Run chose for the user (the GID index
+	// when none was given).
+	Notice io.Writer
 	// Idle is how long a side waits for a completion before it decides
 	// that the peer has stopped answering and fails (0: for ever, as the
 	// C programs wait). DefaultsFor sets DefaultIdle.
@@ -115,6 +118,9 @@ type Options struct {
 	// client ignores it.
 	Listener net.Listener
 }
+
+// linger is how long an RC side keeps its QPs after its last completion.
+const linger = 300 * time.Millisecond
 
 // DefaultIdle is how long a side waits for a completion before it gives
 // up on its peer: long beside any round trip, even over an emulated link
@@ -226,6 +232,18 @@ func Run(ctx context.Context, out io.Writer, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	if o.GIDIndex < 0 && port.LinkLayer == verbs.LinkLayerEthernet {
+		// RoCE needs a GID, and the C programs fail without -g. Take the
+		// device's IPv4 address, as the out-of-band exchange usually
+		// runs over IPv4, or else its first GID, and say so.
+		if o.GIDIndex, err = pickGID(pp.ctx, o.IBPort, port.GIDTblLen); err != nil {
+			return res, err
+		}
+		if o.Notice != nil {
+			g, _ := pp.ctx.QueryGID(o.IBPort, o.GIDIndex)
+			fmt.Fprintf(o.Notice, "no -g given: using GID index %d (%s) of this RoCE port\n", o.GIDIndex, gidString(g))
+		}
+	}
 	my := make([]dest, len(pp.qps))
 	for i, qp := range pp.qps {
 		my[i] = dest{lid: uint32(port.LID), qpn: qp.Num(), psn: rand.Uint32() & 0xffffff}
@@ -266,6 +284,17 @@ func Run(ctx context.Context, out io.Writer, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	if o.Transport == RC || o.Transport == SRQ {
+		// Keep the QPs a moment before destroying them, as TCP keeps a
+		// closed connection in TIME_WAIT: if our last ACK was lost, the
+		// peer resends its last message, and a QP that still exists
+		// acknowledges it again. Without this the peer, retrying for ever
+		// (retry_cnt 7), never finishes.
+		select {
+		case <-time.After(linger):
+		case <-ctx.Done():
+		}
+	}
 	res = Result{Bytes: int64(o.Size) * int64(o.Iters) * 2, Elapsed: elapsed}
 	usec := float64(elapsed.Microseconds())
 	if usec == 0 {
@@ -297,4 +326,21 @@ func pickDevice(name string) (*verbs.Device, error) {
 		return nil, errors.New("no IB devices found")
 	}
 	return devs[0], nil
+}
+
+// pickGID returns the index of the port's first IPv4 GID, or 0.
+func pickGID(ctx *verbs.Context, port uint8, n int) (int, error) {
+	for i := range n {
+		g, err := ctx.QueryGID(port, i)
+		if err != nil {
+			return 0, fmt.Errorf("could not get local gid for gid index %d: %w", i, err)
+		}
+		if g.Addr().Is4() {
+			return i, nil
+		}
+	}
+	if n == 0 {
+		return 0, errors.New("the port has no GID: RoCE needs one")
+	}
+	return 0, nil
 }

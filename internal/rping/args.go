@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -66,6 +68,7 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 			opt := arg[j]
 			known, hasArg := optKind(opt)
 			if !known {
+				fmt.Fprintf(stderr, "rdmago rping: invalid option -- '%c'\n", opt)
 				return usageErr()
 			}
 			var val string
@@ -77,6 +80,7 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 					i++
 					val = args[i]
 				default:
+					fmt.Fprintf(stderr, "rdmago rping: option requires an argument -- '%c'\n", opt)
 					return usageErr()
 				}
 				j = len(arg)
@@ -99,7 +103,16 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 			case 'P':
 				o.Persistent = true
 			case 'p':
-				n := atoi(val)
+				// rping reads the port with atoi, so "-p abc" is port
+				// 0 and a rejection later; refuse it here instead.
+				n, err := strconv.Atoi(strings.TrimSpace(val))
+				if err != nil || n < 1 || n > 65535 {
+					fmt.Fprintf(stderr, "Invalid port %q: -p takes a port number from 1 to 65535\n", val)
+					if status == 0 {
+						status = einval
+					}
+					continue
+				}
 				o.Port = uint16(n)
 				debugf("port %d\n", n)
 			case 's':
