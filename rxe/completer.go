@@ -62,6 +62,7 @@ func (q *qp) complete(p *wire.Packet, now time.Time) {
 		case wire.KindACK:
 			q.ackThrough(psn, now)
 		case wire.KindRNRNAK:
+			q.count(verbs.CounterRcvdRNRErr, 1)
 			q.ackThrough(psn.Add(0xffffff), now) // everything before psn
 			if r.rnrRetries == 0 && q.st.rnrRetry != 7 {
 				q.failAt(psn, verbs.WCRNRRetryExcErr)
@@ -82,6 +83,7 @@ func (q *qp) complete(p *wire.Packet, now time.Time) {
 			q.ackThrough(psn.Add(0xffffff), now)
 			switch syn {
 			case wire.NAKPSNSequenceError:
+				q.count(verbs.CounterRcvdSeqErr, 1)
 				// A repeated NAK for the PSN we went back to is the
 				// responder asking again (renakAfter), not a new
 				// error: resend without spending a retry. The
@@ -92,6 +94,7 @@ func (q *qp) complete(p *wire.Packet, now time.Time) {
 					return
 				}
 				r.nakPSN, r.nakSet = psn, true
+				q.count(verbs.CounterCompleterRetryErr, 1)
 				q.rewind(psn)
 			case wire.NAKRemoteAccessError:
 				q.failAt(psn, verbs.WCRemAccessErr)
@@ -299,6 +302,12 @@ func (q *qp) rewind(psn wire.PSN) {
 
 // failAt completes the WQE holding psn with status and fails the QP.
 func (q *qp) failAt(psn wire.PSN, status verbs.WCStatus) {
+	switch status {
+	case verbs.WCRetryExcErr:
+		q.count(verbs.CounterRetryExceededErr, 1)
+	case verbs.WCRNRRetryExcErr:
+		q.count(verbs.CounterRetryRNRExceededErr, 1)
+	}
 	if w := q.wqeAt(psn); w != nil {
 		w.done, w.status = true, status
 	} else {
@@ -330,5 +339,6 @@ func (q *qp) onTimer(now time.Time) {
 		return
 	}
 	r.retryAt = now.Add(q.st.timeout)
+	q.count(verbs.CounterCompleterRetryErr, 1)
 	q.rewind(r.una)
 }

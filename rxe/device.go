@@ -48,6 +48,7 @@ type device struct {
 	guid uint64
 
 	cmUnreachable atomic.Pointer[func(netip.Addr, syscall.Errno, []byte)]
+	stats         counters
 
 	mu   sync.Mutex
 	hw   *hw
@@ -284,11 +285,11 @@ func (h *hw) putBuf(b []byte) {
 }
 
 // send hands packets to the link that serves GID index sgid.
-func (h *hw) send(sgid int, pkts []link.Packet) {
+func (h *hw) send(sgid int, pkts []link.Packet) error {
 	if sgid >= len(h.links) {
 		sgid = 0
 	}
-	h.links[sgid].Send(pkts)
+	return h.links[sgid].Send(pkts)
 }
 
 // newKey returns a memory key whose index (upper 24 bits) no region or

@@ -15,6 +15,7 @@ import (
 // goroutines that post, modify and query; the rest belongs to the owner
 // goroutine (run), the only one that touches protocol state.
 type qp struct {
+	stats  counters // statistics (verbs.Counter), read by others
 	ctx    *devctx
 	hw     *hw
 	pd     *pd
@@ -451,6 +452,7 @@ func (q *qp) step(now time.Time) {
 			continue
 		}
 		if !pend.reset {
+			q.count(verbs.CounterRcvdPkts, 1)
 			q.receive(p, now)
 		}
 		q.hw.putBuf(p.buf)
@@ -589,7 +591,10 @@ func (q *qp) flushOut() {
 	if len(q.out) == 0 {
 		return
 	}
-	q.hw.send(q.outSGID, q.out)
+	q.count(verbs.CounterSentPkts, uint64(len(q.out)))
+	if err := q.hw.send(q.outSGID, q.out); err != nil {
+		q.count(verbs.CounterSendErr, 1)
+	}
 	q.out = q.out[:0]
 }
 

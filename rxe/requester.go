@@ -303,6 +303,10 @@ func (q *qp) startWQE(w *sendWQE, mtu uint64) bool {
 	w.firstPSN = r.psn
 	r.psn = r.psn.Add(w.npkts)
 	w.started = true
+	switch w.wr.Opcode {
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead:
+		q.count(verbs.CounterRDMASends, 1)
+	}
 	return true
 }
 

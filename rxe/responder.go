@@ -162,6 +162,7 @@ func (q *qp) respond(p *wire.Packet, in *inPacket, now time.Time) {
 			// come since that the NAK must have been lost.
 			r.nakSeqSeen++
 		}
+		q.count(verbs.CounterOutOfSeqRequest, 1)
 		if !r.nakSeq || r.nakSeqSeen >= renakAfter {
 			r.nakSeq, r.nakSeqSeen = true, 0
 			q.sendAck(r.epsn, wire.NAKPSNSequenceError)
@@ -169,6 +170,7 @@ func (q *qp) respond(p *wire.Packet, in *inPacket, now time.Time) {
 		return
 	case d < 0:
 		if q.typ == verbs.QPTRC {
+			q.count(verbs.CounterDuplicateRequest, 1)
 			q.duplicate(p, psn)
 		}
 		return
@@ -189,6 +191,9 @@ func (q *qp) respond(p *wire.Packet, in *inPacket, now time.Time) {
 	// SENDs and WRITEs are acknowledged when asked; READs and atomics are
 	// answered by their responses, which carry the AETH.
 	if p.BTH.AckReq() && q.typ == verbs.QPTRC && (p.OpCode().IsSend() || p.OpCode().IsWrite()) {
+		if r.ack {
+			q.count(verbs.CounterAckDeferred, 1) // folded into this one
+		}
 		r.ack, r.ackPSN, r.ackSyn = true, psn, wire.SyndromeACKUnlimited
 	}
 }
@@ -285,6 +290,7 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 			}
 		}
 		if op.IsFirst() {
+			q.count(verbs.CounterRDMARecvs, 1)
 			reth := p.RETH
 			n := uint64(reth.DMALen())
 			buf, ok := q.remoteMemory(reth.RKey(), reth.VA(), n, verbs.AccessRemoteWrite)
@@ -314,6 +320,7 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 			}
 		}
 	case op == wire.RCReadRequest:
+		q.count(verbs.CounterRDMARecvs, 1)
 		reth := p.RETH
 		n := uint64(reth.DMALen())
 		buf, ok := q.remoteMemory(reth.RKey(), reth.VA(), n, verbs.AccessRemoteRead)
@@ -552,6 +559,7 @@ func (q *qp) flushAck() {
 // rnrNAK refuses a packet for want of a receive WQE.
 func (q *qp) rnrNAK(psn wire.PSN) (wire.Syndrome, bool) {
 	if q.typ == verbs.QPTRC {
+		q.count(verbs.CounterSendRNRErr, 1)
 		q.sendAck(psn, wire.RNRNAKSyndrome(q.st.minRNR))
 	} else {
 		// UC drops the message; the sender never knows.

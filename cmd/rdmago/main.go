@@ -20,7 +20,9 @@
 //	version       print the module version and VCS revision this binary was built from
 //	dump          decode RoCEv2 packets in pcap and pcapng files, checking each ICRC
 //
-// Run `rdmago <command> -h` for a command's flags.
+// Run `rdmago <command> -h` for a command's flags. Every command also
+// takes --stats: at exit it prints the counters of the RDMA devices it
+// used, one "name value" line each, to standard error.
 package main
 
 import (
@@ -30,6 +32,8 @@ import (
 	"io"
 	"os"
 	"sort"
+
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // command is one subcommand: run gets the arguments after its name and
@@ -75,7 +79,49 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	return c.run(args[1:], stdout, stderr)
+	rest, stats := statsFlag(args[1:])
+	status := c.run(rest, stdout, stderr)
+	if stats {
+		printStats(stderr)
+	}
+	return status
+}
+
+// statsFlag takes --stats out of a command's arguments (before any "--"):
+// every tool takes it.
+func statsFlag(args []string) ([]string, bool) {
+	out := make([]string, 0, len(args))
+	on := false
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...), on
+		}
+		if a == "--stats" {
+			on = true
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, on
+}
+
+// printStats prints, for each device the run used, its counters as
+// `rdma statistic` names them, one "name value" line each after a
+// "# device" line.
+func printStats(w io.Writer) {
+	devs, err := verbs.Devices()
+	if err != nil {
+		fmt.Fprintf(w, "# counters: %v\n", err)
+		return
+	}
+	for _, d := range devs {
+		c, err := d.QueryCounters()
+		if err != nil || c[verbs.CounterSentPkts]+c[verbs.CounterRcvdPkts] == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "# %s\n", d.Name())
+		c.WriteTo(w)
+	}
 }
 
 func usage(w io.Writer) {
@@ -89,7 +135,8 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-13s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nrun 'rdmago <command> -h' for a command's flags")
+	fmt.Fprintln(w, "\nrun 'rdmago <command> -h' for a command's flags; every command takes --stats,")
+	fmt.Fprintln(w, "which prints the counters of the devices it used at exit")
 }
 
 // parseInterspersed parses flags that may come before, between or after the

@@ -94,6 +94,35 @@ func TestPingpongPicksAGIDWhenNoneIsGiven(t *testing.T) {
 	}
 }
 
+// --stats prints the device's counters at exit, one "name value" line
+// each, as `rdma statistic` names them.
+func TestStatsFlagPrintsTheCounters(t *testing.T) {
+	useLoopbackDevice(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runCmd("rc_pingpong", "-g0", "-n", "10", "-p", port)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	code, _, errs := runCmd("rc_pingpong", "--stats", "-g0", "-n", "10", "-p", port, "127.0.0.1")
+	wg.Wait()
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"# rxe_lo\n", "\nsent_pkts ", "\nrcvd_pkts ", "\nretry_exceeded_err 0\n", "\nrdma_recvs "} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs)
+		}
+	}
+}
+
 func TestUDPingpongSizeAboveTheMTUFails(t *testing.T) {
 	useLoopbackDevice(t) // rxe_lo: active MTU 4096
 	code, _, errs := runCmd("ud_pingpong", "-g", "0", "-s", "4097")
