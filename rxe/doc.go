@@ -4,16 +4,19 @@
 // package verbs, one per network interface, named like Linux's ("rxe_lo",
 // "rxe_eth0"); its GID table holds the interface's IP addresses.
 //
-// Each device binds <addr>:4791 for every address it serves. Two processes
-// on one host therefore use two addresses: set RDMAGO_RXE_ADDR=127.0.0.2
-// (a comma-separated list) in one of them and its devices serve only the
-// addresses listed. RDMAGO_RXE_PORT sets another UDP port for private
-// setups and tests; every device of such a setup must use the same one.
+// Any number of processes use a device at once, as they share Linux's
+// rxe0: the first to bind <addr>:4791 hands every other process the
+// packets of its QPs (see share.go and link.Shared), and another takes the
+// port over when it ends. A device comes up on the network with its first
+// QP, so opening and querying it needs no socket. RDMAGO_RXE_ADDR (a
+// comma-separated list) limits the devices to the addresses it names;
+// RDMAGO_RXE_PORT sets another UDP port for private setups and tests, and
+// every device of such a setup must use the same one.
 // NewDevice creates a device on a chosen address or on any link.Link (such
 // as the in-memory, fault-injecting network of package link).
 //
 // Inside a device, every queue pair has one goroutine that owns all of its
 // protocol state — PSNs, the retransmission state of the requester, the
 // responder's resources — and is fed by the device's receive loop and by
-// the posting goroutines through queues, as DESIGN.md lays out.
+// the posting goroutines through queues, as ARCHITECTURE.md lays out.
 package rxe
