@@ -79,6 +79,7 @@ func TestParseArgs(t *testing.T) {
 				if err != nil {
 					t.Fatalf("error %v\n%s%s", err, out.String(), errs.String())
 				}
+				tt.want.Idle = DefaultIdle
 				if got != tt.want {
 					t.Errorf("options\n got %+v\nwant %+v", got, tt.want)
 				}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"sync"
 	"time"
 
@@ -104,6 +105,24 @@ func (c *cb) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// waitPeer is wait during the ping-pong, bounded by Options.Idle: a peer
+// that was killed sends no DREQ (on Linux the kernel sends one for a dead
+// process; here nobody can), so without a bound the survivor would wait
+// for ever.
+func (c *cb) waitPeer(ctx context.Context, peer string) error {
+	if c.r.o.Idle <= 0 {
+		return c.wait(ctx)
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.r.o.Idle)
+	defer cancel()
+	err := c.wait(wctx)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		c.r.errorf("rping: no word from the %s for %v: it has stopped answering\n", peer, c.r.o.Idle)
+		return errFailed
+	}
+	return err
 }
 
 // cmLoop is rping's cm_thread: it hands each event to the handler until

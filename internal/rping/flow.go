@@ -132,7 +132,7 @@ func (c *cb) testServer(ctx context.Context) error {
 	r := c.r
 	// step waits for the next wake-up and checks the state it finds.
 	step := func(want state, name string) error {
-		if err := c.wait(ctx); err != nil {
+		if err := c.waitPeer(ctx, "client"); err != nil {
 			return err
 		}
 		if s := c.getState(); s != want {
@@ -306,7 +306,7 @@ func (c *cb) connectClient(ctx context.Context) error {
 func (c *cb) testClient(ctx context.Context) error {
 	r := c.r
 	step := func(want state, name string) error {
-		if err := c.wait(ctx); err != nil {
+		if err := c.waitPeer(ctx, "server"); err != nil {
 			return err
 		}
 		if s := c.getState(); s != want {

@@ -112,12 +112,19 @@ type Options struct {
 	Debug        bool       // -d: print what happens, as rping's DEBUG_LOG does
 	SelfCreateQP bool       // -q: create the QP with verbs and move it through its states by hand
 	Persistent   bool       // -P: serve clients one after another and at once, until interrupted
+	// Idle bounds each wait for the peer during the ping-pong (0: for
+	// ever, as rping waits); Defaults sets DefaultIdle.
+	Idle time.Duration
 }
+
+// DefaultIdle is how long a side waits for its peer's next step before
+// it decides the peer has stopped answering.
+const DefaultIdle = 10 * time.Second
 
 // Defaults returns rping's defaults: a client of 0.0.0.0 port 7174 with
 // 64-byte pings for ever.
 func Defaults() Options {
-	return Options{Addr: netip.IPv4Unspecified(), Port: DefaultPort, Size: DefaultSize}
+	return Options{Addr: netip.IPv4Unspecified(), Port: DefaultPort, Size: DefaultSize, Idle: DefaultIdle}
 }
 
 func (o *Options) check() error {

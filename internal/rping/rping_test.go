@@ -392,3 +392,55 @@ func TestDebugOutput(t *testing.T) {
 		}
 	}
 }
+
+// A peer that vanishes without a DREQ (killed: no kernel sends one for it
+// here) is given up on after Idle, with a line saying so, instead of
+// being waited for for ever. The network going silent stands in for the
+// dead peer.
+func TestServerGivesUpOnASilentClient(t *testing.T) {
+	n := testNet.Add(1)
+	network := link.NewNetwork(uint64(n))
+	srvAddr := netip.AddrFrom4([4]byte{10, 74, byte(n), 2})
+	cliAddr := netip.AddrFrom4([4]byte{10, 74, byte(n), 1})
+	for _, a := range []netip.Addr{srvAddr, cliAddr} {
+		l, err := network.Attach(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev, err := rxe.NewDevice(rxe.Config{Name: "rping_silent_" + a.String(), Links: []link.Link{l}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rdmacm.RegisterDevice(dev))
+	}
+	var srvOut, srvErrs, cliOut, cliErrs syncBuffer
+	so, err := ParseArgs(strings.Fields("-s -a "+srvAddr.String()+" -C 0 -S 64"), &srvOut, &srvErrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	so.Idle = 300 * time.Millisecond
+	co, err := ParseArgs(strings.Fields("-c -I "+cliAddr.String()+" -a "+srvAddr.String()+" -C 0 -S 64"), &cliOut, &cliErrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- Run(ctx, so, &srvOut, &srvErrs) }()
+	time.Sleep(50 * time.Millisecond)
+	cliCtx, stopClient := context.WithCancel(ctx)
+	cliDone := make(chan error, 1)
+	go func() { cliDone <- Run(cliCtx, co, &cliOut, &cliErrs) }()
+	time.Sleep(300 * time.Millisecond) // pinging
+	network.SetFaults(link.Faults{Drop: 1})
+	select {
+	case err := <-srvDone:
+		if err == nil || !strings.Contains(srvErrs.String(), "no word from the client for 300ms") {
+			t.Errorf("server: %v, stderr %q", err, srvErrs.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server still waits for its silent client")
+	}
+	stopClient()
+	<-cliDone
+}
