@@ -1,7 +1,6 @@
 package rping
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -9,60 +8,24 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/memnet"
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/rxe"
 	"github.com/rdmago/rdmago/rxe/link"
 )
 
-// testNet counts the in-memory networks of this package's tests, so that
-// each gets addresses of its own (the connection manager's device
-// registry is global).
-var testNet atomic.Uint32
-
 // memDevices makes two software RoCE devices on an in-memory network,
 // registered with the connection manager, and returns the server's
 // address and the client's.
 func memDevices(t *testing.T) (srv, cli netip.Addr) {
-	t.Helper()
-	n := testNet.Add(1)
-	network := link.NewNetwork(uint64(n))
-	srv = netip.AddrFrom4([4]byte{10, 74, byte(n), 2})
-	cli = netip.AddrFrom4([4]byte{10, 74, byte(n), 1})
-	for _, a := range []netip.Addr{srv, cli} {
-		l, err := network.Attach(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dev, err := rxe.NewDevice(rxe.Config{Name: "rping_" + a.String(), Links: []link.Link{l}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rdmacm.RegisterDevice(dev))
-	}
+	srv, cli, _ = memnet.Pair(t, 74, false)
 	return srv, cli
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and a concurrent reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = memnet.Buffer
 
 type side struct {
 	out, errs syncBuffer
@@ -398,21 +361,7 @@ func TestDebugOutput(t *testing.T) {
 // being waited for for ever. The network going silent stands in for the
 // dead peer.
 func TestServerGivesUpOnASilentClient(t *testing.T) {
-	n := testNet.Add(1)
-	network := link.NewNetwork(uint64(n))
-	srvAddr := netip.AddrFrom4([4]byte{10, 74, byte(n), 2})
-	cliAddr := netip.AddrFrom4([4]byte{10, 74, byte(n), 1})
-	for _, a := range []netip.Addr{srvAddr, cliAddr} {
-		l, err := network.Attach(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dev, err := rxe.NewDevice(rxe.Config{Name: "rping_silent_" + a.String(), Links: []link.Link{l}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rdmacm.RegisterDevice(dev))
-	}
+	srvAddr, cliAddr, network := memnet.Pair(t, 74, false)
 	var srvOut, srvErrs, cliOut, cliErrs syncBuffer
 	so, err := ParseArgs(strings.Fields("-s -a "+srvAddr.String()+" -C 0 -S 64"), &srvOut, &srvErrs)
 	if err != nil {

@@ -5,61 +5,20 @@ import (
 	"context"
 	"net/netip"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/memnet"
 	"github.com/rdmago/rdmago/rdmacm"
-	"github.com/rdmago/rdmago/rxe"
-	"github.com/rdmago/rdmago/rxe/link"
 )
 
-var testNet atomic.Uint32
-
-// memDevices makes a server and a client device on an in-memory network,
-// registered with the connection manager, over IPv4 or IPv6.
+// memDevices makes a server and a client device on an in-memory network.
 func memDevices(t *testing.T, v6 bool) (srv, cli netip.Addr) {
-	t.Helper()
-	n := byte(testNet.Add(1))
-	network := link.NewNetwork(uint64(n))
-	if v6 {
-		srv = netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x75, 2: n, 15: 2})
-		cli = netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x75, 2: n, 15: 1})
-	} else {
-		srv = netip.AddrFrom4([4]byte{10, 75, n, 2})
-		cli = netip.AddrFrom4([4]byte{10, 75, n, 1})
-	}
-	for _, a := range []netip.Addr{srv, cli} {
-		l, err := network.Attach(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dev, err := rxe.NewDevice(rxe.Config{Name: "udaddy_" + a.String(), Links: []link.Link{l}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rdmacm.RegisterDevice(dev))
-	}
+	srv, cli, _ = memnet.Pair(t, 75, v6)
 	return srv, cli
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = memnet.Buffer
 
 func parse(t *testing.T, args string) Options {
 	t.Helper()
