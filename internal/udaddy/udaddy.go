@@ -236,7 +236,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	ch.Close()
 	status := 0
 	if err != nil {
-		fmt.Fprintf(stderr, "udaddy: %v\n", err)
+		fmt.Fprintf(stderr, "udaddy: %s\n", strings.TrimPrefix(err.Error(), "udaddy: "))
 		status = ExitStatus(err)
 	}
 	fmt.Fprintf(stdout, "return status %d\n", status)
