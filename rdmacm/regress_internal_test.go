@@ -14,6 +14,7 @@ import (
 	"github.com/rdmago/rdmago/rxe"
 	"github.com/rdmago/rdmago/rxe/link"
 	"github.com/rdmago/rdmago/verbs"
+	"syscall"
 )
 
 // gatedDriver wraps a device driver so that listing its addresses (what
@@ -264,4 +265,19 @@ func TestREJOfOtherConnectionLeavesEstablishedAlone(t *testing.T) {
 	if st != cmEstablished {
 		t.Fatalf("a REJ from communication ID %#x (the peer is %#x) moved the connection to state %d", remote^0x5a5a5a5a, remote, st)
 	}
+}
+
+// The unreachable report carries whatever the network sent back: the
+// agent reads it without running past its end, and ignores what is not
+// one of its own requests.
+func FuzzAgentUnreachable(f *testing.F) {
+	req := make([]byte, 20+256)
+	req[20+1] = mad.MgmtClassCM
+	req[20+17] = byte(mad.AttrREQ)
+	f.Add(req)
+	f.Add([]byte{1, 2, 3})
+	a := &agent{conns: map[uint32]*ID{}}
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		a.unreachable(netip.MustParseAddr("192.0.2.1"), syscall.ECONNREFUSED, pkt)
+	})
 }

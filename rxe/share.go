@@ -69,9 +69,14 @@ const (
 	cmRemoteIDOff  = 4 // MRA, REJ, REP, RTU, DREQ, DREP, LAP, APR: the receiver's communication ID
 )
 
+// serviceOwners finds the process that claimed a service (link.Shared).
+type serviceOwners interface {
+	ServiceOwner(id uint64) (uint8, bool)
+}
+
 // route returns the owner of a packet the leader of a shared address
 // received.
-func (h *hw) route(sh *link.Shared, pkt []byte) uint8 {
+func (h *hw) route(sh serviceOwners, pkt []byte) uint8 {
 	qpn := binary.BigEndian.Uint32(pkt[4:8]) & 0xffffff
 	if qpn != gsiQPN {
 		return uint8(qpn >> 16)

@@ -71,3 +71,61 @@ func TestDevicesShareAnAddress(t *testing.T) {
 	writeAndCheck(t, b2, c, 64<<10, 3)
 	writeAndCheck(t, c, b2, 64<<10, 4)
 }
+
+type fakeServices map[uint64]uint8
+
+func (f fakeServices) ServiceOwner(id uint64) (uint8, bool) {
+	o, ok := f[id]
+	return o, ok
+}
+
+// route never reads past a packet, whatever arrives for QP1, and sends
+// the answers to our CM messages to the owner their IDs name.
+func FuzzRoute(f *testing.F) {
+	mad := func(attr uint16, commID uint32) []byte {
+		p := make([]byte, madOffset+256+4)
+		p[7] = gsiQPN
+		p[madOffset+1] = mgmtClassCM
+		p[madOffset+16], p[madOffset+17] = byte(attr>>8), byte(attr)
+		cm := madOffset + madHeaderLen
+		p[cm+cmRemoteIDOff] = byte(commID >> 24)
+		p[cm] = byte(commID >> 24)
+		return p
+	}
+	f.Add(mad(0x13, 0x05000001)) // REP to owner 5
+	f.Add(mad(cmAttrREQ, 0))
+	f.Add(mad(cmAttrSIDRREP, 0x07000000))
+	f.Add([]byte{0, 0, 0, 0, 0, 0x12, 0x34, 0x56})
+	h := &hw{owner: 3}
+	svc := fakeServices{0x1061c8e: 9}
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		if len(pkt) < 8 {
+			return
+		}
+		o := h.route(svc, pkt)
+		qpn := uint32(pkt[5])<<16 | uint32(pkt[6])<<8 | uint32(pkt[7])
+		if qpn != gsiQPN && o != uint8(qpn>>16) {
+			t.Fatalf("QPN %#x routed to owner %d", qpn, o)
+		}
+	})
+}
+
+func TestRouteSendsCMAnswersToTheirOwner(t *testing.T) {
+	h := &hw{owner: 3}
+	p := make([]byte, madOffset+256+4)
+	p[7] = gsiQPN
+	p[madOffset+1] = mgmtClassCM
+	p[madOffset+17] = 0x13 // REP
+	p[madOffset+madHeaderLen+cmRemoteIDOff] = 5
+	if o := h.route(fakeServices{}, p); o != 5 {
+		t.Errorf("REP for comm ID 0x05...: owner %d, want 5", o)
+	}
+	p[madOffset+17] = cmAttrREQ
+	copy(p[madOffset+madHeaderLen+cmServiceIDOff:], []byte{0, 0, 0, 0, 0x01, 0x06, 0x1c, 0x8e})
+	if o := h.route(fakeServices{0x1061c8e: 9}, p); o != 9 {
+		t.Errorf("REQ for a claimed service: owner %d, want 9", o)
+	}
+	if o := h.route(fakeServices{}, p); o != 3 {
+		t.Errorf("REQ for an unclaimed service: owner %d, want ours (3)", o)
+	}
+}
