@@ -18,23 +18,26 @@ func netError(e syscall.Errno) bool {
 	return false
 }
 
-// drainErrors reads the socket's error queue, reporting each ICMP error
-// to the link's Unreachable function. Called from a RawConn callback.
-func (u *UDP) drainErrors(fd uintptr) {
+// drainErrors reads the socket's error queue and hands each ICMP error to
+// the link's reporter goroutine, returning how many it read. Called from a
+// RawConn callback, so it calls nothing of the caller's: a report that
+// finds the reporter's queue full is dropped (and counted).
+func (u *UDP) drainErrors(fd uintptr) int {
 	var buf [256]byte
 	var oob [256]byte
+	read := 0
 	for {
 		n, oobn, _, from, err := unix.Recvmsg(int(fd), buf[:], oob[:], unix.MSG_ERRQUEUE|unix.MSG_DONTWAIT)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return
+			return read
 		}
+		read++
 		u.stats.unreachable.Add(1)
 		errno := extendedErrno(oob[:oobn])
-		fn := u.unreachable.Load()
-		if fn == nil || errno == 0 || n < MinPacket-4 {
+		if u.reports == nil || errno == 0 || n < MinPacket-4 {
 			continue
 		}
 		var dst netip.Addr
@@ -46,8 +49,33 @@ func (u *UDP) drainErrors(fd uintptr) {
 		default:
 			continue
 		}
-		(*fn)(dst, errno, buf[:n])
+		select {
+		case u.reports <- report{dst: dst, errno: errno, pkt: append([]byte(nil), buf[:n]...)}:
+		default:
+		}
 	}
+}
+
+// startReporter starts the goroutine that calls the Unreachable function
+// outside the socket's callbacks, where it may take any lock. Close stops
+// it.
+func (u *UDP) startReporter() {
+	u.reports = make(chan report, 64)
+	u.done = make(chan struct{})
+	u.reporter.Add(1)
+	go func() {
+		defer u.reporter.Done()
+		for {
+			select {
+			case r := <-u.reports:
+				if fn := u.unreachable.Load(); fn != nil {
+					(*fn)(r.dst, r.errno, r.pkt)
+				}
+			case <-u.done:
+				return
+			}
+		}
+	}()
 }
 
 // extendedErrno returns the errno of the IP_RECVERR or IPV6_RECVERR control
@@ -85,8 +113,7 @@ func (u *UDP) watchErrors() {
 					return false
 				case e == unix.EINTR || e == nil:
 					continue
-				case netError(e.(syscall.Errno)):
-					u.drainErrors(fd)
+				case netError(e.(syscall.Errno)) && u.drainErrors(fd) > 0:
 					continue
 				}
 				return true

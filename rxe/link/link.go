@@ -211,3 +211,10 @@ type Notifier interface {
 
 // SetUnreachable implements Notifier.
 func (u *UDP) SetUnreachable(fn Unreachable) { u.unreachable.Store(&fn) }
+
+// report is one ICMP error on its way to the Unreachable function.
+type report struct {
+	dst   netip.Addr
+	errno syscall.Errno
+	pkt   []byte
+}

@@ -71,8 +71,12 @@ type UDP struct {
 	maxPacket int
 	closed    atomic.Bool
 	stats     counters
-	// unreachable is told of ICMP errors for what the link sent.
+	// unreachable is told of ICMP errors for what the link sent, by a
+	// goroutine of its own (see startReporter) fed through reports.
 	unreachable atomic.Pointer[Unreachable]
+	reports     chan report
+	done        chan struct{}
+	reporter    sync.WaitGroup
 	idSolver    wire.IPv4IDSolver // used by Recv, one goroutine at a time
 
 	// sendMu guards the sender's preallocated batch, and serialises Send.
@@ -206,7 +210,12 @@ func (u *UDP) Close() error {
 	if u.closed.Swap(true) {
 		return nil
 	}
-	return u.conn.Close()
+	err := u.conn.Close()
+	if u.done != nil {
+		close(u.done)
+		u.reporter.Wait()
+	}
+	return err
 }
 
 // peer checks that p can be sent and returns its destination in plain

@@ -92,6 +92,7 @@ func (u *UDP) init(_ *UDPOptions, gso, gro bool) error {
 	u.receiver.init(raw, gro && enableGRO(raw))
 	u.sender.init(raw, gso && gsoSupported(raw))
 	u.receiver.drain, u.sender.drain = u.drainErrors, u.drainErrors
+	u.startReporter()
 	return nil
 }
 

@@ -1,9 +1,13 @@
 package link_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -193,5 +197,47 @@ func TestUDPReportsUnreachableDestinations(t *testing.T) {
 	}
 	if st := l.Stats(); st.Unreachable == 0 {
 		t.Error("Stats().Unreachable = 0")
+	}
+}
+
+// A send the kernel refuses at once because there is no route is that
+// send's own error, not an ICMP error of an earlier packet: it is
+// reported, and Send does not retry it for ever. The test runs itself
+// again in a network namespace of its own that has only loopback (so
+// nothing can leave the host), where it has the privilege to.
+func TestUDPSendWithoutARouteFails(t *testing.T) {
+	if os.Getenv("RDMAGO_TEST_NO_ROUTES") == "" {
+		unshare, err := exec.LookPath("unshare")
+		if err != nil || os.Geteuid() != 0 {
+			t.Skip("needs root and unshare(1) for a network namespace without routes")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, unshare, "-n", "sh", "-c", `ip link set lo up 2>/dev/null; exec "$0" -test.run '^TestUDPSendWithoutARouteFails$' -test.v`, os.Args[0])
+		cmd.Env = append(os.Environ(), "RDMAGO_TEST_NO_ROUTES=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			if strings.Contains(string(out), "unshare failed") || strings.Contains(string(out), "Operation not permitted") {
+				t.Skipf("no network namespace here: %s", out)
+			}
+			t.Fatalf("in a namespace without routes: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "--- PASS") {
+			t.Fatalf("in a namespace without routes:\n%s", out)
+		}
+		return
+	}
+	l := listenOne(t, addr1, link.UDPOptions{})
+	done := make(chan error, 1)
+	go func() {
+		done <- l.Send([]link.Packet{{Buf: newPacket(t, newRand(1), wire.RCSendOnly, 16, 1), Addr: netip.MustParseAddr("10.99.99.99")}})
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, syscall.ENETUNREACH) && !errors.Is(err, syscall.EHOSTUNREACH) {
+			t.Errorf("Send without a route: %v, want network unreachable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Send without a route still runs after 5 s")
 	}
 }

@@ -27,7 +27,7 @@ const oobSize = 128
 type receiver struct {
 	raw    syscall.RawConn
 	readFn func(fd uintptr) bool // r.read, bound once
-	drain  func(fd uintptr)      // reads the error queue
+	drain  func(fd uintptr) int  // reads the error queue, returning how many it read
 	want   int                   // messages to ask for
 	got    int                   // messages received
 	err    syscall.Errno         // the error recvmmsg failed with
@@ -74,10 +74,9 @@ func (r *receiver) read(fd uintptr) bool {
 		case unix.EAGAIN:
 			return false
 		}
-		if netError(e) && r.drain != nil {
-			// An ICMP error for something we sent (IP_RECVERR): report
-			// it and read on.
-			r.drain(fd)
+		if netError(e) && r.drain != nil && r.drain(fd) > 0 {
+			// An ICMP error for something we sent (IP_RECVERR):
+			// reported; read on.
 			continue
 		}
 		r.err = e

@@ -23,8 +23,9 @@ const maxGSOSegments = 64
 type sender struct {
 	raw     syscall.RawConn
 	writeFn func(fd uintptr) bool // s.write, bound once
-	drain   func(fd uintptr)      // reads the error queue
+	drain   func(fd uintptr) int  // reads the error queue, returning how many it read
 	gso     bool                  // whether to build GSO messages
+	drained bool                  // the error queue was read during this write
 
 	n    int           // messages packed
 	off  int           // messages sent
@@ -53,6 +54,7 @@ func (s *sender) init(raw syscall.RawConn, gso bool) {
 // sent, an error stops it (left in s.err, at message s.off) or the socket
 // buffer is full (it returns false to wait for room).
 func (s *sender) write(fd uintptr) bool {
+	s.drained = false
 	for s.off < s.n {
 		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&s.hdrs[s.off])), uintptr(s.n-s.off), 0, 0, 0)
 		switch {
@@ -60,10 +62,11 @@ func (s *sender) write(fd uintptr) bool {
 			continue
 		case e == unix.EAGAIN || e == 0 && n == 0:
 			return false
-		case netError(e) && s.drain != nil:
-			// The error is an earlier packet's ICMP error, pending on
-			// the socket (IP_RECVERR): report it and send on.
-			s.drain(fd)
+		case netError(e) && s.drain != nil && !s.drained && s.drain(fd) > 0:
+			// The error was an earlier packet's ICMP error, pending on
+			// the socket (IP_RECVERR): reported; send again, once. An
+			// error with nothing queued is this send's own (no route).
+			s.drained = true
 			continue
 		case e != 0:
 			s.err = e
