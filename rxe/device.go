@@ -133,6 +133,9 @@ func startHW(d *device) (*hw, error) {
 		h.gids = append(h.gids, verbs.GIDFromAddr(a))
 	}
 	if len(d.cfg.Links) > 0 {
+		if sh, ok := d.cfg.Links[0].(*link.Shared); ok {
+			h.owner = sh.Owner() // QP numbers in the range the link routes here
+		}
 		h.startLinks(d.cfg.Links)
 	}
 	return h, nil
@@ -145,11 +148,11 @@ func startHW(d *device) (*hw, error) {
 func (h *hw) up() error {
 	h.upMu.Lock()
 	defer h.upMu.Unlock()
-	if h.links != nil {
-		return nil
-	}
 	if h.stopped {
 		return verbs.Errorf("ibv_create_qp", verbs.ErrClosed, "device closed")
+	}
+	if h.links != nil {
+		return nil
 	}
 	links, owner, err := shareAddrs(h.dev.cfg.Addrs, h.dev.cfg.Port)
 	if err != nil {
@@ -239,7 +242,11 @@ func (h *hw) recvLoop(i int) {
 			q := qs[j]
 			qs[j] = nil
 			if leading {
-				if owner := h.route(sh, p.Buf); owner != h.owner {
+				owner, ok := h.route(sh, p.Buf)
+				if !ok {
+					continue
+				}
+				if owner != h.owner {
 					sh.Forward(owner, p)
 					forwarded = true
 					continue

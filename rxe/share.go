@@ -71,30 +71,35 @@ const (
 
 // serviceOwners finds the process that claimed a service (link.Shared).
 type serviceOwners interface {
-	ServiceOwner(id uint64) (uint8, bool)
+	ServiceOwner(id uint64) (owner uint8, ok, unknown bool)
 }
 
 // route returns the owner of a packet the leader of a shared address
-// received.
-func (h *hw) route(sh serviceOwners, pkt []byte) uint8 {
+// received; ok is false for a packet to drop (a connection request whose
+// listener did not say in time whether it is there).
+func (h *hw) route(sh serviceOwners, pkt []byte) (owner uint8, ok bool) {
 	qpn := binary.BigEndian.Uint32(pkt[4:8]) & 0xffffff
 	if qpn != gsiQPN {
-		return uint8(qpn >> 16)
+		return uint8(qpn >> 16), true
 	}
 	cm := madOffset + madHeaderLen
 	if len(pkt) < cm+16 || pkt[madOffset+1] != mgmtClassCM {
-		return h.owner
+		return h.owner, true
 	}
 	switch attr := binary.BigEndian.Uint16(pkt[madOffset+16:]); attr {
 	case cmAttrREQ, cmAttrSIDRREQ:
-		if o, ok := sh.ServiceOwner(binary.BigEndian.Uint64(pkt[cm+cmServiceIDOff:])); ok {
-			return o
+		o, claimed, unknown := sh.ServiceOwner(binary.BigEndian.Uint64(pkt[cm+cmServiceIDOff:]))
+		switch {
+		case unknown:
+			return 0, false // its sender asks again
+		case claimed:
+			return o, true
 		}
-		return h.owner // nobody listens: our connection manager refuses it, if we have one
+		return h.owner, true // nobody listens: our connection manager refuses it, if we have one
 	case cmAttrSIDRREP:
-		return pkt[cm] // the request ID is ours
+		return pkt[cm], true // the request ID is ours
 	default:
-		return pkt[cm+cmRemoteIDOff]
+		return pkt[cm+cmRemoteIDOff], true
 	}
 }
 

@@ -74,9 +74,9 @@ func TestDevicesShareAnAddress(t *testing.T) {
 
 type fakeServices map[uint64]uint8
 
-func (f fakeServices) ServiceOwner(id uint64) (uint8, bool) {
+func (f fakeServices) ServiceOwner(id uint64) (uint8, bool, bool) {
 	o, ok := f[id]
-	return o, ok
+	return o, ok, false
 }
 
 // route never reads past a packet, whatever arrives for QP1, and sends
@@ -102,7 +102,7 @@ func FuzzRoute(f *testing.F) {
 		if len(pkt) < 8 {
 			return
 		}
-		o := h.route(svc, pkt)
+		o, _ := h.route(svc, pkt)
 		qpn := uint32(pkt[5])<<16 | uint32(pkt[6])<<8 | uint32(pkt[7])
 		if qpn != gsiQPN && o != uint8(qpn>>16) {
 			t.Fatalf("QPN %#x routed to owner %d", qpn, o)
@@ -117,15 +117,15 @@ func TestRouteSendsCMAnswersToTheirOwner(t *testing.T) {
 	p[madOffset+1] = mgmtClassCM
 	p[madOffset+17] = 0x13 // REP
 	p[madOffset+madHeaderLen+cmRemoteIDOff] = 5
-	if o := h.route(fakeServices{}, p); o != 5 {
+	if o, _ := h.route(fakeServices{}, p); o != 5 {
 		t.Errorf("REP for comm ID 0x05...: owner %d, want 5", o)
 	}
 	p[madOffset+17] = cmAttrREQ
 	copy(p[madOffset+madHeaderLen+cmServiceIDOff:], []byte{0, 0, 0, 0, 0x01, 0x06, 0x1c, 0x8e})
-	if o := h.route(fakeServices{0x1061c8e: 9}, p); o != 9 {
+	if o, _ := h.route(fakeServices{0x1061c8e: 9}, p); o != 9 {
 		t.Errorf("REQ for a claimed service: owner %d, want 9", o)
 	}
-	if o := h.route(fakeServices{}, p); o != 3 {
+	if o, _ := h.route(fakeServices{}, p); o != 3 {
 		t.Errorf("REQ for an unclaimed service: owner %d, want ours (3)", o)
 	}
 }

@@ -22,7 +22,7 @@ const (
 	CounterRetryExceededErr                   // retry_exceeded_err: work requests failed with IBV_WC_RETRY_EXC_ERR
 	CounterRetryRNRExceededErr                // retry_rnr_exceeded_err: work requests failed with IBV_WC_RNR_RETRY_EXC_ERR
 	CounterCompleterRetryErr                  // completer_retry_err: retransmissions, after a timeout or a NAK
-	CounterSendErr                            // send_err: packets the network layer refused
+	CounterSendErr                            // send_err: sends (batches of packets) the network layer refused
 	CounterLinkDowned                         // link_downed: times the port went down
 	CounterRDMASends                          // rdma_sends: RDMA WRITE and READ operations started
 	CounterRDMARecvs                          // rdma_recvs: RDMA WRITE and READ requests served

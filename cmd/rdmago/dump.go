@@ -48,7 +48,8 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		if len(files) > 1 && !opt.Quiet {
 			fmt.Fprintf(out, "== %s\n", name)
 		}
-		var f io.ReadCloser = os.Stdin
+		var f io.ReadCloser = io.NopCloser(os.Stdin) // read to its end, not closed
+		var err error
 		if name == "-" {
 			name = "(stdin)"
 		} else {

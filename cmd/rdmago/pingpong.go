@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -119,7 +120,7 @@ func runPingpong(t pingpong.Transport, args []string, stdout, stderr io.Writer) 
 		case 'r':
 			o.RxDepth, err = op.Int(1, 1<<20)
 		case 'n':
-			o.Iters, err = op.Int(1, 1<<62)
+			o.Iters, err = op.Int(1, math.MaxInt32)
 		case 'l':
 			var n int
 			n, err = op.Int(0, 15)

@@ -41,3 +41,24 @@ func TestDumpReadsStandardInput(t *testing.T) {
 		t.Errorf("printed %q, want %q", out.String(), want)
 	}
 }
+
+// "-" reads standard input even after a file that failed, and leaves it
+// open.
+func TestDumpReadsStandardInputAfterAFailedFile(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "..", "testdata", "captures", "rping.pcapng"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	saved := os.Stdin
+	os.Stdin = f
+	defer func() { os.Stdin = saved }()
+	var out, errs bytes.Buffer
+	run([]string{"dump", "-q", "no-such-file.pcap", "-"}, &out, &errs)
+	if !strings.Contains(out.String(), "(stdin): 41 RoCEv2 packets") {
+		t.Errorf("stdout %q, stderr %q", out.String(), errs.String())
+	}
+	if _, err := f.Stat(); err != nil {
+		t.Errorf("standard input was closed: %v", err)
+	}
+}

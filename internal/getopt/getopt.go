@@ -113,20 +113,24 @@ func shortKind(optstring string, c byte) (known, hasArg bool) {
 func parseLong(s string, rest []string, longs []Long) (Option, int, error) {
 	name, val, hasVal := strings.Cut(s, "=")
 	var match *Long
+	ambiguous := false
 	for i := range longs {
 		l := &longs[i]
 		if l.Name == name {
-			match = l
+			match, ambiguous = l, false
 			break
 		}
 		if strings.HasPrefix(l.Name, name) && name != "" {
-			if match != nil && match.Short != l.Short {
-				return Option{}, 0, &Error{fmt.Sprintf("option '--%s' is ambiguous", name)}
-			}
-			if match == nil {
+			switch {
+			case match == nil:
 				match = l
+			case match.Short == 0 || match.Short != l.Short:
+				ambiguous = true // two options, unless two names of one
 			}
 		}
+	}
+	if ambiguous {
+		return Option{}, 0, &Error{fmt.Sprintf("option '--%s' is ambiguous", name)}
 	}
 	if match == nil {
 		return Option{}, 0, &Error{fmt.Sprintf("unrecognized option '--%s'", name)}

@@ -115,3 +115,17 @@ func TestParseSpecsAndUsage(t *testing.T) {
 		t.Errorf("usage\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+func TestLongOptionsWithoutShortFormsAreTold(t *testing.T) {
+	longs := []Long{{"report_gbits", false, 0}, {"report_both", false, 0}, {"report", false, 0}}
+	if _, _, err := Parse([]string{"--report_g"}, "", longs); err != nil {
+		t.Errorf("unambiguous prefix: %v", err)
+	}
+	if _, _, err := Parse([]string{"--report_"}, "", longs); err == nil || err.Error() != "option '--report_' is ambiguous" {
+		t.Errorf("ambiguous prefix: %v", err)
+	}
+	opts, _, err := Parse([]string{"--report"}, "", longs)
+	if err != nil || len(opts) != 1 || opts[0].Long != "report" {
+		t.Errorf("an exact name listed after its prefixes: %+v, %v", opts, err)
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Shared is a Link on an address and UDP port that several processes of
@@ -133,7 +135,7 @@ func ListenShared(addr netip.AddrPort, owner uint8, opt UDPOptions) (*Shared, er
 	s.inq = make(chan *fwdPacket, fwdQueue)
 	s.wake = make(chan struct{})
 	s.conns = map[*net.UnixConn]struct{}{}
-	s.bufs.New = func() any { return &fwdPacket{buf: make([]byte, maxForwarded)} }
+	s.bufs.New = func() any { return &fwdPacket{buf: make([]byte, smallForwarded)} }
 	s.wg.Add(1)
 	go s.acceptLeaders()
 	l, err := s.tryLead()
@@ -312,7 +314,7 @@ func (s *Shared) Recv(pkts []Packet) (int, error) {
 
 // take moves a forwarded packet into p, reporting whether it fit.
 func (s *Shared) take(p *Packet, fp *fwdPacket) bool {
-	defer s.bufs.Put(fp)
+	defer s.putFwd(fp)
 	buf := p.Buf[:cap(p.Buf)]
 	if len(buf) < fp.n {
 		return false
@@ -335,9 +337,11 @@ type fwdPacket struct {
 // default, far fewer than a burst). Each packet is framed as its length
 // (2 bytes), the header and the packet.
 const (
-	fwdQueue     = 1024                  // forwarded packets waiting for Recv
-	maxForwarded = 65535                 // the longest packet a frame carries
-	fwdWriteWait = 20 * time.Millisecond // how long a slow owner may hold the leader up
+	fwdQueue       = 1024                   // forwarded packets waiting for Recv
+	maxForwarded   = 65535                  // the longest packet a frame carries
+	smallForwarded = 4096 + 256             // a packet of the largest path MTU, with room for its headers
+	fwdSendBuffer  = 1 << 20                // the leader's socket buffer towards each owner
+	fwdRedial      = 100 * time.Millisecond // how long after a failure before trying an owner again
 )
 
 // acceptLeaders takes the connections of the leaders (one at a time, a
@@ -381,13 +385,13 @@ func (s *Shared) readLeader(c *net.UnixConn) {
 		}
 		n := int(binary.BigEndian.Uint16(head[:2]))
 		h := head[2:]
-		fp := s.bufs.Get().(*fwdPacket)
+		fp := s.getFwd(n)
 		if _, err := io.ReadFull(r, fp.buf[:n]); err != nil {
-			s.bufs.Put(fp)
+			s.putFwd(fp)
 			return
 		}
 		if h[0] != 1 || n < MinPacket {
-			s.bufs.Put(fp)
+			s.putFwd(fp)
 			continue
 		}
 		fp.n, fp.tclass, fp.hop = n, h[1], h[2]
@@ -395,18 +399,37 @@ func (s *Shared) readLeader(c *net.UnixConn) {
 		select {
 		case s.inq <- fp:
 		default:
-			s.bufs.Put(fp)
+			s.putFwd(fp)
 			s.forwardDrops.Add(1)
 		}
 	}
 }
 
+// getFwd returns a buffer for a forwarded packet of n bytes: from the pool
+// for the packets of any path MTU, made to measure for longer ones.
+func (s *Shared) getFwd(n int) *fwdPacket {
+	if n > smallForwarded {
+		return &fwdPacket{buf: make([]byte, n)}
+	}
+	return s.bufs.Get().(*fwdPacket)
+}
+
+// putFwd gives a buffer from getFwd back.
+func (s *Shared) putFwd(fp *fwdPacket) {
+	if len(fp.buf) == smallForwarded {
+		s.bufs.Put(fp)
+	}
+}
+
 // outConn is the leader's connection to one owner.
 type outConn struct {
-	mu     sync.Mutex
-	c      *net.UnixConn
-	frame  []byte // frames queued by Forward
-	queued int
+	mu      sync.Mutex
+	c       *net.UnixConn
+	raw     syscall.RawConn
+	frame   []byte    // frames queued by Forward
+	ends    []int     // where each queued frame ends in frame
+	pending []byte    // the unwritten rest of a frame partly written
+	retryAt time.Time // after a failure, no new connection before this
 }
 
 // Forward queues a packet this process received as leader for the
@@ -415,7 +438,7 @@ type outConn struct {
 // network drops it.
 func (s *Shared) Forward(owner uint8, p *Packet) error {
 	if owner == s.owner {
-		return nil
+		return errors.New("rxe/link: Forward of a packet to its own process")
 	}
 	if len(p.Buf) > maxForwarded || s.closed.Load() {
 		s.forwardDrops.Add(1)
@@ -429,7 +452,7 @@ func (s *Shared) Forward(owner uint8, p *Packet) error {
 	f = append(f, 1, p.TClass, p.HopLimit, 0, 0, 0, 0, 0)
 	f = append(f, a16[:]...)
 	o.frame = append(f, p.Buf...)
-	o.queued++
+	o.ends = append(o.ends, len(o.frame))
 	if len(o.frame) >= 256<<10 {
 		s.flush(owner, o)
 	}
@@ -441,37 +464,115 @@ func (s *Shared) Flush() {
 	for i := range s.outs {
 		o := &s.outs[i]
 		o.mu.Lock()
-		if o.queued > 0 {
+		if len(o.ends) > 0 {
 			s.flush(uint8(i), o)
 		}
 		o.mu.Unlock()
 	}
 }
 
-// flush writes o's queued frames to owner (o.mu held).
+// flush writes o's queued frames to owner without waiting (o.mu held).
+// The leader never blocks on a follower: what does not fit in the socket
+// buffer is dropped, whole frames only, so that the stream stays whole;
+// the rest of a frame partly written is kept and goes first next time.
+// There is one connection per owner: after a failure, a new one is tried
+// only after fwdRedial.
 func (s *Shared) flush(owner uint8, o *outConn) {
-	n := uint64(o.queued)
-	f := o.frame
-	o.frame, o.queued = o.frame[:0], 0
-	if o.c == nil {
-		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: s.fwdName(owner), Net: "unix"})
-		if err != nil {
-			s.forwardDrops.Add(n)
-			return
-		}
-		c.SetWriteBuffer(DefaultSocketBuffer)
-		o.c = c
-	}
-	o.c.SetWriteDeadline(time.Now().Add(fwdWriteWait))
-	if _, err := o.c.Write(f); err != nil {
-		// The owner has gone, or is so slow that part of a frame may
-		// have been written: start afresh with the next packets.
-		o.c.Close()
-		o.c = nil
+	frames, ends := o.frame, o.ends
+	n := uint64(len(ends))
+	o.frame, o.ends = o.frame[:0], o.ends[:0]
+	if s.closed.Load() {
 		s.forwardDrops.Add(n)
 		return
 	}
-	s.forwarded.Add(n)
+	if o.c == nil {
+		if time.Now().Before(o.retryAt) {
+			s.forwardDrops.Add(n)
+			return
+		}
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: s.fwdName(owner), Net: "unix"})
+		if err != nil {
+			o.retryAt = time.Now().Add(fwdRedial)
+			s.forwardDrops.Add(n)
+			return
+		}
+		c.SetWriteBuffer(fwdSendBuffer)
+		raw, err := c.SyscallConn()
+		if err != nil {
+			c.Close()
+			o.retryAt = time.Now().Add(fwdRedial)
+			s.forwardDrops.Add(n)
+			return
+		}
+		o.c, o.raw, o.pending = c, raw, o.pending[:0]
+	}
+	if len(o.pending) > 0 {
+		k, err := writeNow(o.raw, o.pending)
+		if err != nil {
+			s.dropOut(o, n)
+			return
+		}
+		o.pending = append(o.pending[:0], o.pending[k:]...)
+		if len(o.pending) > 0 {
+			s.forwardDrops.Add(n) // the owner is not reading: drop, do not queue
+			return
+		}
+	}
+	k, err := writeNow(o.raw, frames)
+	if err != nil {
+		s.dropOut(o, n)
+		return
+	}
+	var whole uint64
+	start := 0
+	for _, e := range ends {
+		if e > k {
+			if k > start { // this frame went out in part: finish it next time
+				o.pending = append(o.pending[:0], frames[k:e]...)
+				whole++
+			}
+			break
+		}
+		whole++
+		start = e
+	}
+	s.forwarded.Add(whole)
+	s.forwardDrops.Add(n - whole)
+}
+
+// dropOut closes o's connection after an error, dropping n packets.
+func (s *Shared) dropOut(o *outConn, n uint64) {
+	o.c.Close()
+	o.c, o.raw, o.pending = nil, nil, o.pending[:0]
+	o.retryAt = time.Now().Add(fwdRedial)
+	s.forwardDrops.Add(n)
+}
+
+// writeNow writes what the socket takes of b at once.
+func writeNow(raw syscall.RawConn, b []byte) (int, error) {
+	var n int
+	var werr error
+	err := raw.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			k, err := unix.Write(int(fd), b[n:])
+			if err == unix.EINTR {
+				continue
+			}
+			if err == unix.EAGAIN {
+				return true
+			}
+			if err != nil {
+				werr = err
+				return true
+			}
+			n += k
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	return n, err
 }
 
 // RegisterService claims the connection manager service id for this
@@ -480,6 +581,9 @@ func (s *Shared) flush(owner uint8, o *outConn) {
 func (s *Shared) RegisterService(id uint64) (release func(), err error) {
 	s.svcMu.Lock()
 	defer s.svcMu.Unlock()
+	if s.closed.Load() {
+		return nil, net.ErrClosed
+	}
 	if _, ok := s.services[id]; ok {
 		return nil, fmt.Errorf("%w: service %#x", ErrServiceTaken, id)
 	}
@@ -521,29 +625,36 @@ func (s *Shared) answer(ln *net.UnixListener) {
 	}
 }
 
-// ServiceOwner returns the owner of service id on the address, if a
-// process has claimed it. Answers are cached for a second (a miss for a
-// tenth of that), so that a burst of requests asks once.
-func (s *Shared) ServiceOwner(id uint64) (uint8, bool) {
+// ServiceOwner returns the owner of service id on the address: ok is
+// true if a process has claimed it, and unknown true if the claimant did
+// not answer in time (a stopped process; the caller should drop the
+// request, which its sender resends, rather than refuse it). Answers are
+// cached for 250 ms, a miss for 100 ms, so that a burst asks once.
+func (s *Shared) ServiceOwner(id uint64) (owner uint8, ok, unknown bool) {
 	now := time.Now()
 	s.svcMu.Lock()
 	if _, mine := s.services[id]; mine {
 		s.svcMu.Unlock()
-		return s.owner, true
+		return s.owner, true, false
 	}
-	if e, ok := s.svcCache[id]; ok && now.Before(e.until) {
+	if e, hit := s.svcCache[id]; hit && now.Before(e.until) {
 		s.svcMu.Unlock()
-		return e.owner, e.ok
+		return e.owner, e.ok, false
 	}
 	s.svcMu.Unlock()
 	e := svcEntry{until: now.Add(100 * time.Millisecond)}
-	if c, err := net.DialTimeout("unix", s.svcName(id), 50*time.Millisecond); err == nil {
-		c.SetReadDeadline(now.Add(100 * time.Millisecond))
+	c, err := net.DialTimeout("unix", s.svcName(id), 20*time.Millisecond)
+	if err == nil {
+		// Claimed: the claimant's goroutine answers at once unless its
+		// process is stopped.
+		c.SetReadDeadline(now.Add(50 * time.Millisecond))
 		var b [1]byte
-		if _, err := c.Read(b[:]); err == nil {
-			e = svcEntry{owner: b[0], ok: true, until: now.Add(time.Second)}
-		}
+		_, err = c.Read(b[:])
 		c.Close()
+		if err != nil {
+			return 0, false, true
+		}
+		e = svcEntry{owner: b[0], ok: true, until: now.Add(250 * time.Millisecond)}
 	}
 	s.svcMu.Lock()
 	if len(s.svcCache) > 4096 {
@@ -551,7 +662,7 @@ func (s *Shared) ServiceOwner(id uint64) (uint8, bool) {
 	}
 	s.svcCache[id] = e
 	s.svcMu.Unlock()
-	return e.owner, e.ok
+	return e.owner, e.ok, false
 }
 
 // Stats implements Link.Stats: the counters of the sockets in use, and

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,14 +115,44 @@ func TestSharedOwnerNumbersAndServicesAreExclusive(t *testing.T) {
 	if _, err := lead.RegisterService(0x106_1c8e); !errors.Is(err, link.ErrServiceTaken) {
 		t.Errorf("second claim: %v", err)
 	}
-	if o, ok := lead.ServiceOwner(0x106_1c8e); !ok || o != 1 {
+	if o, ok, _ := lead.ServiceOwner(0x106_1c8e); !ok || o != 1 {
 		t.Errorf("ServiceOwner = %d, %v; want 1", o, ok)
 	}
-	if _, ok := lead.ServiceOwner(0x106_0001); ok {
+	if _, ok, _ := lead.ServiceOwner(0x106_0001); ok {
 		t.Error("an unclaimed service has an owner")
 	}
 	release()
 	if _, err := lead.RegisterService(0x106_1c8e); err != nil {
 		t.Errorf("claim after release: %v", err)
+	}
+}
+
+// A follower that does not read (stopped with Ctrl-Z, say) costs the
+// leader neither time nor memory beyond one socket buffer: the leader
+// never waits for it, keeps one connection, and drops what does not fit.
+func TestSharedLeaderDoesNotWaitForAStoppedOwner(t *testing.T) {
+	lead, _, port := sharedPair(t)
+	name := "@rdmago/" + strconv.Itoa(int(port)) + "/" + addr1.String() + "/fwd/7"
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"}) // owner 7, never accepting
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pkt := link.Packet{Buf: newPacket(t, newRand(1), wire.RCSendOnly, 1024, 1), Addr: addr2}
+	start := time.Now()
+	const n = 20000 // 20 MB, far beyond a socket buffer
+	for range n {
+		lead.Forward(7, &pkt)
+		lead.Flush()
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("forwarding to a stopped owner took %v", d)
+	}
+	st := lead.Stats()
+	if st.ForwardDrops == 0 || st.Forwarded+st.ForwardDrops != n {
+		t.Errorf("Forwarded %d, ForwardDrops %d; want drops, and %d in all", st.Forwarded, st.ForwardDrops, n)
+	}
+	if st.Forwarded > 4096 {
+		t.Errorf("%d packets handed to an owner that reads nothing: more than a socket buffer holds", st.Forwarded)
 	}
 }

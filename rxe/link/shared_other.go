@@ -50,4 +50,6 @@ func (s *Shared) Flush() {}
 func (s *Shared) RegisterService(id uint64) (func(), error) { return func() {}, nil }
 
 // ServiceOwner returns this process's owner number.
-func (s *Shared) ServiceOwner(id uint64) (uint8, bool) { return s.owner, true }
+func (s *Shared) ServiceOwner(id uint64) (owner uint8, ok, unknown bool) {
+	return s.owner, true, false
+}
