@@ -51,16 +51,10 @@ func candidates() []*verbs.Device {
 	return out
 }
 
-// addrLister is what a provider's device driver implements to list its
-// addresses without being opened (the rxe provider does).
-type addrLister interface {
-	Addrs() []netip.Addr
-}
-
 // deviceAddrs returns a device's GIDs as addresses. Devices whose driver
 // cannot list them are opened and queried.
 func deviceAddrs(d *verbs.Device) []netip.Addr {
-	if l, ok := d.Driver().(addrLister); ok {
+	if l, ok := d.Driver().(verbs.AddrLister); ok {
 		return l.Addrs()
 	}
 	ctx, err := d.Open()

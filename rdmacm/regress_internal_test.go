@@ -37,7 +37,7 @@ func (g *gatedDriver) Addrs() []netip.Addr {
 		close(g.entered)
 		<-g.release
 	}
-	return g.DeviceDriver.(addrLister).Addrs()
+	return g.DeviceDriver.(verbs.AddrLister).Addrs()
 }
 
 type regressNet struct {

@@ -1,8 +1,11 @@
 package rxe
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // RDMAGO_RXE_ADDR naming an address the host does not have is an error
@@ -17,5 +20,24 @@ func TestEnvAddrNamingAForeignAddressIsAnError(t *testing.T) {
 	devs, err := provider{}.Devices()
 	if err != nil || len(devs) != 1 {
 		t.Fatalf("Devices() = %d devices, %v; want rxe_lo", len(devs), err)
+	}
+}
+
+// The device tells the connection manager its addresses without being
+// opened, through verbs.AddrLister.
+func TestDeviceListsItsAddressesUnopened(t *testing.T) {
+	dev, err := NewDevice(Config{Name: "rxe_addrs", Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.9")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, ok := dev.Driver().(verbs.AddrLister)
+	if !ok {
+		t.Fatal("the rxe device is not a verbs.AddrLister")
+	}
+	if got := l.Addrs(); len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.9") {
+		t.Errorf("Addrs() = %v", got)
+	}
+	if dev.NodeType() != verbs.NodeCA || dev.TransportType() != verbs.TransportIB {
+		t.Errorf("node %v transport %v", dev.NodeType(), dev.TransportType())
 	}
 }

@@ -86,11 +86,23 @@ func (d *Device) Name() string { return d.name }
 // GUID returns the device's node GUID (ibv_get_device_guid).
 func (d *Device) GUID() uint64 { return d.guid }
 
-// NodeType returns the device's node type.
-func (d *Device) NodeType() NodeType { return d.nodeType }
+// NodeType returns the device's node type (a channel adapter unless the
+// provider says otherwise, see NodeTyper).
+func (d *Device) NodeType() NodeType {
+	if t, ok := d.drv.(NodeTyper); ok {
+		return t.NodeType()
+	}
+	return d.nodeType
+}
 
-// TransportType returns the device's transport: InfiniBand for RoCE.
-func (d *Device) TransportType() TransportType { return TransportIB }
+// TransportType returns the device's transport: InfiniBand for RoCE, unless
+// the provider says otherwise (NodeTyper).
+func (d *Device) TransportType() TransportType {
+	if t, ok := d.drv.(NodeTyper); ok {
+		return t.TransportType()
+	}
+	return TransportIB
+}
 
 // Driver returns the provider's side of the device, for providers.
 func (d *Device) Driver() DeviceDriver { return d.drv }

@@ -1,5 +1,7 @@
 package verbs
 
+import "net/netip"
+
 // The interfaces below are implemented by providers — the software RoCE
 // device (package rxe) and, behind the rdmacore build tag, rdma-core —
 // much as libibverbs' providers fill in struct verbs_context_ops. Programs
@@ -19,6 +21,30 @@ type DeviceDriver interface {
 	// Open opens the device (ibv_open_device). events receives the
 	// context's asynchronous events.
 	Open(events EventSink) (ContextDriver, error)
+}
+
+// Optional capabilities: a DeviceDriver may also implement these, and the
+// layers above use them when it does.
+//
+//   - AddrLister: the device's IP addresses (its RoCE GIDs) without opening
+//     it. The connection manager uses it to find the device that serves an
+//     address; without it, it opens the device and reads the GID table.
+//   - NodeTyper: the device's node and transport types, for a device that
+//     is not a channel adapter on InfiniBand or RoCE (the default).
+//   - CountersDriver: the device's statistics (Device.QueryCounters); a
+//     QPDriver may implement it too (QP.QueryCounters).
+
+// AddrLister is a device driver that lists its IP addresses, its GID
+// table, without being opened.
+type AddrLister interface {
+	Addrs() []netip.Addr
+}
+
+// NodeTyper is a device driver whose node or transport type is not a
+// channel adapter's on InfiniBand or RoCE.
+type NodeTyper interface {
+	NodeType() NodeType
+	TransportType() TransportType
 }
 
 // EventSink takes asynchronous events from a provider.
