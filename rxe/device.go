@@ -13,6 +13,7 @@ import (
 	"github.com/rdmago/rdmago/rxe/link"
 	"github.com/rdmago/rdmago/rxe/wire"
 	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/swcq"
 )
 
 // Device limits, as Linux rxe reports them (rxe_param.h).
@@ -401,6 +402,12 @@ func (c *devctx) QueryPKey(port uint8, index int) (uint16, error) {
 		return 0, verbs.Errorf("ibv_query_pkey", verbs.ErrInvalidArgument, fmt.Sprintf("port %d P_Key index %d", port, index))
 	}
 	return wire.DefaultPKey, nil
+}
+
+// CreateCQ implements verbs.ContextDriver (ibv_create_cq): a software CQ
+// the device's QPs push completions into.
+func (c *devctx) CreateCQ(cqe int, notify func()) (verbs.CQDriver, error) {
+	return swcq.New(cqe, notify), nil
 }
 
 // AllocPD implements verbs.ContextDriver (ibv_alloc_pd).

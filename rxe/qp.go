@@ -9,6 +9,7 @@ import (
 	"github.com/rdmago/rdmago/rxe/link"
 	"github.com/rdmago/rdmago/rxe/wire"
 	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/swcq"
 )
 
 // qp implements verbs.QPDriver. Fields under mu are shared with the
@@ -21,8 +22,10 @@ type qp struct {
 	pd     *pd
 	num    uint32
 	typ    verbs.QPType
-	sendCQ *verbs.CQ
+	sendCQ *verbs.CQ // as created, for Query
 	recvCQ *verbs.CQ
+	scq    *swcq.CQ // the same, where completions go
+	rcq    *swcq.CQ
 	sigAll bool
 	cap    verbs.QPCap
 	srq    *srq // if set, receive WQEs come from it
@@ -117,6 +120,11 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	default:
 		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNotSupported, "QP type "+attr.QPType.String()+" (rxe does RC, UC and UD)")
 	}
+	scq, ok1 := verbs.CQDriverOf(attr.SendCQ).(*swcq.CQ)
+	rcq, ok2 := verbs.CQDriverOf(attr.RecvCQ).(*swcq.CQ)
+	if !ok1 || !ok2 {
+		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, "the CQs belong to another provider's device")
+	}
 	var shared *srq
 	if attr.SRQ != nil {
 		s, ok := attr.SRQ.Driver().(*srq)
@@ -141,7 +149,7 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	}
 	q := &qp{
 		ctx: p.ctx, hw: h, pd: p, typ: attr.QPType,
-		sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, sigAll: attr.SQSigAll, cap: c, srq: shared,
+		sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, scq: scq, rcq: rcq, sigAll: attr.SQSigAll, cap: c, srq: shared,
 		wake: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{}),
 	}
 	q.attr.QPState = verbs.QPSReset
@@ -544,10 +552,10 @@ func (q *qp) flush() {
 	q.mu.Unlock()
 	if r := q.resp.recv; r != nil {
 		// The message being received when the QP failed.
-		q.recvCQ.Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+		q.rcq.Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 	}
 	for _, r := range rq {
-		q.recvCQ.Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+		q.rcq.Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 	}
 	q.resp.abortMessage(q)
 	if lastWQE {

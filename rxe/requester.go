@@ -482,8 +482,8 @@ func (q *qp) retire() {
 			if w.status == verbs.WCSuccess {
 				wc.ByteLen = uint32(w.length)
 			}
-			if !q.sendCQ.Push(&wc, false) {
-				q.cqOverflow(q.sendCQ)
+			if !q.scq.Push(&wc, false) {
+				q.cqOverflow()
 			}
 		}
 	}
@@ -493,7 +493,7 @@ func (q *qp) retire() {
 }
 
 // cqOverflow handles a full CQ: the QP fails, as with hardware.
-func (q *qp) cqOverflow(cq *verbs.CQ) {
+func (q *qp) cqOverflow() {
 	if q.ctx.events != nil {
 		q.ctx.events.Event(verbs.EventCQErr, 0, 1)
 	}

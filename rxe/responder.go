@@ -249,19 +249,19 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 			}
 			segs, total, ok := q.hw.resolveSGEs(q.pd, w.sges, true, r.segsBuf[:0])
 			if !ok {
-				q.recvCQ.Push(&verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+				q.rcq.Push(&verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 				return q.fatalNAK(psn, wire.NAKRemoteOperational, verbs.EventQPFatal, "receive WQE")
 			}
 			r.inMsg, r.kind, r.recv, r.segs, r.recvLen, r.off = true, kindSend, w, segs, total, 0
 		}
 		if r.off+uint64(len(p.Payload)) > r.recvLen {
-			q.recvCQ.Push(&verbs.WC{WRID: r.recv.wrid, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+			q.rcq.Push(&verbs.WC{WRID: r.recv.wrid, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 			r.inMsg, r.recv = false, nil
 			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "receive buffer too small")
 		}
 		if p.IETH != nil && !q.invalidate(p.IETH.RKey()) {
 			// SEND_WITH_INV naming no type 2 window of this QP.
-			q.recvCQ.Push(&verbs.WC{WRID: r.recv.wrid, Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+			q.rcq.Push(&verbs.WC{WRID: r.recv.wrid, Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 			r.inMsg, r.recv = false, nil
 			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "invalidate R_Key")
 		}
@@ -387,8 +387,8 @@ func (q *qp) remoteMemory(rkey uint32, va, n uint64, right verbs.AccessFlags) ([
 
 // pushRecv completes a receive, failing the QP if the CQ overflows.
 func (q *qp) pushRecv(wc *verbs.WC, solicited bool) {
-	if !q.recvCQ.Push(wc, solicited) {
-		q.cqOverflow(q.recvCQ)
+	if !q.rcq.Push(wc, solicited) {
+		q.cqOverflow()
 	}
 }
 

@@ -7,33 +7,21 @@ import (
 	"github.com/rdmago/rdmago/internal/racesync"
 )
 
-// CQ is a completion queue (struct ibv_cq). Providers add completions with
-// Push; programs take them with Poll, and wait for them with Wait, with a
+// CQ is a completion queue (struct ibv_cq). The provider fills it;
+// programs take completions with Poll, and wait for them with Wait, with a
 // completion channel (ReqNotify + CompChannel.GetCQEvent, as in C), or with
 // both.
 type CQ struct {
 	ctx     *Context
 	channel *CompChannel
+	drv     CQDriver
 
-	mu       sync.Mutex
-	ring     []WC // circular: n entries from head
-	head, n  int
-	armed    notifyMode
-	overflow bool
-	users    int // QPs using this CQ
-	events   uint64
-	acked    uint64
-	closed   bool
-	nonEmpty chan struct{} // signalled (without blocking) on each Push
+	mu     sync.Mutex
+	users  int // QPs using this CQ
+	events uint64
+	acked  uint64
+	closed bool
 }
-
-type notifyMode uint8
-
-const (
-	notifyNone notifyMode = iota
-	notifyAll
-	notifySolicited
-)
 
 // CreateCQ creates a completion queue with room for at least cqe
 // completions (ibv_create_cq). channel, if not nil, receives an event each
@@ -53,47 +41,41 @@ func (c *Context) CreateCQ(cqe int, channel *CompChannel, compVector int) (*CQ, 
 	if channel != nil && channel.ctx != c {
 		return nil, Errorf("ibv_create_cq", ErrInvalidArgument, "completion channel belongs to another context")
 	}
-	cq := &CQ{ctx: c, channel: channel, ring: make([]WC, cqe), nonEmpty: make(chan struct{}, 1)}
+	cq := &CQ{ctx: c, channel: channel}
+	var notify func()
+	if channel != nil {
+		notify = cq.fired
+	}
+	if cq.drv, err = c.drv.CreateCQ(cqe, notify); err != nil {
+		return nil, err
+	}
 	if channel != nil {
 		channel.attach(1)
 	}
 	return cq, nil
 }
 
-// Push adds a completion; solicited says whether it is for a solicited
-// message (a SEND with the SE bit). It is for providers. It returns false if
-// the CQ is full: the completion is lost and the CQ is in error, and the
-// provider should report EventCQErr and fail the QP, as hardware does.
-func (cq *CQ) Push(wc *WC, solicited bool) bool {
+// CQDriverOf returns the provider's side of cq, for providers: a QP's
+// provider finds there the CQ it completes into.
+func CQDriverOf(cq *CQ) CQDriver {
+	if cq == nil {
+		return nil
+	}
+	return cq.drv
+}
+
+// fired is the provider's notice that the armed CQ took a completion: one
+// event to the completion channel.
+func (cq *CQ) fired() {
 	cq.mu.Lock()
-	if cq.closed || cq.overflow {
-		cq.mu.Unlock()
-		return false
-	}
-	if cq.n == len(cq.ring) {
-		cq.overflow = true
-		cq.mu.Unlock()
-		return false
-	}
-	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
-	cq.n++
-	fire := cq.armed == notifyAll || cq.armed == notifySolicited && (solicited || wc.Status != WCSuccess)
-	if fire {
-		cq.armed = notifyNone
-		cq.events++
-	}
-	select {
-	case cq.nonEmpty <- struct{}{}:
-	default:
-	}
+	cq.events++
 	cq.mu.Unlock()
-	if fire && cq.channel != nil && !cq.channel.post(cq) {
+	if !cq.channel.post(cq) {
 		// Dropped by a full channel: there is nothing to acknowledge.
 		cq.mu.Lock()
 		cq.events--
 		cq.mu.Unlock()
 	}
-	return true
 }
 
 // Poll moves up to len(wc) completions into wc and returns how many
@@ -101,80 +83,28 @@ func (cq *CQ) Push(wc *WC, solicited bool) bool {
 // wrapping ErrIO once the queue is drained.
 func (cq *CQ) Poll(wc []WC) (int, error) {
 	racesync.Sync()
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	if cq.closed {
-		return 0, Errorf("ibv_poll_cq", ErrClosed, "CQ destroyed")
-	}
-	k := 0
-	for k < len(wc) && cq.n > 0 {
-		wc[k] = cq.ring[cq.head]
-		cq.head = (cq.head + 1) % len(cq.ring)
-		cq.n--
-		k++
-	}
-	if k == 0 && cq.overflow {
-		return 0, Errorf("ibv_poll_cq", ErrIO, "CQ overrun: completions were lost")
-	}
-	return k, nil
+	return cq.drv.Poll(wc)
 }
 
 // Len returns the number of completions waiting to be polled.
-func (cq *CQ) Len() int {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	return cq.n
-}
+func (cq *CQ) Len() int { return cq.drv.Len() }
 
 // Cap returns the number of completions the CQ holds (ibv_cq.cqe).
-func (cq *CQ) Cap() int {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	return len(cq.ring)
-}
+func (cq *CQ) Cap() int { return cq.drv.Cap() }
 
 // Wait blocks until the CQ holds a completion or ctx is done. It needs no
 // completion channel and no arming: it is the Go way to wait, usable
 // alongside Poll from one goroutine.
-func (cq *CQ) Wait(ctx context.Context) error {
-	for {
-		cq.mu.Lock()
-		n, closed := cq.n, cq.closed
-		cq.mu.Unlock()
-		if closed {
-			return Errorf("ibv_poll_cq", ErrClosed, "CQ destroyed")
-		}
-		if n > 0 {
-			return nil
-		}
-		select {
-		case <-cq.nonEmpty:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
+func (cq *CQ) Wait(ctx context.Context) error { return cq.drv.Wait(ctx) }
 
 // ReqNotify arms the CQ: the next completion (with solicitedOnly, the next
 // solicited or failed one) sends one event to the CQ's completion channel
 // (ibv_req_notify_cq). Completions already queued do not fire.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	if cq.closed {
-		return Errorf("ibv_req_notify_cq", ErrClosed, "CQ destroyed")
-	}
 	if cq.channel == nil {
 		return Errorf("ibv_req_notify_cq", ErrInvalidArgument, "CQ has no completion channel")
 	}
-	if solicitedOnly {
-		if cq.armed != notifyAll {
-			cq.armed = notifySolicited
-		}
-	} else {
-		cq.armed = notifyAll
-	}
-	return nil
+	return cq.drv.ReqNotify(solicitedOnly)
 }
 
 // AckEvents acknowledges n events GetCQEvent returned for this CQ
@@ -192,21 +122,10 @@ func (cq *CQ) Resize(cqe int) error {
 	if err != nil {
 		return err
 	}
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	if cq.closed {
-		return Errorf("ibv_resize_cq", ErrClosed, "CQ destroyed")
+	if cqe < 1 || cqe > attr.MaxCQE {
+		return Errorf("ibv_resize_cq", ErrInvalidArgument, "cqe "+itoa(cqe)+" not in [1, "+itoa(attr.MaxCQE)+"]")
 	}
-	if cqe < 1 || cqe < cq.n || cqe > attr.MaxCQE {
-		return Errorf("ibv_resize_cq", ErrInvalidArgument,
-			"cqe "+itoa(cqe)+" with "+itoa(cq.n)+" queued, max "+itoa(attr.MaxCQE))
-	}
-	ring := make([]WC, cqe)
-	for i := 0; i < cq.n; i++ {
-		ring[i] = cq.ring[(cq.head+i)%len(cq.ring)]
-	}
-	cq.ring, cq.head = ring, 0
-	return nil
+	return cq.drv.Resize(cqe)
 }
 
 // use and release count the QPs that use the CQ; providers' QPs call them
@@ -237,11 +156,13 @@ func (cq *CQ) Destroy() error {
 	if cq.acked < cq.events && cq.channel != nil {
 		return Errorf("ibv_destroy_cq", ErrBusy, "unacknowledged completion events: call AckEvents")
 	}
+	if err := cq.drv.Destroy(); err != nil {
+		return err
+	}
 	cq.closed = true
 	if cq.channel != nil {
 		cq.channel.attach(-1)
 	}
-	close(cq.nonEmpty)
 	return nil
 }
 

@@ -1,6 +1,9 @@
 package verbs
 
-import "net/netip"
+import (
+	"context"
+	"net/netip"
+)
 
 // The interfaces below are implemented by providers — the software RoCE
 // device (package rxe) and, behind the rdmacore build tag, rdma-core —
@@ -64,7 +67,35 @@ type ContextDriver interface {
 	QueryGID(port uint8, index int) (GID, error)
 	QueryPKey(port uint8, index int) (uint16, error)
 	AllocPD() (PDDriver, error)
+	// CreateCQ creates a completion queue of at least cqe entries
+	// (ibv_create_cq). notify is nil for a CQ without a completion
+	// channel; otherwise the provider calls it, without blocking, each
+	// time the armed CQ takes a completion that fires it (as the
+	// hardware writes an event to the channel's file). A software
+	// provider can use package swcq.
+	CreateCQ(cqe int, notify func()) (CQDriver, error)
 	Close() error
+}
+
+// CQDriver is a provider's completion queue. Poll reads the provider's
+// queue directly: no copy, no goroutine between the completion and the
+// program.
+type CQDriver interface {
+	// Poll moves up to len(wc) completions into wc (ibv_poll_cq); it
+	// never blocks.
+	Poll(wc []WC) (int, error)
+	// Wait returns when a completion is queued or ctx is done.
+	Wait(ctx context.Context) error
+	// ReqNotify arms the CQ (ibv_req_notify_cq).
+	ReqNotify(solicitedOnly bool) error
+	// Resize changes the number of entries (ibv_resize_cq).
+	Resize(cqe int) error
+	// Len is the number of completions queued; Cap the number of entries.
+	Len() int
+	Cap() int
+	// Destroy destroys the CQ (ibv_destroy_cq); the verbs layer has
+	// checked that no QP uses it.
+	Destroy() error
 }
 
 // PDDriver is a provider's protection domain.

@@ -1,0 +1,176 @@
+// Package swcq is a completion queue in memory, for software providers: a
+// ring of completions the provider pushes into and the program polls, with
+// the arming of ibv_req_notify_cq. It implements verbs.CQDriver; the rxe
+// provider uses it, and a provider whose hardware has its own CQ (rdma-core)
+// does not.
+package swcq
+
+import (
+	"context"
+	"sync"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// CQ is a software completion queue.
+type CQ struct {
+	notify func() // verbs' completion-channel hook, called when an armed CQ fires
+
+	mu       sync.Mutex
+	ring     []verbs.WC // circular: n entries from head
+	head, n  int
+	armed    notifyMode
+	overflow bool
+	closed   bool
+	nonEmpty chan struct{} // signalled (without blocking) on each Push
+}
+
+type notifyMode uint8
+
+const (
+	notifyNone notifyMode = iota
+	notifyAll
+	notifySolicited
+)
+
+// New returns a CQ with room for cqe completions. notify, if not nil, is
+// called (without the CQ's lock) each time an armed CQ takes a completion
+// that fires it.
+func New(cqe int, notify func()) *CQ {
+	return &CQ{notify: notify, ring: make([]verbs.WC, cqe), nonEmpty: make(chan struct{}, 1)}
+}
+
+// Push adds a completion; solicited says whether it is for a solicited
+// message (a SEND with the SE bit). It returns false if the CQ is full:
+// the completion is lost and the CQ is in error, and the provider should
+// report EventCQErr and fail the QP, as hardware does.
+func (cq *CQ) Push(wc *verbs.WC, solicited bool) bool {
+	cq.mu.Lock()
+	if cq.closed || cq.overflow {
+		cq.mu.Unlock()
+		return false
+	}
+	if cq.n == len(cq.ring) {
+		cq.overflow = true
+		cq.mu.Unlock()
+		return false
+	}
+	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
+	cq.n++
+	fire := cq.armed == notifyAll || cq.armed == notifySolicited && (solicited || wc.Status != verbs.WCSuccess)
+	if fire {
+		cq.armed = notifyNone
+	}
+	select {
+	case cq.nonEmpty <- struct{}{}:
+	default:
+	}
+	cq.mu.Unlock()
+	if fire && cq.notify != nil {
+		cq.notify()
+	}
+	return true
+}
+
+// Poll implements verbs.CQDriver (ibv_poll_cq).
+func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return 0, verbs.Errorf("ibv_poll_cq", verbs.ErrClosed, "CQ destroyed")
+	}
+	k := 0
+	for k < len(wc) && cq.n > 0 {
+		wc[k] = cq.ring[cq.head]
+		cq.head = (cq.head + 1) % len(cq.ring)
+		cq.n--
+		k++
+	}
+	if k == 0 && cq.overflow {
+		return 0, verbs.Errorf("ibv_poll_cq", verbs.ErrIO, "CQ overrun: completions were lost")
+	}
+	return k, nil
+}
+
+// Len implements verbs.CQDriver.
+func (cq *CQ) Len() int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.n
+}
+
+// Cap implements verbs.CQDriver.
+func (cq *CQ) Cap() int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return len(cq.ring)
+}
+
+// Wait implements verbs.CQDriver.
+func (cq *CQ) Wait(ctx context.Context) error {
+	for {
+		cq.mu.Lock()
+		n, closed := cq.n, cq.closed
+		cq.mu.Unlock()
+		if closed {
+			return verbs.Errorf("ibv_poll_cq", verbs.ErrClosed, "CQ destroyed")
+		}
+		if n > 0 {
+			return nil
+		}
+		select {
+		case <-cq.nonEmpty:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// ReqNotify implements verbs.CQDriver (ibv_req_notify_cq).
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return verbs.Errorf("ibv_req_notify_cq", verbs.ErrClosed, "CQ destroyed")
+	}
+	if solicitedOnly {
+		if cq.armed != notifyAll {
+			cq.armed = notifySolicited
+		}
+	} else {
+		cq.armed = notifyAll
+	}
+	return nil
+}
+
+// Resize implements verbs.CQDriver (ibv_resize_cq). It fails with
+// ErrInvalidArgument if cqe is below the number queued.
+func (cq *CQ) Resize(cqe int) error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return verbs.Errorf("ibv_resize_cq", verbs.ErrClosed, "CQ destroyed")
+	}
+	if cqe < 1 || cqe < cq.n {
+		return verbs.Errorf("ibv_resize_cq", verbs.ErrInvalidArgument, "fewer entries than completions queued")
+	}
+	ring := make([]verbs.WC, cqe)
+	for i := 0; i < cq.n; i++ {
+		ring[i] = cq.ring[(cq.head+i)%len(cq.ring)]
+	}
+	cq.ring, cq.head = ring, 0
+	return nil
+}
+
+// Destroy implements verbs.CQDriver (ibv_destroy_cq).
+func (cq *CQ) Destroy() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if !cq.closed {
+		cq.closed = true
+		close(cq.nonEmpty)
+	}
+	return nil
+}
+
+var _ verbs.CQDriver = (*CQ)(nil)
