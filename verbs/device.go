@@ -110,7 +110,7 @@ func (d *Device) Driver() DeviceDriver { return d.drv }
 // Open opens the device (ibv_open_device).
 func (d *Device) Open() (*Context, error) {
 	c := &Context{dev: d, qps: map[uint32]*QP{}, srqs: map[SRQDriver]*SRQ{}, async: make(chan AsyncEvent, asyncQueueLen)}
-	drv, err := d.drv.Open(c)
+	drv, err := d.drv.Open(eventSink{c})
 	if err != nil {
 		return nil, err
 	}
@@ -143,9 +143,16 @@ type Context struct {
 	closed bool
 }
 
-// Event implements EventSink: it queues the event for GetAsyncEvent,
-// dropping it if the queue is full.
-func (c *Context) Event(typ EventType, qpNum uint32, port uint8) {
+// eventSink is the EventSink a provider gets with Open: the context's
+// async event queue, kept off the Context type programs use.
+type eventSink struct{ c *Context }
+
+func (s eventSink) Event(typ EventType, qpNum uint32, port uint8) { s.c.event(typ, qpNum, port) }
+func (s eventSink) SRQEvent(typ EventType, srq SRQDriver)         { s.c.srqEvent(typ, srq) }
+
+// event queues an async event for GetAsyncEvent, dropping it if the queue
+// is full.
+func (c *Context) event(typ EventType, qpNum uint32, port uint8) {
 	ev := AsyncEvent{Type: typ, Port: port}
 	if qpNum != 0 || typ <= EventPathMigErr || typ == EventQPLastWQEReached {
 		c.mu.Lock()
@@ -158,8 +165,8 @@ func (c *Context) Event(typ EventType, qpNum uint32, port uint8) {
 	}
 }
 
-// SRQEvent implements EventSink, as Event does for SRQs.
-func (c *Context) SRQEvent(typ EventType, srq SRQDriver) {
+// srqEvent is event for SRQs.
+func (c *Context) srqEvent(typ EventType, srq SRQDriver) {
 	c.mu.Lock()
 	ev := AsyncEvent{Type: typ, SRQ: c.srqs[srq]}
 	c.mu.Unlock()
