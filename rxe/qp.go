@@ -452,6 +452,7 @@ func (q *qp) step(now time.Time) {
 		q.req.reset(q.st.sqPSN)
 		q.req.retries, q.req.rnrRetries = q.st.retryCnt, q.st.rnrRetry
 	}
+	rcvd := uint64(0) // counted once per step: two atomic adds, not two per packet
 	for i := range q.work {
 		p := &q.work[i]
 		if p.fn != nil {
@@ -460,11 +461,14 @@ func (q *qp) step(now time.Time) {
 			continue
 		}
 		if !pend.reset {
-			q.count(verbs.CounterRcvdPkts, 1)
+			rcvd++
 			q.receive(p, now)
 		}
 		q.hw.putBuf(p.buf)
 		p.buf = nil
+	}
+	if rcvd > 0 {
+		q.count(verbs.CounterRcvdPkts, rcvd)
 	}
 	q.flushAck()
 	if len(q.resp.reads) > 0 && q.st.state != verbs.QPSErr {

@@ -67,12 +67,7 @@ func TestPingpongHelpListsTheCOptions(t *testing.T) {
 // so, where the C programs fail.
 func TestPingpongPicksAGIDWhenNoneIsGiven(t *testing.T) {
 	useLoopbackDevice(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
+	port := freeTCPPort(t)
 	var wg sync.WaitGroup
 	var scode int
 	var serr string
@@ -98,12 +93,7 @@ func TestPingpongPicksAGIDWhenNoneIsGiven(t *testing.T) {
 // each, as `rdma statistic` names them.
 func TestStatsFlagPrintsTheCounters(t *testing.T) {
 	useLoopbackDevice(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
+	port := freeTCPPort(t)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -139,12 +129,7 @@ func TestPingpongCommandsOverLoopback(t *testing.T) {
 		{"rc_pingpong", "4096"}, {"uc_pingpong", "4096"}, {"ud_pingpong", "4096"}, {"srq_pingpong", "1024"},
 	} {
 		t.Run(tc.cmd, func(t *testing.T) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-			l.Close()
+			port := freeTCPPort(t)
 			// getopt's forms: an attached argument, a long option with
 			// "=", grouped flags on the server.
 			common := []string{tc.cmd, "-g0", "-n", "100", "--size=" + tc.size, "-p", port}
@@ -169,4 +154,16 @@ func TestPingpongCommandsOverLoopback(t *testing.T) {
 			}
 		})
 	}
+}
+
+// freeTCPPort returns a TCP port on 127.0.0.1 that nothing listens on
+// now, for a ping-pong's out-of-band exchange.
+func freeTCPPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }

@@ -24,15 +24,22 @@ func TestVersionNamesTheModuleAndGo(t *testing.T) {
 	}
 }
 
-func TestDumpReadsStandardInput(t *testing.T) {
+// stdinFromCapture makes a golden capture the process's standard input
+// until the test ends.
+func stdinFromCapture(t *testing.T) *os.File {
+	t.Helper()
 	f, err := os.Open(filepath.Join("..", "..", "testdata", "captures", "rping.pcapng"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	saved := os.Stdin
 	os.Stdin = f
-	defer func() { os.Stdin = saved }()
+	t.Cleanup(func() { os.Stdin = saved; f.Close() })
+	return f
+}
+
+func TestDumpReadsStandardInput(t *testing.T) {
+	stdinFromCapture(t)
 	var out, errs bytes.Buffer
 	if st := run([]string{"dump", "-q", "-"}, &out, &errs); st != 0 {
 		t.Fatalf("status %d: %s", st, errs.String())
@@ -45,14 +52,7 @@ func TestDumpReadsStandardInput(t *testing.T) {
 // "-" reads standard input even after a file that failed, and leaves it
 // open.
 func TestDumpReadsStandardInputAfterAFailedFile(t *testing.T) {
-	f, err := os.Open(filepath.Join("..", "..", "testdata", "captures", "rping.pcapng"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	saved := os.Stdin
-	os.Stdin = f
-	defer func() { os.Stdin = saved }()
+	f := stdinFromCapture(t)
 	var out, errs bytes.Buffer
 	run([]string{"dump", "-q", "no-such-file.pcap", "-"}, &out, &errs)
 	if !strings.Contains(out.String(), "(stdin): 41 RoCEv2 packets") {
