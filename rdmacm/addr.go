@@ -54,7 +54,7 @@ func candidates() []*verbs.Device {
 // deviceAddrs returns a device's GIDs as addresses. Devices whose driver
 // cannot list them are opened and queried.
 func deviceAddrs(d *verbs.Device) []netip.Addr {
-	if l, ok := d.Driver().(verbs.AddrLister); ok {
+	if l, ok := verbs.DeviceDriverOf(d).(verbs.AddrLister); ok {
 		return l.Addrs()
 	}
 	ctx, err := d.Open()

@@ -126,7 +126,7 @@ func (a *agent) release() {
 	}
 	delete(cm.agents, a.dev)
 	a.dead = true
-	if n, ok := a.dev.Driver().(unreachableNotifier); ok {
+	if n, ok := verbs.DeviceDriverOf(a.dev).(unreachableNotifier); ok {
 		n.OnCMUnreachable(nil)
 	}
 	a.cancel()
@@ -167,10 +167,10 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 		return nil, err
 	}
 	a.mtu = pa.ActiveMTU
-	if o, ok := dev.Driver().(commIDOwner); ok {
+	if o, ok := verbs.DeviceDriverOf(dev).(commIDOwner); ok {
 		a.owner, _ = o.CommIDOwner()
 	}
-	if n, ok := dev.Driver().(unreachableNotifier); ok {
+	if n, ok := verbs.DeviceDriverOf(dev).(unreachableNotifier); ok {
 		n.OnCMUnreachable(a.unreachable)
 	}
 	for i := 0; i < pa.GIDTblLen; i++ {

@@ -549,7 +549,7 @@ func (id *ID) Listen(backlog int) error {
 		agents = []*agent{id.agent}
 	}
 	for _, a := range agents {
-		c, ok := a.dev.Driver().(serviceClaimer)
+		c, ok := verbs.DeviceDriverOf(a.dev).(serviceClaimer)
 		if !ok {
 			continue
 		}

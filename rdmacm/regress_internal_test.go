@@ -62,7 +62,7 @@ func newRegressNet(t *testing.T, base byte, gate *gatedDriver) *regressNet {
 			t.Fatal(err)
 		}
 		if i == 1 && gate != nil {
-			gate.DeviceDriver = dev.Driver()
+			gate.DeviceDriver = verbs.DeviceDriverOf(dev)
 			dev = verbs.NewDevice(dev.Name(), dev.GUID(), gate)
 		}
 		if i == 0 {

@@ -51,9 +51,10 @@ type device struct {
 	cmUnreachable atomic.Pointer[func(netip.Addr, syscall.Errno, []byte)]
 	stats         counters
 
-	mu   sync.Mutex
-	hw   *hw
-	refs int
+	mu        sync.Mutex
+	hw        *hw
+	refs      int
+	linksGone bool // the Config's links were closed with the last context
 }
 
 // Open implements verbs.DeviceDriver.
@@ -62,6 +63,9 @@ func (d *device) Open(events verbs.EventSink) (verbs.ContextDriver, error) {
 	defer d.mu.Unlock()
 	started := false
 	if d.hw == nil {
+		if d.linksGone {
+			return nil, verbs.Errorf("ibv_open_device", verbs.ErrClosed, d.cfg.Name+": its links were closed with its last context; make a new device")
+		}
 		h, err := startHW(d)
 		if err != nil {
 			return nil, err
@@ -85,6 +89,7 @@ func (d *device) release() {
 	if d.refs == 0 {
 		d.hw.stop()
 		d.hw = nil
+		d.linksGone = len(d.cfg.Links) > 0
 	}
 }
 

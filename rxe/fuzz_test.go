@@ -29,7 +29,7 @@ func onOwner(q *qp, fn func()) {
 func FuzzReceive(f *testing.F) {
 	const rqPSN = 0x100
 	a, b, _ := memPair(f, 7, link.Faults{}, pairOpts{bufSize: 4096})
-	q := b.qp.Driver().(*qp)
+	q := verbs.QPDriverOf(b.qp).(*qp)
 	// Guard memory around a registered window: only the window may change.
 	arena := make([]byte, 3*4096)
 	for i := range arena {
@@ -127,7 +127,7 @@ func FuzzReceiveUD(f *testing.F) {
 	n := link.NewNetwork(1)
 	l, _ := n.Attach(netip.MustParseAddr("10.9.0.1"))
 	u := newUDEnd(f, "fuzz_ud", l, testQKey)
-	q := u.qp.Driver().(*qp)
+	q := verbs.QPDriverOf(u.qp).(*qp)
 	arena := bytes.Repeat([]byte{0xa5}, 3*4096)
 	guard := bytes.Repeat([]byte{0xa5}, 4096)
 	mr, err := u.pd.RegMR(arena[4096:2*4096], verbs.AccessLocalWrite)

@@ -80,7 +80,7 @@ func (q *qp) bindMW(b *verbs.BindMWWR) verbs.WCStatus {
 	if b.MW == nil {
 		return verbs.WCMWBindErr
 	}
-	w, ok := b.MW.Driver().(*mw)
+	w, ok := verbs.MWDriverOf(b.MW).(*mw)
 	if !ok || w.pd != q.pd || b.RKey>>8 != w.index {
 		return verbs.WCMWBindErr // another device's or PD's window, or a key of another window
 	}
@@ -101,7 +101,7 @@ func (q *qp) bindMW(b *verbs.BindMWWR) verbs.WCStatus {
 	if info.MR == nil {
 		return verbs.WCMWBindErr
 	}
-	m, ok := info.MR.Driver().(*mr)
+	m, ok := verbs.MRDriverOf(info.MR).(*mr)
 	switch {
 	case !ok || m.pd != q.pd || !m.valid.Load():
 		return verbs.WCMWBindErr

@@ -192,7 +192,7 @@ type Config struct {
 	Netdev string
 	// Links, if set, are used instead of UDP sockets: one per GID, in
 	// order. The device owns them and closes them when the last context
-	// is closed.
+	// is closed; it cannot be opened again after that.
 	Links []link.Link
 }
 

@@ -30,7 +30,7 @@ func TestDeviceListsItsAddressesUnopened(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, ok := dev.Driver().(verbs.AddrLister)
+	l, ok := verbs.DeviceDriverOf(dev).(verbs.AddrLister)
 	if !ok {
 		t.Fatal("the rxe device is not a verbs.AddrLister")
 	}

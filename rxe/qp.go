@@ -127,7 +127,7 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	}
 	var shared *srq
 	if attr.SRQ != nil {
-		s, ok := attr.SRQ.Driver().(*srq)
+		s, ok := verbs.SRQDriverOf(attr.SRQ).(*srq)
 		if !ok || s.ctx.hw != p.ctx.hw {
 			return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, "the SRQ belongs to another device")
 		}

@@ -130,7 +130,7 @@ func TestNothingIsSentAfterALocalError(t *testing.T) {
 
 func TestResetDropsOldWorkAndKeepsNewWork(t *testing.T) {
 	a, b, _ := memPair(t, 15, link.Faults{}, pairOpts{})
-	q := a.qp.Driver().(*qp)
+	q := verbs.QPDriverOf(a.qp).(*qp)
 	block, started := make(chan struct{}), make(chan struct{})
 	q.deliver(inPacket{fn: func() { close(started); <-block }}) // hold the owner
 	<-started
@@ -208,8 +208,8 @@ func TestContextCloseReleasesItsRegionsAndWindows(t *testing.T) {
 	if _, err := pd.AllocMW(verbs.MWType2); err != nil {
 		t.Fatal(err)
 	}
-	h := dev.Driver().(*device).hw
-	if h.lookup(region.RKey(), region.Driver().(*mr).pd) == nil {
+	h := verbs.DeviceDriverOf(dev).(*device).hw
+	if h.lookup(region.RKey(), verbs.MRDriverOf(region).(*mr).pd) == nil {
 		t.Fatal("the region is not in the key table")
 	}
 	if err := ctx.Close(); err != nil {

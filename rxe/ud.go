@@ -32,7 +32,7 @@ func (q *qp) checkUD(wr *verbs.SendWR, length uint64) (*udDest, error) {
 	if wr.AH == nil {
 		return nil, bad("a UD send needs an address handle (wr.ud.ah)")
 	}
-	a, ok := wr.AH.Driver().(*ah)
+	a, ok := verbs.AHDriverOf(wr.AH).(*ah)
 	if !ok || a.pd != q.pd {
 		return nil, bad("the address handle belongs to another protection domain")
 	}

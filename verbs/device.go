@@ -2,7 +2,10 @@ package verbs
 
 import (
 	"context"
+	"os"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 )
 
@@ -36,12 +39,22 @@ func NewDevice(name string, guid uint64, drv DeviceDriver) *Device {
 
 // Devices returns the RDMA devices of every registered provider, sorted by
 // name (ibv_get_device_list).
+//
+// The environment variable RDMAGO_PROVIDER, if set, is a comma-separated
+// list of the providers to use ("rdmacore", "rxe", "rdmacore,rxe"); the
+// devices of the others are left out. Set it to "rdmacore" on a machine
+// whose kernel already runs RoCE, so that the software device does not
+// compete with it.
 func Devices() ([]*Device, error) {
 	providers.mu.Lock()
 	list := append([]Provider(nil), providers.list...)
 	providers.mu.Unlock()
+	want := os.Getenv("RDMAGO_PROVIDER")
 	var devs []*Device
 	for _, p := range list {
+		if want != "" && !slices.Contains(strings.Split(want, ","), p.Name()) {
+			continue
+		}
 		d, err := p.Devices()
 		if err != nil {
 			return nil, err
@@ -103,9 +116,6 @@ func (d *Device) TransportType() TransportType {
 	}
 	return TransportIB
 }
-
-// Driver returns the provider's side of the device, for providers.
-func (d *Device) Driver() DeviceDriver { return d.drv }
 
 // Open opens the device (ibv_open_device).
 func (d *Device) Open() (*Context, error) {
@@ -178,9 +188,6 @@ func (c *Context) srqEvent(typ EventType, srq SRQDriver) {
 
 // Device returns the device the context was opened on.
 func (c *Context) Device() *Device { return c.dev }
-
-// Driver returns the provider's side of the context, for providers.
-func (c *Context) Driver() ContextDriver { return c.drv }
 
 // Close closes the device context (ibv_close_device). Like closing the
 // verbs file on Linux, it succeeds whatever the program left allocated:

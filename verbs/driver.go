@@ -154,3 +154,72 @@ type QPDriver interface {
 	DetachMcast(gid GID) error
 	Destroy() error
 }
+
+// The functions below give a provider its own side of the objects it
+// made, such as the AH of a UD send request or the CQ a QP completes into.
+// They are for providers; programs have no use for them. Each returns nil
+// for a nil object.
+
+// DeviceDriverOf returns the provider's side of d.
+func DeviceDriverOf(d *Device) DeviceDriver {
+	if d == nil {
+		return nil
+	}
+	return d.drv
+}
+
+// ContextDriverOf returns the provider's side of c.
+func ContextDriverOf(c *Context) ContextDriver {
+	if c == nil {
+		return nil
+	}
+	return c.drv
+}
+
+// PDDriverOf returns the provider's side of pd.
+func PDDriverOf(pd *PD) PDDriver {
+	if pd == nil {
+		return nil
+	}
+	return pd.drv
+}
+
+// MRDriverOf returns the provider's side of mr.
+func MRDriverOf(mr *MR) MRDriver {
+	if mr == nil {
+		return nil
+	}
+	return mr.drv
+}
+
+// MWDriverOf returns the provider's side of mw.
+func MWDriverOf(mw *MW) MWDriver {
+	if mw == nil {
+		return nil
+	}
+	return mw.drv
+}
+
+// AHDriverOf returns the provider's side of ah.
+func AHDriverOf(ah *AH) AHDriver {
+	if ah == nil {
+		return nil
+	}
+	return ah.drv
+}
+
+// SRQDriverOf returns the provider's side of s.
+func SRQDriverOf(s *SRQ) SRQDriver {
+	if s == nil {
+		return nil
+	}
+	return s.drv
+}
+
+// QPDriverOf returns the provider's side of qp.
+func QPDriverOf(qp *QP) QPDriver {
+	if qp == nil {
+		return nil
+	}
+	return qp.drv
+}

@@ -101,9 +101,6 @@ func (mw *MW) Type() MWType { return mw.typ }
 // PD returns the window's protection domain.
 func (mw *MW) PD() *PD { return mw.pd }
 
-// Driver returns the provider's side of the window, for providers.
-func (mw *MW) Driver() MWDriver { return mw.drv }
-
 func (mw *MW) gone() bool {
 	mw.mu.Lock()
 	defer mw.mu.Unlock()

@@ -18,9 +18,6 @@ type PD struct {
 // Context returns the context the PD was allocated on.
 func (pd *PD) Context() *Context { return pd.ctx }
 
-// Driver returns the provider's side of the PD, for providers.
-func (pd *PD) Driver() PDDriver { return pd.drv }
-
 func (pd *PD) acquire(op string) error {
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
@@ -113,9 +110,6 @@ func (mr *MR) Access() AccessFlags { return mr.access }
 // PD returns the region's protection domain.
 func (mr *MR) PD() *PD { return mr.pd }
 
-// Driver returns the provider's side of the region, for providers.
-func (mr *MR) Driver() MRDriver { return mr.drv }
-
 // SGE returns a scatter/gather element for n bytes at offset off of the
 // region.
 func (mr *MR) SGE(off, n int) SGE {
@@ -168,9 +162,6 @@ func (pd *PD) CreateAH(attr *AHAttr) (*AH, error) {
 
 // Attr returns the address the handle was created with.
 func (ah *AH) Attr() AHAttr { return ah.attr }
-
-// Driver returns the provider's side of the AH, for providers.
-func (ah *AH) Driver() AHDriver { return ah.drv }
 
 // Destroy destroys the address handle (ibv_destroy_ah).
 func (ah *AH) Destroy() error {

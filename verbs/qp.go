@@ -84,9 +84,6 @@ func (qp *QP) RecvCQ() *CQ { return qp.recvCQ }
 // SRQ returns the shared receive queue the QP receives from, or nil.
 func (qp *QP) SRQ() *SRQ { return qp.srq }
 
-// Driver returns the provider's side of the QP, for providers.
-func (qp *QP) Driver() QPDriver { return qp.drv }
-
 // Modify changes the attributes mask names (ibv_modify_qp), moving the QP
 // through its states RESET → INIT → RTR → RTS, and to SQD, SQE, ERR or
 // back to RESET. Each transition requires and allows the attributes of

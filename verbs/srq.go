@@ -67,9 +67,6 @@ func (pd *PD) CreateSRQ(attr *SRQInitAttr) (*SRQ, error) {
 // PD returns the SRQ's protection domain.
 func (s *SRQ) PD() *PD { return s.pd }
 
-// Driver returns the provider's side of the SRQ, for providers.
-func (s *SRQ) Driver() SRQDriver { return s.drv }
-
 // Modify resizes the SRQ or arms its limit (ibv_modify_srq).
 func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
 	if err := s.live("ibv_modify_srq"); err != nil {

@@ -14,7 +14,8 @@ import (
 	"strings"
 
 	"github.com/rdmago/rdmago/internal/getopt"
-	_ "github.com/rdmago/rdmago/rxe" // registers the software RoCE devices
+	_ "github.com/rdmago/rdmago/rdmacore" // rdma-core devices, with -tags rdmacore
+	_ "github.com/rdmago/rdmago/rxe"      // registers the software RoCE devices
 	"github.com/rdmago/rdmago/verbs"
 )
 

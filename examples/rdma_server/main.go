@@ -40,7 +40,8 @@ import (
 	"os/signal"
 
 	"github.com/rdmago/rdmago/rdmacm"
-	_ "github.com/rdmago/rdmago/rxe" // the software RoCE device
+	_ "github.com/rdmago/rdmago/rdmacore" // rdma-core devices, with -tags rdmacore
+	_ "github.com/rdmago/rdmago/rxe"      // the software RoCE device
 	"github.com/rdmago/rdmago/verbs"
 )
 

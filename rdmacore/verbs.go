@@ -1,0 +1,1252 @@
+//go:build rdmacore && linux && cgo
+
+package rdmacore
+
+/*
+#cgo LDFLAGS: -libverbs -lrdmacm
+#cgo noescape rg_post_send
+#cgo nocallback rg_post_send
+#cgo noescape rg_post_recv
+#cgo nocallback rg_post_recv
+#cgo noescape rg_poll_cq
+#cgo nocallback rg_poll_cq
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// The completion and scatter/gather layouts are shared with C as they
+// are: verbs.WC is struct ibv_wc and verbs.SGE is struct ibv_sge.
+var (
+	_ [unsafe.Sizeof(verbs.WC{}) - C.sizeof_struct_ibv_wc]byte
+	_ [C.sizeof_struct_ibv_wc - unsafe.Sizeof(verbs.WC{})]byte
+	_ [unsafe.Sizeof(verbs.SGE{}) - C.sizeof_struct_ibv_sge]byte
+	_ [C.sizeof_struct_ibv_sge - unsafe.Sizeof(verbs.SGE{})]byte
+	_ [unsafe.Offsetof(verbs.WC{}.DLIDPathBits) - unsafe.Offsetof(C.struct_ibv_wc{}.dlid_path_bits)]byte
+	_ [unsafe.Offsetof(C.struct_ibv_wc{}.dlid_path_bits) - unsafe.Offsetof(verbs.WC{}.DLIDPathBits)]byte
+)
+
+func init() { verbs.RegisterProvider(provider{}) }
+
+// ProviderName is the name RDMAGO_PROVIDER selects this provider by.
+const ProviderName = "rdmacore"
+
+type provider struct{}
+
+func (provider) Name() string { return ProviderName }
+
+var devList struct {
+	once sync.Once
+	devs []*verbs.Device
+	err  error
+}
+
+// Devices lists rdma-core's devices (ibv_get_device_list). The list is
+// read once per process.
+func (provider) Devices() ([]*verbs.Device, error) {
+	devList.once.Do(func() {
+		var n C.int
+		l, err := C.ibv_get_device_list(&n)
+		if l == nil {
+			if errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.ENOENT) {
+				return // no RDMA subsystem: no devices
+			}
+			devList.err = verbs.Errorf("ibv_get_device_list", errnoOf(err), "")
+			return
+		}
+		// The list stays allocated: its devices live as long as the
+		// process.
+		for i := C.int(0); i < n; i++ {
+			name := C.GoString(C.rg_dev_name(l, i))
+			d := &device{name: name, dev: C.rg_dev(l, i)}
+			devList.devs = append(devList.devs, verbs.NewDevice(name, uint64(C.rg_dev_guid(l, i)), d))
+		}
+	})
+	return devList.devs, devList.err
+}
+
+// device is an rdma-core device.
+type device struct {
+	name string
+	dev  *C.struct_ibv_device
+}
+
+// errnoOf turns a cgo error into a verbs errno.
+func errnoOf(err error) verbs.Errno {
+	var e syscall.Errno
+	if errors.As(err, &e) && e != 0 {
+		return verbs.Errno(e)
+	}
+	return verbs.ErrIO
+}
+
+// fail builds the error of a failed call that set errno (or returned it).
+func fail(op string, err error) error {
+	if err == nil {
+		err = syscall.EIO
+	}
+	return verbs.Errorf(op, errnoOf(err), "")
+}
+
+// failRC is fail for calls that return the errno.
+func failRC(op string, rc C.int) error {
+	if rc < 0 {
+		rc = -rc
+	}
+	return verbs.Errorf(op, verbs.Errno(rc), "")
+}
+
+// shared is one ibv_context with the async-event reader all the
+// contexts opened on it share.
+type shared struct {
+	c       *C.struct_ibv_context
+	rdmacm  bool // the context is librdmacm's: rdma_free_devices releases it
+	list    **C.struct_ibv_context
+	refs    int
+	f       *os.File // a dup of the async fd, for the poller
+	done    chan struct{}
+	mu      sync.Mutex
+	sinks   map[*ctx]verbs.EventSink
+	byQPN   map[uint32]*ctx
+	bySRQ   map[*C.struct_ibv_srq]*srq
+	byMRKey map[uint32]*mr
+}
+
+var opened struct {
+	mu sync.Mutex
+	m  map[*C.struct_ibv_device]*shared
+}
+
+// Open opens the device (ibv_open_device). If librdmacm serves the device,
+// the context is librdmacm's own, so that the kernel connection manager's
+// IDs (whose id->verbs is that context) and this context's PDs and QPs
+// belong together, as in a C program.
+func (d *device) Open(events verbs.EventSink) (verbs.ContextDriver, error) {
+	opened.mu.Lock()
+	defer opened.mu.Unlock()
+	if opened.m == nil {
+		opened.m = map[*C.struct_ibv_device]*shared{}
+	}
+	s := opened.m[d.dev]
+	if s == nil {
+		var err error
+		if s, err = d.openShared(); err != nil {
+			return nil, err
+		}
+		opened.m[d.dev] = s
+	}
+	s.refs++
+	c := &ctx{s: s, dev: d, events: events}
+	s.mu.Lock()
+	s.sinks[c] = events
+	s.mu.Unlock()
+	return c, nil
+}
+
+func (d *device) openShared() (*shared, error) {
+	s := &shared{sinks: map[*ctx]verbs.EventSink{}, byQPN: map[uint32]*ctx{}, bySRQ: map[*C.struct_ibv_srq]*srq{}, byMRKey: map[uint32]*mr{}, done: make(chan struct{})}
+	var n C.int
+	if l := C.rdma_get_devices(&n); l != nil {
+		for i := C.int(0); i < n; i++ {
+			if c := C.rg_ctx(l, i); c.device == d.dev || C.GoString(C.ibv_get_device_name(c.device)) == d.name {
+				s.c, s.rdmacm, s.list = c, true, l
+				break
+			}
+		}
+		if s.c == nil {
+			C.rdma_free_devices(l)
+		}
+	}
+	if s.c == nil {
+		c, err := C.ibv_open_device(d.dev)
+		if c == nil {
+			return nil, fail("ibv_open_device", err)
+		}
+		s.c = c
+	}
+	fd, err := syscall.Dup(int(s.c.async_fd))
+	if err == nil {
+		err = syscall.SetNonblock(fd, true)
+	}
+	if err != nil {
+		s.close()
+		return nil, fail("ibv_open_device", err)
+	}
+	s.f = os.NewFile(uintptr(fd), "ibv-async")
+	go s.readEvents()
+	return s, nil
+}
+
+func (s *shared) close() {
+	if s.f != nil {
+		s.f.Close()
+		<-s.done
+	}
+	if s.rdmacm {
+		C.rdma_free_devices(s.list)
+	} else {
+		C.ibv_close_device(s.c)
+	}
+}
+
+// readEvents takes the context's asynchronous events (ibv_get_async_event)
+// and reports each to the contexts it concerns.
+func (s *shared) readEvents() {
+	defer close(s.done)
+	var ev C.struct_rg_async_event
+	eachEvent(s.f, func() C.int { return C.rg_get_async_event(s.c, &ev) }, func() {
+		typ := verbs.EventType(ev._type)
+		s.mu.Lock()
+		switch {
+		case ev.srq != nil:
+			if q := s.bySRQ[ev.srq]; q != nil {
+				q.c.events.SRQEvent(typ, q)
+			}
+		case ev.qp_num != 0:
+			if c := s.byQPN[uint32(ev.qp_num)]; c != nil {
+				c.events.Event(typ, uint32(ev.qp_num), 0)
+			}
+		default:
+			for _, sink := range s.sinks {
+				sink.Event(typ, 0, uint8(ev.port))
+			}
+		}
+		s.mu.Unlock()
+	})
+}
+
+// eachEvent waits for f, a dup of a C event file, to be readable and calls
+// take, which reads from the original (the two share the file's
+// non-blocking flag), until f is closed; handle follows each take that
+// returned 0. take returns an errno, EAGAIN when nothing was there.
+func eachEvent(f *os.File, take func() C.int, handle func()) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	for {
+		var e C.int
+		if err := rc.Read(func(uintptr) bool { e = take(); return e != C.EAGAIN }); err != nil {
+			return
+		}
+		if e == 0 {
+			handle()
+		}
+	}
+}
+
+// ctx is an open device.
+type ctx struct {
+	s      *shared
+	dev    *device
+	events verbs.EventSink
+
+	mu     sync.Mutex
+	objs   [numKinds]map[releaser]bool // what Close releases, by kind
+	closed bool
+}
+
+// releaser is an object Context.Close releases if the program did not.
+type releaser interface{ release() }
+
+// The kinds of objects, in the order Close releases them: QPs before the
+// SRQs, windows and regions they use, CQs after QPs, PDs last.
+const (
+	kindQP = iota
+	kindSRQ
+	kindAH
+	kindMW
+	kindMR
+	kindCQ
+	kindPD
+	numKinds
+)
+
+// Verbs returns the context's struct ibv_context, for the connection
+// manager backend.
+func (c *ctx) ibv() *C.struct_ibv_context { return c.s.c }
+
+func (c *ctx) QueryDevice() (verbs.DeviceAttr, error) {
+	var a C.struct_ibv_device_attr
+	if rc := C.ibv_query_device(c.s.c, &a); rc != 0 {
+		return verbs.DeviceAttr{}, failRC("ibv_query_device", rc)
+	}
+	return verbs.DeviceAttr{
+		FWVer:                 C.GoString(&a.fw_ver[0]),
+		NodeGUID:              be64(uint64(a.node_guid)),
+		SysImageGUID:          be64(uint64(a.sys_image_guid)),
+		MaxMRSize:             uint64(a.max_mr_size),
+		PageSizeCap:           uint64(a.page_size_cap),
+		VendorID:              uint32(a.vendor_id),
+		VendorPartID:          uint32(a.vendor_part_id),
+		HWVer:                 uint32(a.hw_ver),
+		MaxQP:                 int(a.max_qp),
+		MaxQPWR:               int(a.max_qp_wr),
+		DeviceCapFlags:        uint32(a.device_cap_flags),
+		MaxSGE:                int(a.max_sge),
+		MaxSGERD:              int(a.max_sge_rd),
+		MaxCQ:                 int(a.max_cq),
+		MaxCQE:                int(a.max_cqe),
+		MaxMR:                 int(a.max_mr),
+		MaxPD:                 int(a.max_pd),
+		MaxQPRdAtom:           int(a.max_qp_rd_atom),
+		MaxEECRdAtom:          int(a.max_ee_rd_atom),
+		MaxResRdAtom:          int(a.max_res_rd_atom),
+		MaxQPInitRdAtom:       int(a.max_qp_init_rd_atom),
+		MaxEECInitRdAtom:      int(a.max_ee_init_rd_atom),
+		AtomicCap:             verbs.AtomicCap(a.atomic_cap),
+		MaxEE:                 int(a.max_ee),
+		MaxRDD:                int(a.max_rdd),
+		MaxMW:                 int(a.max_mw),
+		MaxRawIPv6QP:          int(a.max_raw_ipv6_qp),
+		MaxRawEthyQP:          int(a.max_raw_ethy_qp),
+		MaxMcastGrp:           int(a.max_mcast_grp),
+		MaxMcastQPAttach:      int(a.max_mcast_qp_attach),
+		MaxTotalMcastQPAttach: int(a.max_total_mcast_qp_attach),
+		MaxAH:                 int(a.max_ah),
+		MaxFMR:                int(a.max_fmr),
+		MaxMapPerFMR:          int(a.max_map_per_fmr),
+		MaxSRQ:                int(a.max_srq),
+		MaxSRQWR:              int(a.max_srq_wr),
+		MaxSRQSGE:             int(a.max_srq_sge),
+		MaxPKeys:              int(a.max_pkeys),
+		LocalCADelayAck:       uint8(a.local_ca_ack_delay),
+		PhysPortCnt:           uint8(a.phys_port_cnt),
+	}, nil
+}
+
+// be64 converts a big-endian value as C stores it to the host's order.
+func be64(v uint64) uint64 {
+	var b [8]byte
+	*(*uint64)(unsafe.Pointer(&b)) = v
+	var r uint64
+	for _, x := range b {
+		r = r<<8 | uint64(x)
+	}
+	return r
+}
+
+func (c *ctx) QueryPort(port uint8) (verbs.PortAttr, error) {
+	var a C.struct_ibv_port_attr
+	if rc := C.rg_query_port(c.s.c, C.uint8_t(port), &a); rc != 0 {
+		return verbs.PortAttr{}, failRC("ibv_query_port", rc)
+	}
+	return verbs.PortAttr{
+		State:         verbs.PortState(a.state),
+		MaxMTU:        verbs.MTU(a.max_mtu),
+		ActiveMTU:     verbs.MTU(a.active_mtu),
+		GIDTblLen:     int(a.gid_tbl_len),
+		PortCapFlags:  uint32(a.port_cap_flags),
+		MaxMsgSz:      uint32(a.max_msg_sz),
+		BadPKeyCntr:   uint32(a.bad_pkey_cntr),
+		QKeyViolCntr:  uint32(a.qkey_viol_cntr),
+		PKeyTblLen:    int(a.pkey_tbl_len),
+		LID:           uint16(a.lid),
+		SMLID:         uint16(a.sm_lid),
+		LMC:           uint8(a.lmc),
+		MaxVLNum:      uint8(a.max_vl_num),
+		SMSL:          uint8(a.sm_sl),
+		SubnetTimeout: uint8(a.subnet_timeout),
+		InitTypeReply: uint8(a.init_type_reply),
+		ActiveWidth:   uint8(a.active_width),
+		ActiveSpeed:   uint8(a.active_speed),
+		PhysState:     uint8(a.phys_state),
+		LinkLayer:     verbs.LinkLayer(a.link_layer),
+	}, nil
+}
+
+func (c *ctx) QueryGID(port uint8, index int) (verbs.GID, error) {
+	var g C.union_ibv_gid
+	if rc := C.ibv_query_gid(c.s.c, C.uint8_t(port), C.int(index), &g); rc != 0 {
+		return verbs.GID{}, failRC("ibv_query_gid", rc)
+	}
+	return verbs.GID(*(*[16]byte)(unsafe.Pointer(&g))), nil
+}
+
+func (c *ctx) QueryPKey(port uint8, index int) (uint16, error) {
+	var k C.__be16
+	if rc := C.ibv_query_pkey(c.s.c, C.uint8_t(port), C.int(index), &k); rc != 0 {
+		return 0, failRC("ibv_query_pkey", rc)
+	}
+	return uint16(k)>>8 | uint16(k)<<8, nil
+}
+
+func (c *ctx) AllocPD() (verbs.PDDriver, error) {
+	p, err := C.ibv_alloc_pd(c.s.c)
+	if p == nil {
+		return nil, fail("ibv_alloc_pd", err)
+	}
+	r := &pd{c: c, pd: p}
+	c.track(kindPD, r, true)
+	return r, nil
+}
+
+// Close releases what the program left (QPs first, then memory regions, so
+// that no peer reaches the memory afterwards) and closes the context.
+func (c *ctx) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	objs := c.objs
+	c.mu.Unlock()
+	for _, m := range objs {
+		for o := range m {
+			o.release()
+		}
+	}
+	s := c.s
+	s.mu.Lock()
+	delete(s.sinks, c)
+	s.mu.Unlock()
+	opened.mu.Lock()
+	defer opened.mu.Unlock()
+	if s.refs--; s.refs == 0 {
+		delete(opened.m, c.dev.dev)
+		s.close()
+	}
+	return nil
+}
+
+// track adds o to the objects Close releases, or with add false removes
+// it.
+func (c *ctx) track(kind int, o releaser, add bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	if c.objs[kind] == nil {
+		c.objs[kind] = map[releaser]bool{}
+	}
+	if add {
+		c.objs[kind][o] = true
+	} else {
+		delete(c.objs[kind], o)
+	}
+}
+
+// life is what the provider's objects share: each is destroyed once, by
+// the program or by Context.Close, whichever comes first.
+type life struct {
+	mu   sync.Mutex
+	gone bool
+}
+
+// end destroys the object o of context c with destroy, the C call op.
+func (l *life) end(c *ctx, kind int, o releaser, op string, destroy func() C.int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gone {
+		return nil
+	}
+	if rc := destroy(); rc != 0 {
+		return failRC(op, rc)
+	}
+	l.gone = true
+	c.track(kind, o, false)
+	return nil
+}
+
+// pd is a protection domain.
+type pd struct {
+	life
+	c  *ctx
+	pd *C.struct_ibv_pd
+}
+
+func (p *pd) Dealloc() error {
+	return p.end(p.c, kindPD, p, "ibv_dealloc_pd", func() C.int { return C.ibv_dealloc_pd(p.pd) })
+}
+
+// mr is a memory region; its buffer is pinned until Dereg.
+type mr struct {
+	life
+	c      *ctx
+	mr     *C.struct_ibv_mr
+	buf    []byte
+	pin    runtime.Pinner
+	lo, hi uint64
+}
+
+// RegMR registers buf (ibv_reg_mr), pinning it for the region's life.
+func (p *pd) RegMR(buf []byte, access verbs.AccessFlags) (verbs.MRDriver, error) {
+	m := &mr{c: p.c, buf: buf}
+	base := unsafe.Pointer(unsafe.SliceData(buf))
+	m.pin.Pin(base)
+	r, err := C.ibv_reg_mr(p.pd, base, C.size_t(len(buf)), C.int(access))
+	if r == nil {
+		m.pin.Unpin()
+		return nil, fail("ibv_reg_mr", err)
+	}
+	m.mr = r
+	m.lo = uint64(uintptr(base))
+	m.hi = m.lo + uint64(len(buf))
+	p.c.s.mu.Lock()
+	p.c.s.byMRKey[uint32(r.lkey)] = m
+	p.c.s.mu.Unlock()
+	p.c.track(kindMR, m, true)
+	return m, nil
+}
+
+func (m *mr) Keys() (uint32, uint32) { return uint32(m.mr.lkey), uint32(m.mr.rkey) }
+func (m *mr) Addr() uint64           { return m.lo }
+
+// Dereg deregisters the region (ibv_dereg_mr) and unpins its buffer.
+func (m *mr) Dereg() error {
+	lkey := uint32(m.mr.lkey)
+	return m.end(m.c, kindMR, m, "ibv_dereg_mr", func() C.int {
+		if rc := C.ibv_dereg_mr(m.mr); rc != 0 {
+			return rc
+		}
+		m.c.s.mu.Lock()
+		delete(m.c.s.byMRKey, lkey)
+		m.c.s.mu.Unlock()
+		m.pin.Unpin()
+		return 0
+	})
+}
+
+// mw is a memory window.
+type mw struct {
+	life
+	c  *ctx
+	mw *C.struct_ibv_mw
+}
+
+func (p *pd) AllocMW(t verbs.MWType) (verbs.MWDriver, error) {
+	w, err := C.ibv_alloc_mw(p.pd, C.enum_ibv_mw_type(t))
+	if w == nil {
+		return nil, fail("ibv_alloc_mw", err)
+	}
+	r := &mw{c: p.c, mw: w}
+	p.c.track(kindMW, r, true)
+	return r, nil
+}
+
+func (w *mw) RKey() uint32 { return uint32(w.mw.rkey) }
+
+func (w *mw) Dealloc() error {
+	return w.end(w.c, kindMW, w, "ibv_dealloc_mw", func() C.int { return C.ibv_dealloc_mw(w.mw) })
+}
+
+// ah is an address handle.
+type ah struct {
+	life
+	c  *ctx
+	ah *C.struct_ibv_ah
+}
+
+func cAHAttr(a *verbs.AHAttr) C.struct_ibv_ah_attr {
+	var c C.struct_ibv_ah_attr
+	*(*[16]byte)(unsafe.Pointer(&c.grh.dgid)) = a.GRH.DGID
+	c.grh.flow_label = C.uint32_t(a.GRH.FlowLabel)
+	c.grh.sgid_index = C.uint8_t(a.GRH.SGIDIndex)
+	c.grh.hop_limit = C.uint8_t(a.GRH.HopLimit)
+	c.grh.traffic_class = C.uint8_t(a.GRH.TrafficClass)
+	c.dlid = C.uint16_t(a.DLID)
+	c.sl = C.uint8_t(a.SL)
+	c.src_path_bits = C.uint8_t(a.SrcPathBits)
+	c.static_rate = C.uint8_t(a.StaticRate)
+	if a.IsGlobal {
+		c.is_global = 1
+	}
+	c.port_num = C.uint8_t(a.PortNum)
+	return c
+}
+
+func goAHAttr(c *C.struct_ibv_ah_attr) verbs.AHAttr {
+	return verbs.AHAttr{
+		GRH: verbs.GlobalRoute{
+			DGID:         verbs.GID(*(*[16]byte)(unsafe.Pointer(&c.grh.dgid))),
+			FlowLabel:    uint32(c.grh.flow_label),
+			SGIDIndex:    uint8(c.grh.sgid_index),
+			HopLimit:     uint8(c.grh.hop_limit),
+			TrafficClass: uint8(c.grh.traffic_class),
+		},
+		DLID:        uint16(c.dlid),
+		SL:          uint8(c.sl),
+		SrcPathBits: uint8(c.src_path_bits),
+		StaticRate:  uint8(c.static_rate),
+		IsGlobal:    c.is_global != 0,
+		PortNum:     uint8(c.port_num),
+	}
+}
+
+func (p *pd) CreateAH(attr *verbs.AHAttr) (verbs.AHDriver, error) {
+	a := cAHAttr(attr)
+	if a.port_num == 0 {
+		a.port_num = 1
+	}
+	h, err := C.ibv_create_ah(p.pd, &a)
+	if h == nil {
+		return nil, fail("ibv_create_ah", err)
+	}
+	r := &ah{c: p.c, ah: h}
+	p.c.track(kindAH, r, true)
+	return r, nil
+}
+
+func (h *ah) Destroy() error {
+	return h.end(h.c, kindAH, h, "ibv_destroy_ah", func() C.int { return C.ibv_destroy_ah(h.ah) })
+}
+
+// cq is a completion queue with a completion channel of its own, which
+// serves both the program's completion channel (notify) and CQ.Wait.
+type cq struct {
+	c      *ctx
+	cq     *C.struct_ibv_cq
+	ch     *C.struct_ibv_comp_channel
+	f      *os.File
+	notify func()
+	armed  atomic.Bool // the program armed the CQ (ReqNotify)
+	done   chan struct{}
+
+	mu      sync.Mutex
+	wake    chan struct{} // closed at the next event
+	stash   []verbs.WC    // completions Len and Wait took from the device
+	started bool
+	closed  bool
+}
+
+func (c *ctx) CreateCQ(cqe int, notify func()) (verbs.CQDriver, error) {
+	ch, err := C.ibv_create_comp_channel(c.s.c)
+	if ch == nil {
+		return nil, fail("ibv_create_comp_channel", err)
+	}
+	q, err := C.ibv_create_cq(c.s.c, C.int(cqe), nil, ch, 0)
+	if q == nil {
+		C.ibv_destroy_comp_channel(ch)
+		return nil, fail("ibv_create_cq", err)
+	}
+	fd, err := syscall.Dup(int(ch.fd))
+	if err == nil {
+		err = syscall.SetNonblock(fd, true)
+	}
+	if err != nil {
+		C.ibv_destroy_cq(q)
+		C.ibv_destroy_comp_channel(ch)
+		return nil, fail("ibv_create_cq", err)
+	}
+	r := &cq{c: c, cq: q, ch: ch, f: os.NewFile(uintptr(fd), "ibv-cq"), notify: notify, done: make(chan struct{}), wake: make(chan struct{})}
+	if notify != nil {
+		r.start()
+	}
+	c.track(kindCQ, r, true)
+	return r, nil
+}
+
+// start starts the goroutine that takes the CQ's events. Called with mu
+// held or before the CQ is shared.
+func (q *cq) start() {
+	if q.started {
+		return
+	}
+	q.started = true
+	go q.readEvents()
+}
+
+// readEvents takes each event of the CQ's channel (ibv_get_cq_event,
+// ibv_ack_cq_events), passes it to the program's channel if the program
+// armed the CQ, and wakes Wait.
+func (q *cq) readEvents() {
+	defer close(q.done)
+	eachEvent(q.f, func() C.int { return C.rg_get_cq_event(q.ch) }, func() {
+		if q.armed.Swap(false) && q.notify != nil {
+			q.notify()
+		}
+		q.mu.Lock()
+		close(q.wake)
+		q.wake = make(chan struct{})
+		q.mu.Unlock()
+	})
+}
+
+// Poll polls the device's CQ straight into wc (ibv_poll_cq).
+func (q *cq) Poll(wc []verbs.WC) (int, error) {
+	if len(wc) == 0 {
+		return 0, nil
+	}
+	n := 0
+	if q.hasStash() {
+		q.mu.Lock()
+		n = copy(wc, q.stash)
+		q.stash = q.stash[:copy(q.stash, q.stash[n:])]
+		q.mu.Unlock()
+		if n == len(wc) {
+			return n, nil
+		}
+	}
+	got := C.rg_poll_cq(q.cq, C.int(len(wc)-n), (*C.struct_ibv_wc)(unsafe.Pointer(&wc[n])))
+	if got < 0 {
+		if n > 0 {
+			return n, nil
+		}
+		return 0, verbs.Errorf("ibv_poll_cq", verbs.ErrIO, "the device reported a CQ error")
+	}
+	return n + int(got), nil
+}
+
+// stashed tells Poll whether Len or Wait took completions ahead of it.
+var stashed atomic.Int64
+
+func (q *cq) hasStash() bool {
+	if stashed.Load() == 0 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.stash) > 0
+}
+
+// fill polls what the device holds into the stash, so that Len can count
+// it. Called with mu held.
+func (q *cq) fill() {
+	var buf [64]verbs.WC
+	for {
+		got := int(C.rg_poll_cq(q.cq, C.int(len(buf)), (*C.struct_ibv_wc)(unsafe.Pointer(&buf[0]))))
+		if got <= 0 {
+			break
+		}
+		if len(q.stash) == 0 {
+			stashed.Add(1)
+		}
+		q.stash = append(q.stash, buf[:got]...)
+		if got < len(buf) {
+			break
+		}
+	}
+}
+
+func (q *cq) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	had := len(q.stash) > 0
+	q.fill()
+	if had && len(q.stash) == 0 {
+		stashed.Add(-1)
+	}
+	return len(q.stash)
+}
+
+func (q *cq) Cap() int { return int(q.cq.cqe) }
+
+// Wait returns when the CQ holds a completion or ctx is done: it arms the
+// CQ, looks once more, and sleeps on its channel.
+func (q *cq) Wait(ctx context.Context) error {
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return verbs.Errorf("ibv_get_cq_event", verbs.ErrClosed, "CQ destroyed")
+		}
+		q.start()
+		wake := q.wake
+		if rc := C.rg_req_notify_cq(q.cq, 0); rc != 0 {
+			q.mu.Unlock()
+			return failRC("ibv_req_notify_cq", rc)
+		}
+		q.fill()
+		n := len(q.stash)
+		q.mu.Unlock()
+		if n > 0 {
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-q.done:
+			return verbs.Errorf("ibv_get_cq_event", verbs.ErrClosed, "CQ destroyed")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (q *cq) ReqNotify(solicitedOnly bool) error {
+	q.armed.Store(true)
+	s := 0
+	if solicitedOnly {
+		s = 1
+	}
+	if rc := C.rg_req_notify_cq(q.cq, C.int(s)); rc != 0 {
+		return failRC("ibv_req_notify_cq", rc)
+	}
+	return nil
+}
+
+func (q *cq) Resize(cqe int) error {
+	if rc := C.ibv_resize_cq(q.cq, C.int(cqe)); rc != 0 {
+		return failRC("ibv_resize_cq", rc)
+	}
+	return nil
+}
+
+func (q *cq) Destroy() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.closed = true
+	started := q.started
+	if len(q.stash) > 0 {
+		stashed.Add(-1)
+		q.stash = nil
+	}
+	q.mu.Unlock()
+	q.f.Close()
+	if started {
+		<-q.done
+	}
+	if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
+		return failRC("ibv_destroy_cq", rc)
+	}
+	C.ibv_destroy_comp_channel(q.ch)
+	q.c.track(kindCQ, q, false)
+	return nil
+}
+
+// srq is a shared receive queue.
+type srq struct {
+	life
+	c   *ctx
+	srq *C.struct_ibv_srq
+}
+
+func (p *pd) CreateSRQ(attr *verbs.SRQInitAttr) (verbs.SRQDriver, error) {
+	var a C.struct_ibv_srq_init_attr
+	a.attr.max_wr = C.uint32_t(attr.Attr.MaxWR)
+	a.attr.max_sge = C.uint32_t(max(attr.Attr.MaxSGE, 1))
+	a.attr.srq_limit = C.uint32_t(attr.Attr.SRQLimit)
+	s, err := C.ibv_create_srq(p.pd, &a)
+	if s == nil {
+		return nil, fail("ibv_create_srq", err)
+	}
+	attr.Attr.MaxWR, attr.Attr.MaxSGE = uint32(a.attr.max_wr), uint32(a.attr.max_sge)
+	r := &srq{c: p.c, srq: s}
+	p.c.s.mu.Lock()
+	p.c.s.bySRQ[s] = r
+	p.c.s.mu.Unlock()
+	p.c.track(kindSRQ, r, true)
+	return r, nil
+}
+
+func (s *srq) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
+	var a C.struct_ibv_srq_attr
+	a.max_wr = C.uint32_t(attr.MaxWR)
+	a.max_sge = C.uint32_t(attr.MaxSGE)
+	a.srq_limit = C.uint32_t(attr.SRQLimit)
+	if rc := C.ibv_modify_srq(s.srq, &a, C.int(mask)); rc != 0 {
+		return failRC("ibv_modify_srq", rc)
+	}
+	return nil
+}
+
+func (s *srq) Query() (verbs.SRQAttr, error) {
+	var a C.struct_ibv_srq_attr
+	if rc := C.ibv_query_srq(s.srq, &a); rc != 0 {
+		return verbs.SRQAttr{}, failRC("ibv_query_srq", rc)
+	}
+	return verbs.SRQAttr{MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge), SRQLimit: uint32(a.srq_limit)}, nil
+}
+
+func (s *srq) PostRecv(wrs []verbs.RecvWR) error { return postRecv(nil, s.srq, wrs) }
+
+func (s *srq) Destroy() error {
+	return s.end(s.c, kindSRQ, s, "ibv_destroy_srq", func() C.int {
+		if rc := C.ibv_destroy_srq(s.srq); rc != 0 {
+			return rc
+		}
+		s.c.s.mu.Lock()
+		delete(s.c.s.bySRQ, s.srq)
+		s.c.s.mu.Unlock()
+		return 0
+	})
+}
+
+// qp is a queue pair.
+type qp struct {
+	life
+	c   *ctx
+	qp  *C.struct_ibv_qp
+	typ verbs.QPType
+	num uint32
+}
+
+func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
+	if attr.QPType == verbs.QPTGSI {
+		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNotSupported, "the kernel owns QP1 on rdma-core devices")
+	}
+	scq, ok1 := verbs.CQDriverOf(attr.SendCQ).(*cq)
+	rcq, ok2 := verbs.CQDriverOf(attr.RecvCQ).(*cq)
+	if !ok1 || !ok2 {
+		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, "CQ of another provider")
+	}
+	var a C.struct_ibv_qp_init_attr
+	a.send_cq, a.recv_cq = scq.cq, rcq.cq
+	if attr.SRQ != nil {
+		s, ok := verbs.SRQDriverOf(attr.SRQ).(*srq)
+		if !ok {
+			return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, "SRQ of another provider")
+		}
+		a.srq = s.srq
+	}
+	a.cap.max_send_wr = C.uint32_t(attr.Cap.MaxSendWR)
+	a.cap.max_recv_wr = C.uint32_t(attr.Cap.MaxRecvWR)
+	a.cap.max_send_sge = C.uint32_t(attr.Cap.MaxSendSGE)
+	a.cap.max_recv_sge = C.uint32_t(attr.Cap.MaxRecvSGE)
+	a.cap.max_inline_data = C.uint32_t(attr.Cap.MaxInlineData)
+	a.qp_type = C.enum_ibv_qp_type(attr.QPType)
+	if attr.SQSigAll {
+		a.sq_sig_all = 1
+	}
+	q, err := C.ibv_create_qp(p.pd, &a)
+	if q == nil {
+		return nil, fail("ibv_create_qp", err)
+	}
+	attr.Cap = verbs.QPCap{
+		MaxSendWR:     uint32(a.cap.max_send_wr),
+		MaxRecvWR:     uint32(a.cap.max_recv_wr),
+		MaxSendSGE:    uint32(a.cap.max_send_sge),
+		MaxRecvSGE:    uint32(a.cap.max_recv_sge),
+		MaxInlineData: uint32(a.cap.max_inline_data),
+	}
+	r := &qp{c: p.c, qp: q, typ: attr.QPType, num: uint32(q.qp_num)}
+	p.c.s.mu.Lock()
+	p.c.s.byQPN[r.num] = p.c
+	p.c.s.mu.Unlock()
+	p.c.track(kindQP, r, true)
+	return r, nil
+}
+
+func (q *qp) Num() uint32 { return q.num }
+
+func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	a := cQPAttr(attr)
+	if rc := C.ibv_modify_qp(q.qp, &a, C.int(mask)); rc != 0 {
+		return failRC("ibv_modify_qp", rc)
+	}
+	return nil
+}
+
+func cQPAttr(attr *verbs.QPAttr) C.struct_ibv_qp_attr {
+	var a C.struct_ibv_qp_attr
+	a.qp_state = C.enum_ibv_qp_state(attr.QPState)
+	a.cur_qp_state = C.enum_ibv_qp_state(attr.CurQPState)
+	a.path_mtu = C.enum_ibv_mtu(attr.PathMTU)
+	a.path_mig_state = C.enum_ibv_mig_state(attr.PathMigState)
+	a.qkey = C.uint32_t(attr.QKey)
+	a.rq_psn = C.uint32_t(attr.RQPSN)
+	a.sq_psn = C.uint32_t(attr.SQPSN)
+	a.dest_qp_num = C.uint32_t(attr.DestQPNum)
+	a.qp_access_flags = C.uint(attr.QPAccessFlags)
+	a.cap.max_send_wr = C.uint32_t(attr.Cap.MaxSendWR)
+	a.cap.max_recv_wr = C.uint32_t(attr.Cap.MaxRecvWR)
+	a.cap.max_send_sge = C.uint32_t(attr.Cap.MaxSendSGE)
+	a.cap.max_recv_sge = C.uint32_t(attr.Cap.MaxRecvSGE)
+	a.cap.max_inline_data = C.uint32_t(attr.Cap.MaxInlineData)
+	a.ah_attr = cAHAttr(&attr.AHAttr)
+	a.alt_ah_attr = cAHAttr(&attr.AltAHAttr)
+	a.pkey_index = C.uint16_t(attr.PKeyIndex)
+	a.alt_pkey_index = C.uint16_t(attr.AltPKeyIndex)
+	a.en_sqd_async_notify = C.uint8_t(attr.EnSQDAsyncNotify)
+	a.max_rd_atomic = C.uint8_t(attr.MaxRdAtomic)
+	a.max_dest_rd_atomic = C.uint8_t(attr.MaxDestRdAtomic)
+	a.min_rnr_timer = C.uint8_t(attr.MinRNRTimer)
+	a.port_num = C.uint8_t(attr.PortNum)
+	a.timeout = C.uint8_t(attr.Timeout)
+	a.retry_cnt = C.uint8_t(attr.RetryCnt)
+	a.rnr_retry = C.uint8_t(attr.RNRRetry)
+	a.alt_port_num = C.uint8_t(attr.AltPortNum)
+	a.alt_timeout = C.uint8_t(attr.AltTimeout)
+	a.rate_limit = C.uint32_t(attr.RateLimit)
+	return a
+}
+
+func goQPAttr(a *C.struct_ibv_qp_attr) verbs.QPAttr {
+	return verbs.QPAttr{
+		QPState:       verbs.QPState(a.qp_state),
+		CurQPState:    verbs.QPState(a.cur_qp_state),
+		PathMTU:       verbs.MTU(a.path_mtu),
+		PathMigState:  verbs.MigState(a.path_mig_state),
+		QKey:          uint32(a.qkey),
+		RQPSN:         uint32(a.rq_psn),
+		SQPSN:         uint32(a.sq_psn),
+		DestQPNum:     uint32(a.dest_qp_num),
+		QPAccessFlags: verbs.AccessFlags(a.qp_access_flags),
+		Cap: verbs.QPCap{
+			MaxSendWR:     uint32(a.cap.max_send_wr),
+			MaxRecvWR:     uint32(a.cap.max_recv_wr),
+			MaxSendSGE:    uint32(a.cap.max_send_sge),
+			MaxRecvSGE:    uint32(a.cap.max_recv_sge),
+			MaxInlineData: uint32(a.cap.max_inline_data),
+		},
+		AHAttr:           goAHAttr(&a.ah_attr),
+		AltAHAttr:        goAHAttr(&a.alt_ah_attr),
+		PKeyIndex:        uint16(a.pkey_index),
+		AltPKeyIndex:     uint16(a.alt_pkey_index),
+		EnSQDAsyncNotify: uint8(a.en_sqd_async_notify),
+		SQDraining:       uint8(a.sq_draining),
+		MaxRdAtomic:      uint8(a.max_rd_atomic),
+		MaxDestRdAtomic:  uint8(a.max_dest_rd_atomic),
+		MinRNRTimer:      uint8(a.min_rnr_timer),
+		PortNum:          uint8(a.port_num),
+		Timeout:          uint8(a.timeout),
+		RetryCnt:         uint8(a.retry_cnt),
+		RNRRetry:         uint8(a.rnr_retry),
+		AltPortNum:       uint8(a.alt_port_num),
+		AltTimeout:       uint8(a.alt_timeout),
+		RateLimit:        uint32(a.rate_limit),
+	}
+}
+
+// allQPAttrs is the mask ibv_query_qp is asked for.
+const allQPAttrs = (1 << 21) - 1
+
+func (q *qp) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
+	var a C.struct_ibv_qp_attr
+	var ia C.struct_ibv_qp_init_attr
+	if rc := C.ibv_query_qp(q.qp, &a, allQPAttrs, &ia); rc != 0 {
+		return verbs.QPAttr{}, verbs.QPInitAttr{}, failRC("ibv_query_qp", rc)
+	}
+	init := verbs.QPInitAttr{
+		QPType:   verbs.QPType(ia.qp_type),
+		SQSigAll: ia.sq_sig_all != 0,
+		Cap: verbs.QPCap{
+			MaxSendWR:     uint32(ia.cap.max_send_wr),
+			MaxRecvWR:     uint32(ia.cap.max_recv_wr),
+			MaxSendSGE:    uint32(ia.cap.max_send_sge),
+			MaxRecvSGE:    uint32(ia.cap.max_recv_sge),
+			MaxInlineData: uint32(ia.cap.max_inline_data),
+		},
+	}
+	return goQPAttr(&a), init, nil
+}
+
+// sgeCount is the number of SGEs of a request list.
+func sgeCount[W verbs.SendWR | verbs.RecvWR](wrs []W, sg func(*W) []verbs.SGE) int {
+	n := 0
+	for i := range wrs {
+		n += len(sg(&wrs[i]))
+	}
+	return n
+}
+
+// checkInline makes sure an inline request's SGEs lie inside registered
+// regions of this device, which libibverbs reads from without checking.
+func (q *qp) checkInline(w *verbs.SendWR) error {
+	s := q.c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range w.SGList {
+		m := s.byMRKey[g.LKey]
+		if m == nil || g.Addr < m.lo || g.Addr+uint64(g.Length) > m.hi || g.Addr+uint64(g.Length) < g.Addr {
+			return verbs.Errorf("ibv_post_send", verbs.ErrInvalidArgument, "inline SGE outside the registered region of its lkey")
+		}
+	}
+	return nil
+}
+
+// PostSend posts the requests as one list (ibv_post_send); a type 1
+// window's bind goes through ibv_bind_mw in its place in the list.
+func (q *qp) PostSend(wrs []verbs.SendWR) error {
+	start := 0
+	for i := range wrs {
+		w := &wrs[i]
+		if w.SendFlags&verbs.SendInline != 0 {
+			if err := q.checkInline(w); err != nil {
+				if err := q.postSend(wrs[start:i], start); err != nil {
+					return err
+				}
+				return &verbs.WRError{Index: i, WRID: w.WRID, Err: err}
+			}
+		}
+		if w.Opcode == verbs.WRBindMW && w.BindMW.MW != nil && w.BindMW.MW.Type() == verbs.MWType1 {
+			if err := q.postSend(wrs[start:i], start); err != nil {
+				return err
+			}
+			var cw C.struct_rg_send_wr
+			if err := fillSend(&cw, w); err != nil {
+				return &verbs.WRError{Index: i, WRID: w.WRID, Err: err}
+			}
+			var rkey C.uint32_t
+			if rc := C.rg_bind_mw(q.qp, &cw, &rkey); rc != 0 {
+				return &verbs.WRError{Index: i, WRID: w.WRID, Err: failRC("ibv_bind_mw", rc)}
+			}
+			w.BindMW.RKey = uint32(rkey)
+			start = i + 1
+		}
+	}
+	return q.postSend(wrs[start:], start)
+}
+
+func fillSend(cw *C.struct_rg_send_wr, w *verbs.SendWR) error {
+	cw.wr_id = C.uint64_t(w.WRID)
+	cw.opcode = C.uint32_t(w.Opcode)
+	cw.flags = C.uint32_t(w.SendFlags)
+	cw.imm = C.uint32_t(w.ImmData)
+	cw.inv_rkey = C.uint32_t(w.InvalidateRKey)
+	cw.remote_addr = C.uint64_t(w.RemoteAddr)
+	cw.rkey = C.uint32_t(w.RKey)
+	cw.compare_add = C.uint64_t(w.CompareAdd)
+	cw.swap_ = C.uint64_t(w.Swap)
+	if w.AH != nil {
+		h, ok := verbs.AHDriverOf(w.AH).(*ah)
+		if !ok {
+			return verbs.Errorf("ibv_post_send", verbs.ErrInvalidArgument, "address handle of another provider")
+		}
+		cw.ah = h.ah
+	}
+	cw.remote_qpn = C.uint32_t(w.RemoteQPN)
+	cw.remote_qkey = C.uint32_t(w.RemoteQKey)
+	if w.Opcode == verbs.WRBindMW {
+		b := &w.BindMW
+		win, ok := verbs.MWDriverOf(b.MW).(*mw)
+		if !ok {
+			return verbs.Errorf("ibv_post_send", verbs.ErrInvalidArgument, "memory window of another provider")
+		}
+		cw.mw = win.mw
+		cw.bind_rkey = C.uint32_t(b.RKey)
+		if b.BindInfo.MR != nil {
+			m, ok := verbs.MRDriverOf(b.BindInfo.MR).(*mr)
+			if !ok {
+				return verbs.Errorf("ibv_post_send", verbs.ErrInvalidArgument, "memory region of another provider")
+			}
+			cw.bind_mr = m.mr
+		}
+		cw.bind_addr = C.uint64_t(b.BindInfo.Addr)
+		cw.bind_length = C.uint64_t(b.BindInfo.Length)
+		cw.bind_access = C.uint32_t(b.BindInfo.AccessFlags)
+	}
+	return nil
+}
+
+// postSend posts wrs, which start at index base of the caller's list.
+func (q *qp) postSend(wrs []verbs.SendWR, base int) error {
+	if len(wrs) == 0 {
+		return nil
+	}
+	var wbuf [8]C.struct_rg_send_wr
+	var sbuf [16]verbs.SGE
+	cws := wbuf[:0]
+	if len(wrs) > len(wbuf) {
+		cws = make([]C.struct_rg_send_wr, 0, len(wrs))
+	}
+	sges := sbuf[:0]
+	if n := sgeCount(wrs, func(w *verbs.SendWR) []verbs.SGE { return w.SGList }); n > len(sbuf) {
+		sges = make([]verbs.SGE, 0, n)
+	}
+	for i := range wrs {
+		w := &wrs[i]
+		var cw C.struct_rg_send_wr
+		if err := fillSend(&cw, w); err != nil {
+			if err := q.postSend(wrs[:i], base); err != nil {
+				return err
+			}
+			return &verbs.WRError{Index: base + i, WRID: w.WRID, Err: err}
+		}
+		cw.sge_off = C.uint32_t(len(sges))
+		cw.num_sge = C.uint32_t(len(w.SGList))
+		sges = append(sges, w.SGList...)
+		cws = append(cws, cw)
+	}
+	if len(sges) == 0 {
+		sges = sbuf[:1]
+	}
+	var bad C.int
+	rc := C.rg_post_send(q.qp, &cws[0], C.int(len(cws)), (*C.struct_rg_sge)(unsafe.Pointer(&sges[0])), &bad)
+	if rc != 0 {
+		i := max(int(bad), 0)
+		return &verbs.WRError{Index: base + i, WRID: wrs[i].WRID, Err: failRC("ibv_post_send", rc)}
+	}
+	return nil
+}
+
+func (q *qp) PostRecv(wrs []verbs.RecvWR) error { return postRecv(q.qp, nil, wrs) }
+
+func postRecv(q *C.struct_ibv_qp, s *C.struct_ibv_srq, wrs []verbs.RecvWR) error {
+	if len(wrs) == 0 {
+		return nil
+	}
+	op := "ibv_post_recv"
+	if s != nil {
+		op = "ibv_post_srq_recv"
+	}
+	var wbuf [16]C.struct_rg_recv_wr
+	var sbuf [16]verbs.SGE
+	cws := wbuf[:0]
+	if len(wrs) > len(wbuf) {
+		cws = make([]C.struct_rg_recv_wr, 0, len(wrs))
+	}
+	sges := sbuf[:0]
+	if n := sgeCount(wrs, func(w *verbs.RecvWR) []verbs.SGE { return w.SGList }); n > len(sbuf) {
+		sges = make([]verbs.SGE, 0, n)
+	}
+	for i := range wrs {
+		w := &wrs[i]
+		cws = append(cws, C.struct_rg_recv_wr{wr_id: C.uint64_t(w.WRID), sge_off: C.uint32_t(len(sges)), num_sge: C.uint32_t(len(w.SGList))})
+		sges = append(sges, w.SGList...)
+	}
+	if len(sges) == 0 {
+		sges = sbuf[:1]
+	}
+	var bad C.int
+	rc := C.rg_post_recv(q, s, &cws[0], C.int(len(cws)), (*C.struct_rg_sge)(unsafe.Pointer(&sges[0])), &bad)
+	if rc != 0 {
+		i := max(int(bad), 0)
+		return &verbs.WRError{Index: i, WRID: wrs[i].WRID, Err: failRC(op, rc)}
+	}
+	return nil
+}
+
+func (q *qp) AttachMcast(gid verbs.GID) error {
+	var g C.union_ibv_gid
+	*(*[16]byte)(unsafe.Pointer(&g)) = gid
+	if rc := C.ibv_attach_mcast(q.qp, &g, 0); rc != 0 {
+		return failRC("ibv_attach_mcast", rc)
+	}
+	return nil
+}
+
+func (q *qp) DetachMcast(gid verbs.GID) error {
+	var g C.union_ibv_gid
+	*(*[16]byte)(unsafe.Pointer(&g)) = gid
+	if rc := C.ibv_detach_mcast(q.qp, &g, 0); rc != 0 {
+		return failRC("ibv_detach_mcast", rc)
+	}
+	return nil
+}
+
+func (q *qp) Destroy() error {
+	return q.end(q.c, kindQP, q, "ibv_destroy_qp", func() C.int {
+		if rc := C.ibv_destroy_qp(q.qp); rc != 0 {
+			return rc
+		}
+		q.c.s.mu.Lock()
+		delete(q.c.s.byQPN, q.num)
+		q.c.s.mu.Unlock()
+		return 0
+	})
+}
+
+func (m *mr) release()  { m.Dereg() }
+func (q *qp) release()  { q.Destroy() }
+func (q *cq) release()  { q.Destroy() }
+func (s *srq) release() { s.Destroy() }
+func (h *ah) release()  { h.Destroy() }
+func (w *mw) release()  { w.Dealloc() }
+func (p *pd) release()  { p.Dealloc() }
