@@ -78,16 +78,27 @@ func deviceAddrs(d *verbs.Device) []netip.Addr {
 }
 
 // deviceFor returns the device that serves addr.
+//
+// When a device with a connection manager backend (rdma-core's) and a
+// software device both serve the address, the backend's device wins: the
+// kernel owns that address's RoCE traffic.
 func deviceFor(addr netip.Addr) *verbs.Device {
 	addr = addr.Unmap().WithZone("")
+	var first *verbs.Device
 	for _, d := range candidates() {
 		for _, a := range deviceAddrs(d) {
-			if a.Unmap().WithZone("") == addr {
+			if a.Unmap().WithZone("") != addr {
+				continue
+			}
+			if backendFor(d) != nil {
 				return d
+			}
+			if first == nil {
+				first = d
 			}
 		}
 	}
-	return nil
+	return first
 }
 
 // loopbackDevice returns a device serving a loopback address of src's

@@ -170,6 +170,15 @@ func peerTimeout(ackTimeout, responseTimeout uint8) time.Duration {
 // synchronous ID waits for the outcome.
 func (id *ID) Connect(p *ConnParam) error {
 	const op = "rdma_connect"
+	if k := id.kernel(); k != nil {
+		cm.mu.Lock()
+		want := EventEstablished
+		if id.qp == nil && id.ps != PSUDP {
+			want = EventConnectResponse
+		}
+		cm.mu.Unlock()
+		return id.kwait(op, k.Connect(p), want)
+	}
 	cm.mu.Lock()
 	if id.state != stateRouteResolved {
 		cm.mu.Unlock()
@@ -393,6 +402,9 @@ func (id *ID) sendRTU() {
 // Establish completes a connection whose QP the user moves (rdma_establish):
 // after CONNECT_RESPONSE and moving the QP to RTS, it sends the RTU.
 func (id *ID) Establish() error {
+	if k := id.kernel(); k != nil {
+		return k.Establish()
+	}
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	if id.c.state != cmRepRcvd {
@@ -560,6 +572,15 @@ func (id *ID) sendMRA() {
 // and 7 RNR retries. A synchronous ID waits for ESTABLISHED.
 func (id *ID) Accept(p *ConnParam) error {
 	const op = "rdma_accept"
+	if k := id.kernel(); k != nil {
+		cm.mu.Lock()
+		id.countDone()
+		cm.mu.Unlock()
+		if id.ps == PSUDP {
+			return k.Accept(p) // the SIDR_REP ends it: no ESTABLISHED here
+		}
+		return id.kwait(op, k.Accept(p), EventEstablished)
+	}
 	cm.mu.Lock()
 	c := &id.c
 	if c.state == cmSIDRReqRcvd {
@@ -651,6 +672,9 @@ func (a *agent) handleRTU(in *inMAD, m *mad.RTU) {
 // the UDP port space a SIDR_REP with status "rejected".
 func (id *ID) Reject(privateData []byte) error {
 	const op = "rdma_reject"
+	if k := id.kernel(); k != nil {
+		return k.Reject(privateData)
+	}
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	c := &id.c
@@ -700,6 +724,9 @@ func (id *ID) sendREJ(reason mad.RejectReason, msg mad.MsgCode, pdata []byte) {
 // (at once here when answering the peer, otherwise on the peer's DREP or
 // when the DREQ goes unanswered), and TIMEWAIT_EXIT after the timewait.
 func (id *ID) Disconnect() error {
+	if k := id.kernel(); k != nil {
+		return k.Disconnect()
+	}
 	cm.mu.Lock()
 	err := id.disconnect()
 	a, issued := id.agent, uint64(0)

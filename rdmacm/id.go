@@ -68,6 +68,11 @@ type ID struct {
 	lastWait *Event // the event a synchronous call ended on
 
 	c conn // the IB CM connection
+
+	// The ID's backend ID, when a backend serves its device (see
+	// Backend), and the device context it shares.
+	k    BackendID
+	kdev *kdevice
 }
 
 // options are the settable per-ID options (rdma_set_option and the Go
@@ -162,6 +167,9 @@ func (id *ID) PortSpace() PortSpace { return id.ps }
 func (id *ID) Verbs() *verbs.Context {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
+	if id.kdev != nil {
+		return id.kdev.ctx
+	}
 	if id.agent == nil {
 		return nil
 	}
@@ -172,6 +180,9 @@ func (id *ID) Verbs() *verbs.Context {
 func (id *ID) Device() *verbs.Device {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
+	if id.kdev != nil {
+		return id.kdev.dev
+	}
 	if id.agent == nil {
 		return nil
 	}
@@ -183,7 +194,7 @@ func (id *ID) Device() *verbs.Device {
 func (id *ID) PortNum() uint8 {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
-	if id.agent == nil {
+	if id.agent == nil && id.kdev == nil {
 		return 0
 	}
 	return 1
@@ -257,6 +268,9 @@ func (id *ID) SetTOS(tos uint8) error {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	id.opts.tos = tos
+	if id.k != nil {
+		return id.k.SetTOS(tos)
+	}
 	return nil
 }
 
@@ -266,6 +280,9 @@ func (id *ID) SetReuseAddr(on bool) error {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	id.opts.reuseAddr = on
+	if id.k != nil {
+		return id.k.SetReuseAddr(on)
+	}
 	return nil
 }
 
@@ -280,6 +297,9 @@ func (id *ID) SetACKTimeout(code uint8) error {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	id.opts.ackTimeout = code
+	if id.k != nil {
+		return id.k.SetACKTimeout(code)
+	}
 	return nil
 }
 
@@ -354,7 +374,17 @@ func (id *ID) bind(op string, addr netip.AddrPort) error {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "no address")
 	}
 	var a *agent
-	if !ip.IsUnspecified() {
+	if ip.IsUnspecified() {
+		cm.mu.Unlock()
+		b := wildcardBackend(ip)
+		cm.mu.Lock()
+		if id.state != stateIdle {
+			return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID changed state (destroyed?) while binding")
+		}
+		if b != nil {
+			return id.kbind(b, nil, addr)
+		}
+	} else {
 		cm.mu.Unlock()
 		dev := deviceFor(ip)
 		cm.mu.Lock()
@@ -363,6 +393,9 @@ func (id *ID) bind(op string, addr netip.AddrPort) error {
 		}
 		if dev == nil {
 			return verbs.Errorf(op, verbs.ErrAddrNotAvail, "no RDMA device serves "+ip.String())
+		}
+		if b := backendFor(dev); b != nil {
+			return id.kbind(b, dev, addr)
 		}
 		var err error
 		if a, err = agentFor(dev); err != nil {
@@ -406,6 +439,23 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 			cm.mu.Unlock()
 			return err
 		}
+	}
+	if id.state == stateIdle && id.k == nil {
+		// Unbound: a backend takes the ID if it serves the device the
+		// route leaves from.
+		cm.mu.Unlock()
+		b := routeBackend(d)
+		cm.mu.Lock()
+		if b != nil && id.state == stateIdle && id.k == nil {
+			if err := id.startBackend(b); err != nil {
+				cm.mu.Unlock()
+				return err
+			}
+		}
+	}
+	if k := id.k; k != nil {
+		cm.mu.Unlock()
+		return id.kwait(op, k.ResolveAddr(src, dst, timeout), EventAddrResolved)
 	}
 	status := id.resolveAddr(d)
 	if status == 0 {
@@ -472,6 +522,9 @@ func (id *ID) resolveAddr(d netip.Addr) int {
 // comes as a ROUTE_RESOLVED event; a synchronous ID waits for it.
 func (id *ID) ResolveRoute(timeout time.Duration) error {
 	const op = "rdma_resolve_route"
+	if k := id.kernel(); k != nil {
+		return id.kwait(op, k.ResolveRoute(timeout), EventRouteResolved)
+	}
 	cm.mu.Lock()
 	if id.state != stateAddrResolved {
 		cm.mu.Unlock()
@@ -508,6 +561,13 @@ func (id *ID) Listen(backlog int) error {
 	const op = "rdma_listen"
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
+	if id.k != nil {
+		if err := id.k.Listen(backlog); err != nil {
+			return err
+		}
+		id.state = stateListen
+		return nil
+	}
 	if id.state != stateAddrBound {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound (rdma_bind_addr)")
 	}
@@ -744,6 +804,11 @@ func (id *ID) Destroy() error {
 	cm.mu.Lock()
 	if id.state == stateDestroying {
 		cm.mu.Unlock()
+		return nil
+	}
+	if k := id.k; k != nil {
+		cm.mu.Unlock()
+		id.kdestroy(k)
 		return nil
 	}
 	for _, ev := range id.destroyLocked() {

@@ -17,16 +17,30 @@ import (
 // gave.
 func (id *ID) CreateQP(pd *verbs.PD, attr *verbs.QPInitAttr) error {
 	const op = "rdma_create_qp"
+	var devCtx *verbs.Context
+	var devPD *verbs.PD
+	var initQP func(*verbs.QP) error
 	cm.mu.Lock()
-	a := id.agent
+	switch {
+	case id.k != nil && id.kdev != nil:
+		devCtx, devPD, initQP = id.kdev.ctx, id.kdev.pd, id.k.AttachQP
+	case id.k == nil && id.agent != nil:
+		devCtx, devPD, initQP = id.agent.ctx, id.agent.pd, id.initQP
+	}
 	has := id.qp != nil
 	cm.mu.Unlock()
-	if a == nil {
+	if devCtx == nil {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound to a device (resolve the address first)")
 	}
 	if has {
 		return verbs.Errorf(op, verbs.ErrExist, "the ID already has a QP")
 	}
+	return id.createQP(op, devCtx, devPD, pd, attr, initQP)
+}
+
+// createQP makes the ID's QP on devCtx, with pd or the device's devPD, and
+// moves it on with initQP.
+func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, attr *verbs.QPInitAttr, initQP func(*verbs.QP) error) error {
 	if attr == nil {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "no QP attributes")
 	}
@@ -40,8 +54,8 @@ func (id *ID) CreateQP(pd *verbs.PD, attr *verbs.QPInitAttr) error {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, fmt.Sprintf("%v QP in %v", init.QPType, id.ps))
 	}
 	if pd == nil {
-		pd = a.pd // the device's PD, shared by its IDs
-	} else if pd.Context() != a.ctx && pd.Context().Device() != a.dev {
+		pd = devPD // the device's PD, shared by its IDs
+	} else if pd.Context() != devCtx && pd.Context().Device() != devCtx.Device() {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the PD is on another device")
 	}
 	ctx := pd.Context()
@@ -89,7 +103,7 @@ func (id *ID) CreateQP(pd *verbs.PD, attr *verbs.QPInitAttr) error {
 	if err != nil {
 		return fail(err)
 	}
-	if err := id.initQP(qp); err != nil {
+	if err := initQP(qp); err != nil {
 		qp.Destroy()
 		return fail(err)
 	}
@@ -150,7 +164,11 @@ func (id *ID) freeQP() {
 	cm.mu.Lock()
 	qp, sendCQ, recvCQ, sendCh, recvCh, own := id.qp, id.sendCQ, id.recvCQ, id.sendCh, id.recvCh, id.ownCQs
 	id.qp, id.sendCQ, id.recvCQ, id.sendCh, id.recvCh, id.ownCQs, id.pd = nil, nil, nil, nil, nil, false, nil
+	k := id.k
 	cm.mu.Unlock()
+	if qp != nil && k != nil {
+		k.DetachQP()
+	}
 	if qp != nil {
 		qp.Destroy()
 	}
@@ -171,6 +189,9 @@ func (id *ID) freeQP() {
 // once the peer's answer is known (after CONNECT_REQUEST on the passive
 // side, CONNECT_RESPONSE on the active side).
 func (id *ID) InitQPAttr(s verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
+	if k := id.kernel(); k != nil {
+		return k.InitQPAttr(s)
+	}
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	return id.qpAttr(s)

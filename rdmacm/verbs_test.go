@@ -41,6 +41,13 @@ func vbDevices(t testing.TB) (cli, srv netip.Addr) {
 			t.Fatal(err)
 		}
 		t.Cleanup(rdmacm.RegisterDevice(dev))
+		// A device closes its links with its last context; tests that
+		// listen, close and listen again need it kept open.
+		ctx, err := dev.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ctx.Close() })
 	}
 	return cli, srv
 }

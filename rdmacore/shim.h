@@ -215,4 +215,207 @@ static inline uint64_t rg_dev_guid(struct ibv_device **l, int i) { return be64to
 static inline struct ibv_device *rg_dev(struct ibv_device **l, int i) { return l[i]; }
 static inline struct ibv_context *rg_ctx(struct ibv_context **l, int i) { return l[i]; }
 
+
+// ---- librdmacm ----
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+static inline void rg_set_context(struct rdma_cm_id *id, uintptr_t h) { id->context = (void *)h; }
+static inline uintptr_t rg_context(struct rdma_cm_id *id) { return (uintptr_t)id->context; }
+
+// rg_sockaddr fills ss with an IPv4 (v6 == 0, a[12:16]) or IPv6 address.
+static inline struct sockaddr *rg_sockaddr(struct sockaddr_storage *ss, int v6, const uint8_t *a, uint16_t port, uint32_t scope) {
+	memset(ss, 0, sizeof *ss);
+	if (v6) {
+		struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
+		s->sin6_family = AF_INET6;
+		memcpy(&s->sin6_addr, a, 16);
+		s->sin6_port = htons(port);
+		s->sin6_scope_id = scope;
+	} else {
+		struct sockaddr_in *s = (struct sockaddr_in *)ss;
+		s->sin_family = AF_INET;
+		memcpy(&s->sin_addr, a + 12, 4);
+		s->sin_port = htons(port);
+	}
+	return (struct sockaddr *)ss;
+}
+
+// rg_addr reads a socket address into a (16 bytes, IPv4 mapped), port and
+// family (4 or 6; 0 for none).
+static inline int rg_addr(struct sockaddr *sa, uint8_t *a, uint16_t *port) {
+	memset(a, 0, 16);
+	*port = 0;
+	if (sa == NULL)
+		return 0;
+	if (sa->sa_family == AF_INET) {
+		struct sockaddr_in *s = (struct sockaddr_in *)sa;
+		a[10] = a[11] = 0xff;
+		memcpy(a + 12, &s->sin_addr, 4);
+		*port = ntohs(s->sin_port);
+		return 4;
+	}
+	if (sa->sa_family == AF_INET6) {
+		struct sockaddr_in6 *s = (struct sockaddr_in6 *)sa;
+		memcpy(a, &s->sin6_addr, 16);
+		*port = ntohs(s->sin6_port);
+		return 6;
+	}
+	return 0;
+}
+
+static inline int rg_local_addr(struct rdma_cm_id *id, uint8_t *a, uint16_t *port) { return rg_addr(rdma_get_local_addr(id), a, port); }
+static inline int rg_peer_addr(struct rdma_cm_id *id, uint8_t *a, uint16_t *port) { return rg_addr(rdma_get_peer_addr(id), a, port); }
+
+static inline int rg_bind_addr(struct rdma_cm_id *id, int v6, const uint8_t *a, uint16_t port, uint32_t scope) {
+	struct sockaddr_storage ss;
+	return rdma_bind_addr(id, rg_sockaddr(&ss, v6, a, port, scope)) ? errno : 0;
+}
+
+static inline int rg_resolve_addr(struct rdma_cm_id *id, int has_src, int sv6, const uint8_t *src, uint16_t sport, uint32_t sscope,
+		int dv6, const uint8_t *dst, uint16_t dport, uint32_t dscope, int ms) {
+	struct sockaddr_storage s, d;
+	struct sockaddr *sp = has_src ? rg_sockaddr(&s, sv6, src, sport, sscope) : NULL;
+	return rdma_resolve_addr(id, sp, rg_sockaddr(&d, dv6, dst, dport, dscope), ms) ? errno : 0;
+}
+
+// rg_conn is struct rdma_conn_param without pointers.
+struct rg_conn {
+	uint8_t pdata[256];
+	uint32_t pdata_len;
+	uint8_t responder_resources, initiator_depth, flow_control, retry_count, rnr_retry_count, srq;
+	uint32_t qp_num;
+};
+
+static inline void rg_conn_param(struct rdma_conn_param *p, struct rg_conn *c) {
+	memset(p, 0, sizeof *p);
+	p->private_data = c->pdata_len ? c->pdata : NULL;
+	p->private_data_len = c->pdata_len;
+	p->responder_resources = c->responder_resources;
+	p->initiator_depth = c->initiator_depth;
+	p->flow_control = c->flow_control;
+	p->retry_count = c->retry_count;
+	p->rnr_retry_count = c->rnr_retry_count;
+	p->srq = c->srq;
+	p->qp_num = c->qp_num;
+}
+
+static inline int rg_connect(struct rdma_cm_id *id, struct rg_conn *c) {
+	struct rdma_conn_param p;
+	rg_conn_param(&p, c);
+	return rdma_connect(id, &p) ? errno : 0;
+}
+
+static inline int rg_accept(struct rdma_cm_id *id, struct rg_conn *c) {
+	struct rdma_conn_param p;
+	rg_conn_param(&p, c);
+	return rdma_accept(id, &p) ? errno : 0;
+}
+
+// rg_cm_event is an rdma_cm event copied out, so that it can be
+// acknowledged at once.
+struct rg_cm_event {
+	uint32_t type;
+	int32_t status;
+	struct rdma_cm_id *id, *listen_id;
+	struct rg_conn conn;
+	struct ibv_ah_attr ah_attr;
+	uint32_t ud_qp_num, ud_qkey;
+};
+
+static inline int rg_get_cm_event(struct rdma_event_channel *ch, struct rg_cm_event *out) {
+	struct rdma_cm_event *ev;
+	const void *pd;
+	uint8_t len;
+	if (rdma_get_cm_event(ch, &ev))
+		return errno;
+	memset(out, 0, sizeof *out);
+	out->type = ev->event;
+	out->status = ev->status;
+	out->id = ev->id;
+	out->listen_id = ev->listen_id;
+	if (ev->id->ps == RDMA_PS_UDP || ev->id->ps == RDMA_PS_IPOIB) {
+		pd = ev->param.ud.private_data;
+		len = ev->param.ud.private_data_len;
+		out->ah_attr = ev->param.ud.ah_attr;
+		out->ud_qp_num = ev->param.ud.qp_num;
+		out->ud_qkey = ev->param.ud.qkey;
+	} else {
+		pd = ev->param.conn.private_data;
+		len = ev->param.conn.private_data_len;
+		out->conn.responder_resources = ev->param.conn.responder_resources;
+		out->conn.initiator_depth = ev->param.conn.initiator_depth;
+		out->conn.flow_control = ev->param.conn.flow_control;
+		out->conn.retry_count = ev->param.conn.retry_count;
+		out->conn.rnr_retry_count = ev->param.conn.rnr_retry_count;
+		out->conn.srq = ev->param.conn.srq;
+		out->conn.qp_num = ev->param.conn.qp_num;
+	}
+	if (pd && len) {
+		memcpy(out->conn.pdata, pd, len);
+		out->conn.pdata_len = len;
+	}
+	rdma_ack_cm_event(ev);
+	return 0;
+}
+
+// rg_attach_qp makes qp the ID's QP and moves it to INIT (a UD QP on to
+// RTS), as rdma_create_qp does for the QPs it creates.
+static inline int rg_attach_qp(struct rdma_cm_id *id, struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	int mask, rc;
+	id->qp = qp;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_INIT;
+	if (rdma_init_qp_attr(id, &a, &mask))
+		return errno;
+	if ((rc = ibv_modify_qp(qp, &a, mask)))
+		return rc;
+	if (qp->qp_type != IBV_QPT_UD)
+		return 0;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	if ((rc = ibv_modify_qp(qp, &a, IBV_QP_STATE)))
+		return rc;
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 0;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+static inline void rg_detach_qp(struct rdma_cm_id *id) { id->qp = NULL; }
+
+static inline int rg_init_qp_attr(struct rdma_cm_id *id, int state, struct ibv_qp_attr *a, int *mask) {
+	memset(a, 0, sizeof *a);
+	a->qp_state = state;
+	return rdma_init_qp_attr(id, a, mask) ? errno : 0;
+}
+
+static inline int rg_set_u8(struct rdma_cm_id *id, int level, int name, uint8_t v) {
+	return rdma_set_option(id, level, name, &v, sizeof v) ? errno : 0;
+}
+
+static inline int rg_set_int(struct rdma_cm_id *id, int level, int name, int v) {
+	return rdma_set_option(id, level, name, &v, sizeof v) ? errno : 0;
+}
+
+// rg_route reads the resolved path (RoCE: one path record).
+static inline int rg_route(struct rdma_cm_id *id, uint8_t *sgid, uint8_t *dgid, uint32_t *mtu, uint32_t *hop, uint32_t *tclass, uint32_t *flow) {
+	struct ibv_sa_path_rec *p;
+	if (id->route.num_paths < 1 || id->route.path_rec == NULL)
+		return 0;
+	p = id->route.path_rec;
+	memcpy(sgid, &p->sgid, 16);
+	memcpy(dgid, &p->dgid, 16);
+	*mtu = p->mtu;
+	*hop = p->hop_limit;
+	*tclass = p->traffic_class;
+	*flow = be32toh(p->flow_label);
+	return 1;
+}
+
+static inline const char *rg_id_dev_name(struct rdma_cm_id *id) {
+	return id->verbs ? ibv_get_device_name(id->verbs->device) : NULL;
+}
+
 #endif

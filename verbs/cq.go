@@ -16,11 +16,12 @@ type CQ struct {
 	channel *CompChannel
 	drv     CQDriver
 
-	mu     sync.Mutex
-	users  int // QPs using this CQ
-	events uint64
-	acked  uint64
-	closed bool
+	mu         sync.Mutex
+	users      int // QPs using this CQ
+	events     uint64
+	acked      uint64
+	closed     bool
+	destroying bool
 }
 
 // CreateCQ creates a completion queue with room for at least cqe
@@ -150,13 +151,23 @@ func (cq *CQ) Destroy() error {
 	if cq.closed {
 		return nil
 	}
+	if cq.destroying {
+		return Errorf("ibv_destroy_cq", ErrBusy, "being destroyed by another goroutine")
+	}
 	if cq.users > 0 {
 		return Errorf("ibv_destroy_cq", ErrBusy, itoa(cq.users)+" QP(s) still use the CQ")
 	}
 	if cq.acked < cq.events && cq.channel != nil {
 		return Errorf("ibv_destroy_cq", ErrBusy, "unacknowledged completion events: call AckEvents")
 	}
-	if err := cq.drv.Destroy(); err != nil {
+	// The provider may wait for its own goroutines, which may be
+	// reporting an event (fired takes mu): destroy without holding it.
+	cq.destroying = true
+	cq.mu.Unlock()
+	err := cq.drv.Destroy()
+	cq.mu.Lock()
+	cq.destroying = false
+	if err != nil {
 		return err
 	}
 	cq.closed = true

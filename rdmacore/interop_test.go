@@ -1,0 +1,155 @@
+package rdmacore_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/internal/vmtest"
+)
+
+// These tests run the rdma-core provider where there is a kernel RDMA
+// stack: the VMs of shared/interop/vm, whose kernels run Soft-RoCE (rxe0).
+// They build with -tags rdmacore here and run the binaries in vm1, against
+// rdma-core's own tools in vm2 and against the software device on the host
+// side of the harness.
+
+// buildFor builds a binary with the rdmacore tag (go build, or go test -c
+// when test is set) and copies it into vm1 as /tmp/<name>.
+func buildFor(t *testing.T, vm, name, pkg string, test bool) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), name)
+	args := []string{"build", "-tags", "rdmacore", "-o", out, pkg}
+	if test {
+		args = []string{"test", "-c", "-tags", "rdmacore", "-o", out, pkg}
+	}
+	if b, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(vm, "exec", "1", "cat >/tmp/"+name+" && chmod +x /tmp/"+name)
+	cmd.Stdin = f
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("copying %s into vm1: %v\n%s", name, err, b)
+	}
+	return "/tmp/" + name
+}
+
+// TestInteropConformanceOnLinuxRXE runs the verbs conformance suite on
+// vm1's rxe0 through the rdma-core provider.
+func TestInteropConformanceOnLinuxRXE(t *testing.T) {
+	vm := vmtest.VM(t, "Linux Soft-RoCE through rdma-core")
+	bin := buildFor(t, vm, "rdmacore.test", "github.com/rdmago/rdmago/rdmacore", true)
+	out, err := exec.Command(vm, "exec", "1", bin+" -test.run TestConformance -test.v -test.count 1").CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("the suite failed on rxe0: %v", err)
+	}
+	pass := len(regexp.MustCompile(`(?m)^    --- PASS`).FindAll(out, -1))
+	skip := len(regexp.MustCompile(`(?m)^    --- SKIP`).FindAll(out, -1))
+	if pass < 20 {
+		t.Fatalf("%d cases passed, %d skipped: the device ran too little of the suite", pass, skip)
+	}
+	t.Logf("rxe0: %d cases passed, %d skipped as the kernel's known departures", pass, skip)
+}
+
+// pair runs server, then client (again while the server still waits, if
+// the client came too early), and checks that both exit 0 and print what
+// they must.
+func pair(t *testing.T, server, client *exec.Cmd, serverWants, clientWants string) {
+	t.Helper()
+	var sout bytes.Buffer
+	server.Stdout, server.Stderr = &sout, &sout
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- server.Wait() }()
+	var cout []byte
+	var cerr error
+	for try := 0; try < 5; try++ {
+		time.Sleep(2 * time.Second) // the guests are emulated and slow to start a program
+		c := exec.Command(client.Path, client.Args[1:]...)
+		if cout, cerr = c.CombinedOutput(); cerr == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			done <- err
+			try = 5
+		default:
+		}
+	}
+	if cerr != nil {
+		server.Process.Kill() // the guest's timeout ends the program itself
+	}
+	serr := <-done
+	if cerr != nil || serr != nil || !strings.Contains(sout.String(), serverWants) || !bytes.Contains(cout, []byte(clientWants)) {
+		t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, cout, serr, sout.String())
+	}
+}
+
+// TestInteropRdmacoreTools runs `rdmago` built with the rdmacore tag in
+// vm1 against rdma-core's tools in vm2, both ways, and against the
+// software device on the harness's host side.
+func TestInteropRdmacoreTools(t *testing.T) {
+	vm := vmtest.VM(t, "rdma-core's tools through the rdma-core provider")
+	if out, err := exec.Command(vm, "exec", "2", "ibv_devices").CombinedOutput(); err != nil || !bytes.Contains(out, []byte("rxe0")) {
+		t.Skipf("vm2 is not up with rxe0 (vm up 2): %v\n%s", err, out)
+	}
+	bin := buildFor(t, vm, "rdmago-rdmacore", "github.com/rdmago/rdmago/cmd/rdmago", false)
+	host := vmtest.BuildRdmago(t)
+	const to = "timeout " + vmtest.Timeout + " "
+	const rdmago = "RDMAGO_PROVIDER=rdmacore " + to
+	in := func(n int, cmd string) *exec.Cmd { return exec.Command(vm, "exec", fmt.Sprint(n), cmd) }
+	for _, c := range []struct {
+		name                     string
+		server, client           *exec.Cmd
+		serverWants, clientWants string
+	}{
+		{"rc_pingpong rdmago client, ibv_rc_pingpong server",
+			in(2, to+"ibv_rc_pingpong -d rxe0 -g 1 -n 200"), in(1, rdmago+bin+" rc_pingpong -d rxe0 -g 1 -n 200 10.77.0.12"),
+			"200 iters", "200 iters"},
+		{"rc_pingpong rdmago server, ibv_rc_pingpong client",
+			in(1, rdmago+bin+" rc_pingpong -d rxe0 -g 1 -n 200 -e"), in(2, to+"ibv_rc_pingpong -d rxe0 -g 1 -n 200 -e 10.77.0.11"),
+			"200 iters", "200 iters"},
+		{"ud_pingpong rdmago client, ibv_ud_pingpong server",
+			in(2, to+"ibv_ud_pingpong -d rxe0 -g 1 -n 200 -s 512"), in(1, rdmago+bin+" ud_pingpong -d rxe0 -g 1 -n 200 -s 512 10.77.0.12"),
+			"200 iters", "200 iters"},
+		{"srq_pingpong rdmago server, ibv_srq_pingpong client",
+			in(1, rdmago+bin+" srq_pingpong -d rxe0 -g 1 -n 200"), in(2, to+"ibv_srq_pingpong -d rxe0 -g 1 -n 200 10.77.0.11"),
+			"200 iters", "200 iters"},
+		{"rping rdmago client, rping server",
+			in(2, to+"rping -s -a 10.77.0.12 -v -C 10"), in(1, rdmago+bin+" rping -c -a 10.77.0.12 -v -C 10"),
+			"server ping data: rdma-ping-9", "ping data: rdma-ping-9"},
+		{"rping rdmago server, rping client",
+			in(1, rdmago+bin+" rping -s -a 10.77.0.11 -v -C 10"), in(2, to+"rping -c -a 10.77.0.11 -v -C 10"),
+			"server ping data: rdma-ping-9", "ping data: rdma-ping-9"},
+		{"udaddy rdmago client, udaddy server",
+			in(2, to+"udaddy -c 2 -C 10"), in(1, rdmago+bin+" udaddy -s 10.77.0.12 -c 2 -C 10"),
+			"test complete", "test complete"},
+		{"udaddy rdmago server, udaddy client",
+			in(1, rdmago+bin+" udaddy -c 2 -C 10"), in(2, to+"udaddy -s 10.77.0.11 -c 2 -C 10"),
+			"test complete", "test complete"},
+		{"rc_pingpong rdmacore in vm1, software device on the host",
+			exec.Command(vm, "host", "env", "RDMAGO_RXE_ADDR=10.77.0.1", "timeout", vmtest.Timeout, host, "rc_pingpong", "-d", "rxe_br0", "-g", "0", "-n", "200"),
+			in(1, rdmago+bin+" rc_pingpong -d rxe0 -g 1 -n 200 10.77.0.1"),
+			"200 iters", "200 iters"},
+		{"rping rdmacore client in vm1, software device server on the host",
+			exec.Command(vm, "host", "timeout", vmtest.Timeout, host, "rping", "-s", "-a", "10.77.0.1", "-v", "-C", "10"),
+			in(1, rdmago+bin+" rping -c -a 10.77.0.1 -v -C 10"),
+			"server ping data: rdma-ping-9", "ping data: rdma-ping-9"},
+	} {
+		t.Run(c.name, func(t *testing.T) { pair(t, c.server, c.client, c.serverWants, c.clientWants) })
+	}
+}
