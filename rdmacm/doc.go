@@ -48,6 +48,15 @@
 // reason 6 (invalid communication ID), a DREQ for no connection with a
 // DREP.
 //
+// # Devices with a connection manager of their own
+//
+// On rdma-core devices (package rdmacore, built with -tags rdmacore) the
+// kernel owns QP1 and runs rdma_cm itself. There an ID is a kernel
+// rdma_cm ID driven through librdmacm (see Backend): the same calls and
+// events, the kernel's messages on the wire. Which one serves an ID
+// follows from its device, known once it is bound or its address is
+// resolved.
+//
 // # C to Go
 //
 //	rdma_create_event_channel   CreateEventChannel

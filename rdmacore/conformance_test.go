@@ -3,6 +3,7 @@
 package rdmacore
 
 import (
+	"net/netip"
 	"os"
 	"testing"
 
@@ -67,3 +68,5 @@ func linuxRXE(t *testing.T, dev *verbs.Device) bool {
 	}
 	return a.VendorID == 0xffffff
 }
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -108,6 +108,8 @@ func TestInteropRdmacoreTools(t *testing.T) {
 		t.Skipf("vm2 is not up with rxe0 (vm up 2): %v\n%s", err, out)
 	}
 	bin := buildFor(t, vm, "rdmago-rdmacore", "github.com/rdmago/rdmago/cmd/rdmago", false)
+	srvEx := buildFor(t, vm, "rdma_server-rdmacore", "github.com/rdmago/rdmago/examples/rdma_server", false)
+	cliEx := buildFor(t, vm, "rdma_client-rdmacore", "github.com/rdmago/rdmago/examples/rdma_client", false)
 	host := vmtest.BuildRdmago(t)
 	const to = "timeout " + vmtest.Timeout + " "
 	const rdmago = "RDMAGO_PROVIDER=rdmacore " + to
@@ -129,6 +131,18 @@ func TestInteropRdmacoreTools(t *testing.T) {
 		{"srq_pingpong rdmago server, ibv_srq_pingpong client",
 			in(1, rdmago+bin+" srq_pingpong -d rxe0 -g 1 -n 200"), in(2, to+"ibv_srq_pingpong -d rxe0 -g 1 -n 200 10.77.0.11"),
 			"200 iters", "200 iters"},
+		{"uc_pingpong rdmago client, ibv_uc_pingpong server",
+			in(2, to+"ibv_uc_pingpong -d rxe0 -g 1 -n 200"), in(1, rdmago+bin+" uc_pingpong -d rxe0 -g 1 -n 200 10.77.0.12"),
+			"200 iters", "200 iters"},
+		{"rc_pingpong over IPv6 GIDs, rdmago server, ibv_rc_pingpong client",
+			in(1, rdmago+bin+" rc_pingpong -d rxe0 -g 2 -n 200"), in(2, to+"ibv_rc_pingpong -d rxe0 -g 2 -n 200 10.77.0.11"),
+			"200 iters", "200 iters"},
+		{"rdma_server example, rdma_client over IPv6",
+			in(1, rdmago+srvEx+" -s fd77::11"), in(2, to+"rdma_client -s fd77::11"),
+			"rdma_server: end 0", "rdma_client: end 0"},
+		{"rdma_client example, rdma_server",
+			in(2, to+"rdma_server -s 10.77.0.12"), in(1, rdmago+cliEx+" -s 10.77.0.12"),
+			"rdma_server: end 0", "rdma_client: end 0"},
 		{"rping rdmago client, rping server",
 			in(2, to+"rping -s -a 10.77.0.12 -v -C 10"), in(1, rdmago+bin+" rping -c -a 10.77.0.12 -v -C 10"),
 			"server ping data: rdma-ping-9", "ping data: rdma-ping-9"},

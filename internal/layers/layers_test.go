@@ -19,7 +19,12 @@ var rules = []struct {
 	// Packet formats: no state, no I/O, no other rdmago package.
 	{"rxe/wire", []string{module + "/", "net", "os", "syscall", "golang.org/x/sys/", "sync"}},
 	// The verbs API knows nothing of UDP or of any provider.
-	{"verbs", []string{module + "/rxe", "net", "syscall", "golang.org/x/sys/"}},
+	{"verbs", []string{module + "/rxe", module + "/rdmacore", module + "/rdmacm", "net", "syscall", "golang.org/x/sys/"}},
+	// The connection manager works over any provider; providers plug in
+	// through the verbs driver contract and rdmacm.Backend.
+	{"rdmacm", []string{module + "/rxe", module + "/rdmacore"}},
+	// The rdma-core provider stands beside the software device, not on it.
+	{"rdmacore", []string{module + "/rxe"}},
 	// Links carry packets; they know the wire format and nothing above it.
 	{"rxe/link", []string{module + "/verbs", module + "/rdmacm", module + "/fabric"}},
 	// CM MAD formats: like rxe/wire, no state, no I/O, no QPs.

@@ -1,0 +1,54 @@
+package verbs_test
+
+import (
+	"testing"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// listProvider is a provider with fixed devices.
+type listProvider struct {
+	name string
+	devs []*verbs.Device
+}
+
+func (p listProvider) Name() string                      { return p.name }
+func (p listProvider) Devices() ([]*verbs.Device, error) { return p.devs, nil }
+
+func TestRDMAGOProviderPicksTheProvidersListed(t *testing.T) {
+	verbs.RegisterProvider(listProvider{"ptest_a", []*verbs.Device{verbs.NewDevice("ptest_a0", 1, cqDevice{})}})
+	verbs.RegisterProvider(listProvider{"ptest_b", []*verbs.Device{verbs.NewDevice("ptest_b0", 2, cqDevice{})}})
+	for _, c := range []struct {
+		env  string
+		want []string
+	}{
+		{"ptest_a", []string{"ptest_a0"}},
+		{"ptest_b", []string{"ptest_b0"}},
+		{"ptest_b,ptest_a", []string{"ptest_a0", "ptest_b0"}},
+		{"nosuch", nil},
+	} {
+		t.Setenv("RDMAGO_PROVIDER", c.env)
+		devs, err := verbs.Devices()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range devs {
+			got = append(got, d.Name())
+		}
+		if len(got) != len(c.want) || len(got) > 0 && (got[0] != c.want[0] || got[len(got)-1] != c.want[len(c.want)-1]) {
+			t.Errorf("RDMAGO_PROVIDER=%s: devices %v, want %v", c.env, got, c.want)
+		}
+	}
+	t.Setenv("RDMAGO_PROVIDER", "")
+	devs, _ := verbs.Devices()
+	n := 0
+	for _, d := range devs {
+		if d.Name() == "ptest_a0" || d.Name() == "ptest_b0" {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("without RDMAGO_PROVIDER, %d of the 2 test devices are listed", n)
+	}
+}
