@@ -48,6 +48,8 @@ var commands = map[string]command{
 	"devices":      {"list RDMA devices and their node GUIDs, as ibv_devices does", runDevices},
 	"devinfo":      {"print RDMA device and port attributes, as ibv_devinfo does", runDevinfo},
 	"dump":         {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", runDump},
+	"fi_info":      {"list the fabric API's providers and endpoints, as libfabric's fi_info", runFiInfo},
+	"fi_pingpong":  {"ping-pong over the fabric API, as libfabric's fi_pingpong (interoperates with it)", runFiPingpong},
 	"rc_pingpong":  {"ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)", runRCPingpong},
 	"rping":        {"RDMA READ/WRITE ping-pong over rdma_cm, as rdma-core's rping (interoperates with it)", runRping},
 	"srq_pingpong": {"ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)", runSRQPingpong},

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+
+	_ "github.com/rdmago/rdmago/fabric/tcp" // the tcp provider
+	"github.com/rdmago/rdmago/internal/fiinfo"
+	"github.com/rdmago/rdmago/internal/fipingpong"
+)
+
+// runFiPingpong is `rdmago fi_pingpong`, libfabric's fi_pingpong on the
+// fabric API; it interoperates with the C program.
+func runFiPingpong(args []string, stdout, stderr io.Writer) int {
+	o, err := fipingpong.ParseArgs(args, stderr)
+	if err != nil {
+		if fipingpong.ExitStatus(err) == 1 {
+			return 1
+		}
+		io.WriteString(stderr, "fi_pingpong: "+err.Error()+"\n")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return fipingpong.ExitStatus(fipingpong.Run(ctx, o, stdout, stderr))
+}
+
+// runFiInfo is `rdmago fi_info`, libfabric's fi_info.
+func runFiInfo(args []string, stdout, stderr io.Writer) int {
+	return fiinfo.Run(args, stdout, stderr)
+}

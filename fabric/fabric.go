@@ -1,0 +1,528 @@
+package fabric
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+)
+
+// Fabric is an open fabric (fi_fabric): the provider's network.
+type Fabric struct {
+	Attr FabricAttr
+	prov Provider
+}
+
+// OpenFabric opens the fabric of info (fi_fabric).
+func OpenFabric(info *Info) (*Fabric, error) {
+	if info == nil || info.prov == nil || info.FabricAttr == nil {
+		return nil, Errorf("fi_fabric", ErrInvalid, "the info does not come from GetInfo")
+	}
+	return &Fabric{Attr: *info.FabricAttr, prov: info.prov}, nil
+}
+
+// Provider returns the fabric's provider.
+func (f *Fabric) Provider() Provider { return f.prov }
+
+// Close closes the fabric (fi_close).
+func (f *Fabric) Close() error { return nil }
+
+// Domain is an open domain (fi_domain): an interface of the fabric,
+// which owns memory registrations.
+type Domain struct {
+	Fabric *Fabric
+	Attr   DomainAttr
+	info   *Info
+
+	mu      sync.Mutex
+	mrs     map[uint64]*MR
+	nextKey uint64
+	closed  bool
+}
+
+// OpenDomain opens the domain of info (fi_domain).
+func (f *Fabric) OpenDomain(info *Info) (*Domain, error) {
+	if info == nil || info.DomainAttr == nil {
+		return nil, Errorf("fi_domain", ErrInvalid, "no domain attributes")
+	}
+	return &Domain{Fabric: f, Attr: *info.DomainAttr, info: info.Dup(), mrs: map[uint64]*MR{}, nextKey: 1}, nil
+}
+
+// Close closes the domain (fi_close); it fails with ErrBusy while memory
+// regions are registered.
+func (d *Domain) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.mrs) > 0 {
+		return Errorf("fi_close", ErrBusy, "memory regions still registered")
+	}
+	d.closed = true
+	return nil
+}
+
+// MR is a registered memory region (fi_mr_reg).
+type MR struct {
+	d      *Domain
+	Buf    []byte
+	Access uint64
+	key    uint64
+}
+
+// MR access flags (fi_mr_reg's access).
+const (
+	AccessSend        = uint64(CapSend)
+	AccessRecv        = uint64(CapRecv)
+	AccessRead        = uint64(CapRead)
+	AccessWrite       = uint64(CapWrite)
+	AccessRemoteRead  = uint64(CapRemoteRead)
+	AccessRemoteWrite = uint64(CapRemoteWrite)
+)
+
+// RegMR registers buf (fi_mr_reg). requestedKey is the key peers use
+// unless the domain's mode has MRProvKey (then the domain picks it).
+func (d *Domain) RegMR(buf []byte, access uint64, requestedKey uint64) (*MR, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, Errorf("fi_mr_reg", ErrBadFD, "domain closed")
+	}
+	key := requestedKey
+	if d.Attr.MRMode&MRProvKey != 0 {
+		for d.mrs[d.nextKey] != nil {
+			d.nextKey++
+		}
+		key = d.nextKey
+		d.nextKey++
+	} else if d.mrs[key] != nil {
+		return nil, Errorf("fi_mr_reg", ErrNoKey, "key in use")
+	}
+	m := &MR{d: d, Buf: buf, Access: access, key: key}
+	d.mrs[key] = m
+	return m, nil
+}
+
+// Key returns the key peers name the region by (fi_mr_key).
+func (m *MR) Key() uint64 { return m.key }
+
+// Desc returns the region's local descriptor (fi_mr_desc).
+func (m *MR) Desc() any { return m }
+
+// Close deregisters the region (fi_close).
+func (m *MR) Close() error {
+	m.d.mu.Lock()
+	defer m.d.mu.Unlock()
+	if m.d.mrs[m.key] == m {
+		delete(m.d.mrs, m.key)
+	}
+	return nil
+}
+
+// LookupMR is for providers: the region with key that grants access and
+// holds [addr, addr+n), addr an offset into it (or a virtual address
+// with MRVirtAddr, which this package does not offer), and the bytes.
+func (d *Domain) LookupMR(key, addr, n uint64, access uint64) ([]byte, bool) {
+	d.mu.Lock()
+	m := d.mrs[key]
+	d.mu.Unlock()
+	if m == nil || m.Access&access != access || addr > uint64(len(m.Buf)) || n > uint64(len(m.Buf))-addr {
+		return nil, false
+	}
+	return m.Buf[addr : addr+n], true
+}
+
+// Info returns the info the domain was opened with.
+func (d *Domain) Info() *Info { return d.info }
+
+// Event types of an event queue (fi_eq_read's event).
+type EventType uint32
+
+// Events.
+const (
+	EventNotify     EventType = 0 // FI_NOTIFY
+	EventConnReq    EventType = 1 // FI_CONNREQ: info describes the request
+	EventConnected  EventType = 2 // FI_CONNECTED
+	EventShutdown   EventType = 3 // FI_SHUTDOWN
+	EventMRComplete EventType = 4 // FI_MR_COMPLETE
+	EventAVComplete EventType = 5 // FI_AV_COMPLETE
+)
+
+var eventNames = [...]string{"FI_NOTIFY", "FI_CONNREQ", "FI_CONNECTED", "FI_SHUTDOWN", "FI_MR_COMPLETE", "FI_AV_COMPLETE"}
+
+func (e EventType) String() string {
+	if int(e) < len(eventNames) {
+		return eventNames[e]
+	}
+	return "Unknown"
+}
+
+// EQEntry is a connection management event (struct fi_eq_cm_entry).
+type EQEntry struct {
+	Event EventType
+	// FID is the endpoint (or passive endpoint) the event is about.
+	FID any
+	// Info is, for FI_CONNREQ, the request: pass it to Endpoint and
+	// Accept or Reject it.
+	Info *Info
+	// Data is the peer's private data.
+	Data []byte
+}
+
+// EQErrEntry is an event queue error (struct fi_eq_err_entry).
+type EQErrEntry struct {
+	FID     any
+	Err     Errno
+	ErrData []byte // the peer's private data of a rejection, say
+}
+
+// EQ is an event queue (fi_eq_open): connection management events.
+type EQ struct {
+	mu     sync.Mutex
+	events []EQEntry
+	errs   []EQErrEntry
+	wake   chan struct{}
+	closed bool
+}
+
+// OpenEQ opens an event queue (fi_eq_open).
+func (f *Fabric) OpenEQ() (*EQ, error) {
+	return &EQ{wake: make(chan struct{})}, nil
+}
+
+// Write queues an event (fi_eq_write); providers use it.
+func (q *EQ) Write(e EQEntry) {
+	q.mu.Lock()
+	q.events = append(q.events, e)
+	q.signal()
+	q.mu.Unlock()
+}
+
+// WriteErr queues an error entry; providers use it.
+func (q *EQ) WriteErr(e EQErrEntry) {
+	q.mu.Lock()
+	q.errs = append(q.errs, e)
+	q.signal()
+	q.mu.Unlock()
+}
+
+func (q *EQ) signal() {
+	close(q.wake)
+	q.wake = make(chan struct{})
+}
+
+// Read takes the next event without waiting (fi_eq_read). It fails with
+// ErrAgain when there is none and ErrAvail when an error entry is
+// waiting for ReadErr.
+func (q *EQ) Read() (EQEntry, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.errs) > 0 {
+		return EQEntry{}, ErrAvail
+	}
+	if len(q.events) == 0 {
+		if q.closed {
+			return EQEntry{}, Errorf("fi_eq_read", ErrBadFD, "event queue closed")
+		}
+		return EQEntry{}, ErrAgain
+	}
+	e := q.events[0]
+	q.events = q.events[1:]
+	return e, nil
+}
+
+// SRead waits for the next event (fi_eq_sread), until ctx is done
+// (fi_eq_sread's timeout: use context.WithTimeout).
+func (q *EQ) SRead(ctx context.Context) (EQEntry, error) {
+	for {
+		e, err := q.Read()
+		if err != ErrAgain {
+			return e, err
+		}
+		q.mu.Lock()
+		w := q.wake
+		q.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return EQEntry{}, ErrAgain
+		}
+	}
+}
+
+// ReadErr takes the next error entry (fi_eq_readerr).
+func (q *EQ) ReadErr() (EQErrEntry, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.errs) == 0 {
+		return EQErrEntry{}, ErrAgain
+	}
+	e := q.errs[0]
+	q.errs = q.errs[1:]
+	return e, nil
+}
+
+// Close closes the queue (fi_close).
+func (q *EQ) Close() error {
+	q.mu.Lock()
+	q.closed = true
+	q.signal()
+	q.mu.Unlock()
+	return nil
+}
+
+// CQFormat is a completion queue's entry format (enum fi_cq_format). Go
+// completions carry every field; the format says which ones count.
+type CQFormat int
+
+// Formats.
+const (
+	CQFormatUnspec  CQFormat = iota // FI_CQ_FORMAT_UNSPEC
+	CQFormatContext                 // FI_CQ_FORMAT_CONTEXT
+	CQFormatMsg                     // FI_CQ_FORMAT_MSG
+	CQFormatData                    // FI_CQ_FORMAT_DATA
+	CQFormatTagged                  // FI_CQ_FORMAT_TAGGED
+)
+
+// CQEntry is a completion (struct fi_cq_tagged_entry, which holds the
+// other formats' fields).
+type CQEntry struct {
+	Context any    // op_context: the context given with the operation
+	Flags   uint64 // CompSend, CompRecv|CompMsg, ...
+	Len     uint64 // bytes received
+	Buf     []byte // where they were placed
+	Data    uint64 // remote CQ data, with CompRemoteCQData
+	Tag     uint64
+}
+
+// CQErrEntry is a failed operation (struct fi_cq_err_entry).
+type CQErrEntry struct {
+	CQEntry
+	OLen      uint64 // bytes that did not fit (ErrTrunc)
+	Err       Errno
+	ProvErrno int
+	ErrData   []byte
+}
+
+// CQAttr describes a CQ to open (struct fi_cq_attr).
+type CQAttr struct {
+	Size   int
+	Format CQFormat
+}
+
+// Progressor is what a provider's endpoint offers the CQs it is bound
+// to: Progress moves its data without blocking (reading what the socket
+// holds, sending what is queued). CQ.Read calls it first, so the
+// goroutine that polls a CQ drives the endpoint with no goroutine in
+// between, as libfabric's manual progress does; a provider with
+// automatic progress moves data in the background too.
+type Progressor interface {
+	Progress()
+}
+
+// CQ is a completion queue (fi_cq_open).
+type CQ struct {
+	Attr CQAttr
+
+	mu      sync.Mutex
+	entries []CQEntry
+	errs    []CQErrEntry
+	eps     []Progressor
+	wake    chan struct{}
+	closed  bool
+}
+
+// OpenCQ opens a completion queue (fi_cq_open).
+func (d *Domain) OpenCQ(attr *CQAttr) (*CQ, error) {
+	cq := &CQ{wake: make(chan struct{})}
+	if attr != nil {
+		cq.Attr = *attr
+	}
+	if cq.Attr.Format == CQFormatUnspec {
+		cq.Attr.Format = CQFormatContext
+	}
+	return cq, nil
+}
+
+// Attach is for providers: p is progressed by Read and waited on by
+// SRead. Detach undoes it when the endpoint closes.
+func (cq *CQ) Attach(p Progressor) {
+	cq.mu.Lock()
+	cq.eps = append(cq.eps, p)
+	cq.mu.Unlock()
+}
+
+// Detach removes p.
+func (cq *CQ) Detach(p Progressor) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	for i, x := range cq.eps {
+		if x == p {
+			cq.eps = append(cq.eps[:i:i], cq.eps[i+1:]...)
+			return
+		}
+	}
+}
+
+// Push queues a completion; providers use it.
+func (cq *CQ) Push(e CQEntry) {
+	cq.mu.Lock()
+	cq.entries = append(cq.entries, e)
+	cq.signal()
+	cq.mu.Unlock()
+}
+
+// PushErr queues an error completion; providers use it.
+func (cq *CQ) PushErr(e CQErrEntry) {
+	cq.mu.Lock()
+	cq.errs = append(cq.errs, e)
+	cq.signal()
+	cq.mu.Unlock()
+}
+
+func (cq *CQ) signal() {
+	close(cq.wake)
+	cq.wake = make(chan struct{})
+}
+
+// Read moves up to len(buf) completions into buf (fi_cq_read), driving
+// the bound endpoints' progress first. It fails with ErrAgain when there
+// are none and ErrAvail when an error completion waits for ReadErr.
+func (cq *CQ) Read(buf []CQEntry) (int, error) {
+	cq.mu.Lock()
+	eps := cq.eps
+	cq.mu.Unlock()
+	for _, p := range eps {
+		p.Progress()
+	}
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if len(cq.errs) > 0 {
+		return 0, ErrAvail
+	}
+	if len(cq.entries) == 0 {
+		if cq.closed {
+			return 0, Errorf("fi_cq_read", ErrBadFD, "completion queue closed")
+		}
+		return 0, ErrAgain
+	}
+	n := copy(buf, cq.entries)
+	cq.entries = cq.entries[:copy(cq.entries, cq.entries[n:])]
+	return n, nil
+}
+
+// SRead waits for at least one completion (fi_cq_sread) until ctx is done
+// (then ErrAgain, as fi_cq_sread's timeout). The endpoints' automatic
+// progress fills the queue meanwhile.
+func (cq *CQ) SRead(ctx context.Context, buf []CQEntry) (int, error) {
+	for {
+		n, err := cq.Read(buf)
+		if err != ErrAgain {
+			return n, err
+		}
+		cq.mu.Lock()
+		w := cq.wake
+		cq.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return 0, ErrAgain
+		}
+	}
+}
+
+// ReadErr takes the next error completion (fi_cq_readerr).
+func (cq *CQ) ReadErr() (CQErrEntry, error) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if len(cq.errs) == 0 {
+		return CQErrEntry{}, ErrAgain
+	}
+	e := cq.errs[0]
+	cq.errs = cq.errs[1:]
+	return e, nil
+}
+
+// Close closes the queue (fi_close).
+func (cq *CQ) Close() error {
+	cq.mu.Lock()
+	cq.closed = true
+	cq.signal()
+	cq.mu.Unlock()
+	return nil
+}
+
+// Bind flags (fi_ep_bind).
+const (
+	BindTransmit = uint64(CapSend) // FI_TRANSMIT
+	BindRecv     = uint64(CapRecv) // FI_RECV
+)
+
+// PassiveEndpoint listens for connection requests (struct fid_pep).
+type PassiveEndpoint interface {
+	// Bind binds the event queue (fi_pep_bind).
+	Bind(eq *EQ) error
+	// Listen starts listening (fi_listen).
+	Listen() error
+	// Name returns the listening address (fi_getname).
+	Name() (netip.AddrPort, error)
+	// Reject refuses a request from an FI_CONNREQ event (fi_reject).
+	Reject(handle any, param []byte) error
+	Close() error
+}
+
+// Endpoint is a communication endpoint (struct fid_ep).
+type Endpoint interface {
+	// BindEQ binds the event queue (fi_ep_bind with an EQ).
+	BindEQ(eq *EQ) error
+	// BindCQ binds a CQ for transmits (BindTransmit), receives
+	// (BindRecv) or both (fi_ep_bind with a CQ).
+	BindCQ(cq *CQ, flags uint64) error
+	// Enable enables the endpoint (fi_enable).
+	Enable() error
+	// Connect connects to a passive endpoint (fi_connect); FI_CONNECTED
+	// or an error entry follows on the EQ.
+	Connect(addr netip.AddrPort, param []byte) error
+	// Accept accepts the request the endpoint was opened with (fi_accept).
+	Accept(param []byte) error
+	// Shutdown closes the connection (fi_shutdown).
+	Shutdown() error
+	// Name and Peer return the endpoint's and its peer's addresses
+	// (fi_getname, fi_getpeer).
+	Name() (netip.AddrPort, error)
+	Peer() (netip.AddrPort, error)
+
+	// Recv posts a receive buffer (fi_recv); desc is the region's
+	// descriptor (MR.Desc), or nil.
+	Recv(buf []byte, desc any, context any) error
+	// Send sends buf (fi_send).
+	Send(buf []byte, desc any, context any) error
+	// SendData sends buf with remote CQ data (fi_senddata).
+	SendData(buf []byte, desc any, data uint64, context any) error
+	// Inject sends buf, copied at once, with no completion (fi_inject).
+	Inject(buf []byte) error
+	// SendMsg sends with flags (fi_sendmsg): FlagTransmitComplete,
+	// FlagDeliveryComplete, FlagRemoteCQData (with data), FlagInject,
+	// FlagCompletion.
+	SendMsg(buf []byte, desc any, data uint64, context any, flags uint64) error
+
+	// Write writes buf to the peer's region key at addr (fi_write);
+	// WriteData also delivers data to the peer's CQ (fi_writedata).
+	Write(buf []byte, desc any, addr, key uint64, context any) error
+	WriteData(buf []byte, desc any, data, addr, key uint64, context any) error
+	// Read reads len(buf) bytes of the peer's region key at addr into buf
+	// (fi_read).
+	Read(buf []byte, desc any, addr, key uint64, context any) error
+
+	// Close closes the endpoint (fi_close): outstanding operations
+	// complete with ErrCanceled.
+	Close() error
+}
+
+// OpenPassiveEndpoint opens a listening endpoint (fi_passive_ep).
+func (f *Fabric) OpenPassiveEndpoint(info *Info, context any) (PassiveEndpoint, error) {
+	return f.prov.PassiveEndpoint(f, info, context)
+}
+
+// OpenEndpoint opens an endpoint (fi_endpoint); for an FI_CONNREQ's
+// info, it is the endpoint that Accept answers the request with.
+func (d *Domain) OpenEndpoint(info *Info, context any) (Endpoint, error) {
+	return d.Fabric.prov.Endpoint(d, info, context)
+}

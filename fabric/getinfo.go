@@ -1,0 +1,166 @@
+package fabric
+
+import (
+	"strings"
+	"sync"
+)
+
+// Provider is a libfabric provider: what it offers (its fi_info entries)
+// and how it opens endpoints. Programs do not call it; they call GetInfo,
+// OpenFabric and the objects' methods.
+type Provider interface {
+	// Name is the provider's name ("tcp").
+	Name() string
+	// Version is the provider's version (prov_version).
+	Version() Version
+	// Infos lists what the provider offers for node, service and flags
+	// (FI_SOURCE), most preferred first. The hints are given so that a
+	// provider can leave out what cannot match (an address family it
+	// does not serve); GetInfo matches every field itself.
+	Infos(node, service string, flags uint64, hints *Info) ([]*Info, error)
+	// PassiveEndpoint opens a listening endpoint (fi_passive_ep).
+	PassiveEndpoint(f *Fabric, info *Info, context any) (PassiveEndpoint, error)
+	// Endpoint opens an endpoint (fi_endpoint).
+	Endpoint(d *Domain, info *Info, context any) (Endpoint, error)
+}
+
+var registry struct {
+	mu    sync.Mutex
+	provs []Provider
+}
+
+// RegisterProvider makes p's entries appear in GetInfo. Providers call it
+// from an init function, as verbs providers do.
+func RegisterProvider(p Provider) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	registry.provs = append(registry.provs, p)
+}
+
+// Providers lists the registered providers in preference order (what
+// fi_info -l lists).
+func Providers() []Provider {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	return append([]Provider(nil), registry.provs...)
+}
+
+// GetInfo returns the ways to reach node:service that match hints, best
+// first (fi_getinfo). node and service may be empty; with FlagSource they
+// name the local address to use. A nil hints matches everything. It
+// fails with ErrNoData when nothing matches, as fi_getinfo returns
+// -FI_ENODATA.
+//
+// Matching follows libfabric: the provider name (a "tcp;ofi_rxm" stack
+// matches "tcp;ofi_rxm" or its first element), endpoint type, caps (the
+// entry must have every hinted cap), mode (the entry may ask only for
+// modes the hints allow, when the hints give any), address format,
+// domain and fabric names, and the MR mode bits the hints allow.
+func GetInfo(node, service string, flags uint64, hints *Info) ([]*Info, error) {
+	var out []*Info
+	for _, p := range Providers() {
+		if hints != nil && hints.FabricAttr != nil && hints.FabricAttr.ProvName != "" && !provMatch(p.Name(), hints.FabricAttr.ProvName) {
+			continue
+		}
+		infos, err := p.Infos(node, service, flags, hints)
+		if err != nil {
+			continue
+		}
+		for _, i := range infos {
+			if hints == nil || matches(i, hints) {
+				i.prov = p
+				out = append(out, applyHints(i, hints))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, Errorf("fi_getinfo", ErrNoData, "")
+	}
+	return out, nil
+}
+
+// provMatch compares a provider name with the hint's, case-insensitively.
+func provMatch(name, hint string) bool {
+	return strings.EqualFold(name, hint)
+}
+
+func matches(i, h *Info) bool {
+	if h.Caps != 0 && i.Caps&h.Caps != h.Caps {
+		return false
+	}
+	if h.Mode != 0 && i.Mode&^h.Mode != 0 {
+		return false
+	}
+	if h.AddrFormat != FormatUnspec && h.AddrFormat != i.AddrFormat {
+		return false
+	}
+	if h.EPAttr != nil && h.EPAttr.Type != EPUnspec && h.EPAttr.Type != i.EPAttr.Type {
+		return false
+	}
+	if h.DomainAttr != nil {
+		if h.DomainAttr.Name != "" && h.DomainAttr.Name != i.DomainAttr.Name {
+			return false
+		}
+		// The entry's MR modes must all be allowed by the hints (when
+		// the hints say anything about MR modes).
+		if h.DomainAttr.MRMode != 0 && i.DomainAttr.MRMode&^h.DomainAttr.MRMode != 0 {
+			return false
+		}
+	}
+	if h.FabricAttr != nil && h.FabricAttr.Name != "" && h.FabricAttr.Name != i.FabricAttr.Name {
+		return false
+	}
+	if h.SrcAddr.IsValid() && i.SrcAddr.IsValid() && h.SrcAddr.Addr() != i.SrcAddr.Addr() {
+		return false
+	}
+	return true
+}
+
+// applyHints narrows an entry to what the hints ask, as libfabric does:
+// the primary caps asked for and the directions they imply, and all the
+// secondary caps the provider has; the destination address.
+func applyHints(i, h *Info) *Info {
+	if h == nil {
+		return i
+	}
+	if h.Caps != 0 {
+		mask := h.Caps&primaryCaps | impliedCaps(h.Caps) | secondaryCaps
+		i.Caps &= mask
+		if i.TxAttr != nil {
+			i.TxAttr.Caps &= mask
+		}
+		if i.RxAttr != nil {
+			i.RxAttr.Caps &= mask
+		}
+		if i.DomainAttr != nil {
+			i.DomainAttr.Caps &= h.Caps
+		}
+	}
+	if h.DestAddr.IsValid() {
+		i.DestAddr = h.DestAddr
+	}
+	return i
+}
+
+const (
+	primaryCaps = CapMsg | CapRMA | CapTagged | CapAtomic | CapMulticast | CapCollective | CapRead | CapWrite |
+		CapRecv | CapSend | CapRemoteRead | CapRemoteWrite | CapDirectedRecv | CapNamedRxCtx
+	secondaryCaps = CapMultiRecv | CapSource | CapRMAEvent | CapSharedAV | CapLocalComm | CapRemoteComm |
+		CapSourceErr | CapRMAPmem
+)
+
+// impliedCaps are the directions a primary cap given without any implies.
+func impliedCaps(c Caps) Caps {
+	dirs := CapSend | CapRecv | CapRead | CapWrite | CapRemoteRead | CapRemoteWrite
+	if c&dirs != 0 {
+		return 0
+	}
+	var out Caps
+	if c&(CapMsg|CapTagged|CapMulticast|CapCollective) != 0 {
+		out |= CapSend | CapRecv
+	}
+	if c&(CapRMA|CapAtomic) != 0 {
+		out |= CapRead | CapWrite | CapRemoteRead | CapRemoteWrite
+	}
+	return out
+}

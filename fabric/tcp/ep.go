@@ -1,0 +1,1061 @@
+package tcp
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdmago/fabric"
+)
+
+// cmTimeout bounds each step of connection setup.
+const cmTimeout = 10 * time.Second
+
+// ---- Passive endpoint ----
+
+type pep struct {
+	info *fabric.Info
+	ctx  any
+
+	mu     sync.Mutex
+	eq     *fabric.EQ
+	ln     *net.TCPListener
+	closed bool
+	wg     sync.WaitGroup
+	conns  map[*connReq]bool // requests not yet accepted or rejected
+}
+
+// connReq is a connection request: the socket and what its CONNREQ
+// carried. It is the Handle of the FI_CONNREQ event's info.
+type connReq struct {
+	pep  *pep
+	conn *net.TCPConn
+	data []byte
+}
+
+func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any) (fabric.PassiveEndpoint, error) {
+	if info == nil || info.EPAttr == nil || info.EPAttr.Type != fabric.EPMsg {
+		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrInvalid, "the tcp provider's passive endpoints are FI_EP_MSG")
+	}
+	return &pep{info: info.Dup(), ctx: context, conns: map[*connReq]bool{}}, nil
+}
+
+func (p *pep) Bind(eq *fabric.EQ) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.eq = eq
+	return nil
+}
+
+// Listen binds the info's source address (port 0: any) and starts taking
+// connection requests.
+func (p *pep) Listen() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.eq == nil {
+		return fabric.Errorf("fi_listen", fabric.ErrNoEQ, "bind an event queue first")
+	}
+	if p.ln != nil {
+		return fabric.Errorf("fi_listen", fabric.ErrAlready, "")
+	}
+	src := p.info.SrcAddr
+	if !src.IsValid() {
+		src = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
+	}
+	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(src))
+	if err != nil {
+		return fabric.Errorf("fi_listen", errnoOf(err, fabric.ErrAddrInUse), err.Error())
+	}
+	p.ln = ln
+	p.wg.Add(1)
+	go p.accept(ln)
+	return nil
+}
+
+// accept takes each connection, reads its CONNREQ and raises FI_CONNREQ.
+func (p *pep) accept(ln *net.TCPListener) {
+	defer p.wg.Done()
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			return
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			c.SetNoDelay(true)
+			c.SetDeadline(time.Now().Add(cmTimeout))
+			typ, data, err := readCM(c)
+			c.SetDeadline(time.Time{})
+			if err != nil || typ != cmConnReq {
+				c.Close()
+				return
+			}
+			r := &connReq{pep: p, conn: c, data: data}
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				c.Close()
+				return
+			}
+			p.conns[r] = true
+			eq := p.eq
+			p.mu.Unlock()
+			info := p.info.Dup()
+			info.SetProvider(provider{})
+			info.Handle = r
+			info.DestAddr = c.RemoteAddr().(*net.TCPAddr).AddrPort()
+			info.SrcAddr = c.LocalAddr().(*net.TCPAddr).AddrPort()
+			eq.Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
+		}()
+	}
+}
+
+// readCM reads one connection management message.
+func readCM(c net.Conn) (uint8, []byte, error) {
+	var h [cmHeaderLen]byte
+	if _, err := io.ReadFull(c, h[:]); err != nil {
+		return 0, nil, err
+	}
+	typ, n, err := parseCMHeader(h[:])
+	if err != nil {
+		return 0, nil, err
+	}
+	data := make([]byte, n)
+	if _, err := io.ReadFull(c, data); err != nil {
+		return 0, nil, err
+	}
+	return typ, data, nil
+}
+
+func (p *pep) Name() (netip.AddrPort, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln == nil {
+		return p.info.SrcAddr, nil
+	}
+	return p.ln.Addr().(*net.TCPAddr).AddrPort(), nil
+}
+
+// take removes a request from the pending ones.
+func (p *pep) take(r *connReq) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.conns[r] {
+		return false
+	}
+	delete(p.conns, r)
+	return true
+}
+
+// Reject answers a request with a NACK carrying param (fi_reject).
+func (p *pep) Reject(handle any, param []byte) error {
+	r, ok := handle.(*connReq)
+	if !ok || r.pep != p || !p.take(r) {
+		return fabric.Errorf("fi_reject", fabric.ErrInvalid, "not a pending request of this endpoint")
+	}
+	if len(param) > maxCMData {
+		return fabric.Errorf("fi_reject", fabric.ErrInvalid, "private data over 256 bytes")
+	}
+	r.conn.SetWriteDeadline(time.Now().Add(cmTimeout))
+	_, err := r.conn.Write(marshalCM(cmNack, param))
+	r.conn.Close()
+	if err != nil {
+		return fabric.Errorf("fi_reject", fabric.ErrConnReset, err.Error())
+	}
+	return nil
+}
+
+func (p *pep) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	ln := p.ln
+	reqs := p.conns
+	p.conns = map[*connReq]bool{}
+	p.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
+	for r := range reqs {
+		r.conn.Close()
+	}
+	p.wg.Wait()
+	return nil
+}
+
+// ---- Endpoint ----
+
+type epState int
+
+const (
+	stIdle epState = iota
+	stConnecting
+	stAccepting // opened on a request, Accept not yet called
+	stConnected
+	stShutdown
+	stClosed
+)
+
+// rxEntry is a posted receive.
+type rxEntry struct {
+	buf []byte
+	ctx any
+}
+
+// txEntry is a frame being sent, or waiting for its ACK.
+type txEntry struct {
+	bufs    [][]byte // what is left to write
+	partial bool     // part of it was written
+	ctx     any
+	flags   uint64 // completion flags
+	comp    bool   // report a completion
+	ack     bool   // complete on the peer's ACK
+	length  uint64
+}
+
+// rdEntry is an RMA read waiting for its response.
+type rdEntry struct {
+	buf []byte
+	ctx any
+}
+
+type ep struct {
+	d    *fabric.Domain
+	info *fabric.Info
+	ctx  any
+
+	mu    sync.Mutex
+	state epState
+	eq    *fabric.EQ
+	txcq  *fabric.CQ
+	rxcq  *fabric.CQ
+	req   *connReq
+	conn  *net.TCPConn
+	rc    syscall.RawConn // nil once the connection is unusable
+	fd    int             // the socket, for I/O under mu while rc is set
+	wg    sync.WaitGroup
+
+	kick chan struct{} // closed when a receive is posted or frames are queued
+	done chan struct{} // closed by Close
+
+	rxq   []rxEntry
+	txq   []*txEntry // frames to write, in order; acks and read responses first
+	ackq  []*txEntry // sent, waiting for their ACK
+	readq []rdEntry  // reads waiting for their response
+
+	// The frame being received.
+	hdr     [maxHdrLen]byte
+	hdrHave int
+	hdrNeed int
+	cur     *rxFrame
+	pend    *header // a message header waiting for a receive buffer
+	scratch []byte
+}
+
+// rxFrame is where the payload of the frame being received goes.
+type rxFrame struct {
+	h       header
+	dst     [][]byte // target ranges, in order
+	discard uint64   // bytes to read and drop after dst (truncation)
+	done    func()   // called when the whole payload is in
+}
+
+func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.Endpoint, error) {
+	if info == nil || info.EPAttr == nil || info.EPAttr.Type != fabric.EPMsg {
+		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the tcp provider's endpoints are FI_EP_MSG")
+	}
+	e := &ep{d: d, info: info.Dup(), ctx: context, hdrNeed: baseHdrLen, kick: make(chan struct{}), done: make(chan struct{})}
+	if r, ok := info.Handle.(*connReq); ok {
+		if !r.pep.take(r) {
+			return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the connection request was already answered")
+		}
+		e.req = r
+		e.state = stAccepting
+	}
+	return e, nil
+}
+
+func (e *ep) BindEQ(eq *fabric.EQ) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.eq = eq
+	return nil
+}
+
+func (e *ep) BindCQ(cq *fabric.CQ, flags uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if flags&(fabric.BindTransmit|fabric.BindRecv) == 0 {
+		return fabric.Errorf("fi_ep_bind", fabric.ErrBadFlags, "bind a CQ with FI_TRANSMIT, FI_RECV or both")
+	}
+	attached := e.txcq == cq || e.rxcq == cq
+	if flags&fabric.BindTransmit != 0 {
+		e.txcq = cq
+	}
+	if flags&fabric.BindRecv != 0 {
+		e.rxcq = cq
+	}
+	if !attached {
+		cq.Attach(e)
+	}
+	return nil
+}
+
+func (e *ep) Enable() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.txcq == nil || e.rxcq == nil {
+		return fabric.Errorf("fi_enable", fabric.ErrNoCQ, "bind CQs for transmit and receive first")
+	}
+	if e.eq == nil {
+		return fabric.Errorf("fi_enable", fabric.ErrNoEQ, "bind an event queue first")
+	}
+	return nil
+}
+
+// Connect dials addr and sends CONNREQ; FI_CONNECTED (or an error entry,
+// ErrConnRefused with the peer's data for a rejection) follows on the EQ.
+func (e *ep) Connect(addr netip.AddrPort, param []byte) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.eq == nil || e.txcq == nil || e.rxcq == nil:
+		return fabric.Errorf("fi_connect", fabric.ErrOpBadState, "bind an EQ and CQs and enable the endpoint first")
+	case e.state != stIdle:
+		return fabric.Errorf("fi_connect", fabric.ErrIsConn, "the endpoint is connecting or connected")
+	case len(param) > maxCMData:
+		return fabric.Errorf("fi_connect", fabric.ErrInvalid, "private data over 256 bytes")
+	case !addr.IsValid():
+		return fabric.Errorf("fi_connect", fabric.ErrInvalid, "no address")
+	}
+	e.state = stConnecting
+	req := marshalCM(cmConnReq, param)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		data, err := e.dial(addr, req)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.state != stConnecting {
+			return // closed meanwhile
+		}
+		if err != nil {
+			e.state = stShutdown
+			var fe *fabric.Error
+			errno := fabric.ErrConnRefused
+			if errors.As(err, &fe) {
+				errno = fe.Errno
+			}
+			e.eq.WriteErr(fabric.EQErrEntry{FID: e, Err: errno, ErrData: data})
+			return
+		}
+		e.state = stConnected
+		e.eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e, Data: data})
+	}()
+	return nil
+}
+
+// dial connects and exchanges CONNREQ and CONNRESP.
+func (e *ep) dial(addr netip.AddrPort, req []byte) ([]byte, error) {
+	d := net.Dialer{Timeout: cmTimeout}
+	if src := e.info.SrcAddr; src.IsValid() && !src.Addr().IsUnspecified() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src.Addr(), 0))
+	}
+	c, err := d.Dial("tcp", addr.String())
+	if err != nil {
+		return nil, fabric.Errorf("fi_connect", errnoOf(err, fabric.ErrConnRefused), err.Error())
+	}
+	tc := c.(*net.TCPConn)
+	tc.SetNoDelay(true)
+	tc.SetDeadline(time.Now().Add(cmTimeout))
+	if _, err := tc.Write(req); err != nil {
+		tc.Close()
+		return nil, fabric.Errorf("fi_connect", fabric.ErrConnReset, err.Error())
+	}
+	typ, data, err := readCM(tc)
+	if err != nil {
+		tc.Close()
+		return nil, fabric.Errorf("fi_connect", fabric.ErrConnReset, err.Error())
+	}
+	if typ != cmConnResp {
+		tc.Close()
+		return data, fabric.Errorf("fi_connect", fabric.ErrConnRefused, "rejected")
+	}
+	tc.SetDeadline(time.Time{})
+	if err := e.attach(tc); err != nil {
+		tc.Close()
+		return nil, err
+	}
+	return data, nil
+}
+
+// attach makes c the endpoint's connection and starts its background
+// progress. Called without e.mu.
+func (e *ep) attach(c *net.TCPConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return fabric.Errorf("fi_connect", fabric.ErrIO, err.Error())
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.state == stClosed {
+		return fabric.Errorf("fi_connect", fabric.ErrBadFD, "endpoint closed")
+	}
+	rc.Control(func(fd uintptr) { e.fd = int(fd) })
+	e.conn, e.rc = c, rc
+	e.wg.Add(2)
+	go e.readLoop(rc)
+	go e.writeLoop(rc)
+	return nil
+}
+
+// The provider reports FI_PROGRESS_AUTO, as C's does: data moves even
+// while the program reads no CQ (a peer's RMA read is answered, a large
+// send drains). Two goroutines per connection do it, and only when the
+// program is not polling: they sleep until the socket is readable (or,
+// with frames queued, writable), then progress under the endpoint's lock
+// if no one holds it. A program that polls its CQ moves the data itself
+// and never waits for them.
+
+// readLoop progresses when the socket has something to read.
+func (e *ep) readLoop(rc syscall.RawConn) {
+	defer e.wg.Done()
+	var b [1]byte
+	for {
+		err := rc.Read(func(fd uintptr) bool {
+			_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			return err != syscall.EAGAIN
+		})
+		if err != nil {
+			return // closed
+		}
+		if !e.mu.TryLock() {
+			// The program is progressing; let it.
+			select {
+			case <-time.After(20 * time.Microsecond):
+			case <-e.done:
+				return
+			}
+			continue
+		}
+		if e.state == stClosed {
+			e.mu.Unlock()
+			return
+		}
+		if e.pend != nil || e.rc == nil {
+			// Nothing can be taken until a receive is posted (or the
+			// stream has ended).
+			kick := e.kick
+			e.mu.Unlock()
+			select {
+			case <-kick:
+			case <-e.done:
+				return
+			}
+			continue
+		}
+		e.progressLocked()
+		e.mu.Unlock()
+	}
+}
+
+// writeLoop drains queued frames when the socket takes them.
+func (e *ep) writeLoop(rc syscall.RawConn) {
+	defer e.wg.Done()
+	for {
+		e.mu.Lock()
+		pending := len(e.txq) > 0 && e.rc != nil
+		kick := e.kick
+		e.mu.Unlock()
+		if !pending {
+			select {
+			case <-kick:
+				continue
+			case <-e.done:
+				return
+			}
+		}
+		// Wait until the socket takes more, then write under the lock.
+		err := rc.Write(func(fd uintptr) bool {
+			n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}, 0)
+			return n > 0
+		})
+		if err != nil {
+			return
+		}
+		e.mu.Lock()
+		if e.rc != nil {
+			e.flushTx()
+		}
+		e.mu.Unlock()
+	}
+}
+
+// kickLoops wakes the background loops. Called with e.mu held.
+func (e *ep) kickLoops() {
+	close(e.kick)
+	e.kick = make(chan struct{})
+}
+
+// Accept answers the request with CONNRESP; FI_CONNECTED follows.
+func (e *ep) Accept(param []byte) error {
+	e.mu.Lock()
+	if e.state != stAccepting || e.req == nil {
+		e.mu.Unlock()
+		return fabric.Errorf("fi_accept", fabric.ErrOpBadState, "the endpoint was not opened on a connection request")
+	}
+	if e.eq == nil || e.txcq == nil || e.rxcq == nil {
+		e.mu.Unlock()
+		return fabric.Errorf("fi_accept", fabric.ErrOpBadState, "bind an EQ and CQs and enable the endpoint first")
+	}
+	if len(param) > maxCMData {
+		e.mu.Unlock()
+		return fabric.Errorf("fi_accept", fabric.ErrInvalid, "private data over 256 bytes")
+	}
+	c := e.req.conn
+	e.mu.Unlock()
+	c.SetWriteDeadline(time.Now().Add(cmTimeout))
+	_, err := c.Write(marshalCM(cmConnResp, param))
+	c.SetWriteDeadline(time.Time{})
+	if err != nil {
+		c.Close()
+		return fabric.Errorf("fi_accept", fabric.ErrConnReset, err.Error())
+	}
+	if err := e.attach(c); err != nil {
+		c.Close()
+		return err
+	}
+	e.mu.Lock()
+	e.state = stConnected
+	e.eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e})
+	e.mu.Unlock()
+	return nil
+}
+
+func (e *ep) Name() (netip.AddrPort, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.conn == nil {
+		return e.info.SrcAddr, nil
+	}
+	return e.conn.LocalAddr().(*net.TCPAddr).AddrPort(), nil
+}
+
+func (e *ep) Peer() (netip.AddrPort, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.conn == nil {
+		return netip.AddrPort{}, fabric.Errorf("fi_getpeer", fabric.ErrNotConn, "")
+	}
+	return e.conn.RemoteAddr().(*net.TCPAddr).AddrPort(), nil
+}
+
+// Shutdown closes the connection (fi_shutdown); the peer sees
+// FI_SHUTDOWN.
+func (e *ep) Shutdown() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.state != stConnected {
+		return nil
+	}
+	e.flushTx()
+	e.state = stShutdown
+	e.conn.CloseWrite()
+	return nil
+}
+
+// Close cancels what is outstanding (ErrCanceled completions) and closes
+// the connection.
+func (e *ep) Close() error {
+	e.mu.Lock()
+	if e.state == stClosed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.state = stClosed
+	close(e.done)
+	if e.conn != nil {
+		e.conn.Close()
+	} else if e.req != nil {
+		e.req.conn.Close()
+	}
+	e.cancelAll()
+	txcq, rxcq := e.txcq, e.rxcq
+	e.mu.Unlock()
+	e.wg.Wait()
+	if txcq != nil {
+		txcq.Detach(e)
+	}
+	if rxcq != nil && rxcq != txcq {
+		rxcq.Detach(e)
+	}
+	return nil
+}
+
+// cancelAll completes every outstanding operation with ErrCanceled.
+// Called with e.mu held.
+func (e *ep) cancelAll() { e.failAll(fabric.ErrCanceled) }
+
+// failAll completes every outstanding operation with errno. Called with
+// e.mu held.
+func (e *ep) failAll(errno fabric.Errno) {
+	for _, r := range e.rxq {
+		e.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRecv | fabric.CompMsg, Buf: r.buf}, Err: errno})
+	}
+	e.rxq = nil
+	for _, t := range append(e.txq, e.ackq...) {
+		if t.comp {
+			e.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: t.ctx, Flags: t.flags}, Err: errno})
+		}
+	}
+	e.txq, e.ackq = nil, nil
+	for _, r := range e.readq {
+		e.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead}, Err: errno})
+	}
+	e.readq = nil
+}
+
+// ---- Posting ----
+
+func (e *ep) live(op string) error {
+	switch e.state {
+	case stConnected:
+		return nil
+	case stClosed:
+		return fabric.Errorf(op, fabric.ErrBadFD, "endpoint closed")
+	case stShutdown:
+		return fabric.Errorf(op, fabric.ErrShutdown, "")
+	}
+	return fabric.Errorf(op, fabric.ErrOpBadState, "not connected")
+}
+
+func (e *ep) Recv(buf []byte, desc any, context any) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.state == stClosed {
+		return fabric.Errorf("fi_recv", fabric.ErrBadFD, "endpoint closed")
+	}
+	if len(e.rxq) >= e.info.RxAttr.Size && e.info.RxAttr.Size > 0 {
+		return fabric.ErrAgain
+	}
+	e.rxq = append(e.rxq, rxEntry{buf: buf, ctx: context})
+	if e.pend != nil {
+		e.kickLoops()
+	}
+	return nil
+}
+
+func (e *ep) Send(buf []byte, desc any, context any) error {
+	return e.SendMsg(buf, desc, 0, context, fabric.FlagCompletion)
+}
+
+func (e *ep) SendData(buf []byte, desc any, data uint64, context any) error {
+	return e.SendMsg(buf, desc, data, context, fabric.FlagCompletion|uint64(fabric.CapRemoteCQData))
+}
+
+func (e *ep) Inject(buf []byte) error {
+	if len(buf) > injectSize {
+		return fabric.Errorf("fi_inject", fabric.ErrMsgSize, "inject of more than 128 bytes")
+	}
+	return e.SendMsg(buf, nil, 0, nil, fabric.FlagInject)
+}
+
+// SendMsg queues a message. With FlagInject the buffer is copied at once
+// and no completion is reported.
+func (e *ep) SendMsg(buf []byte, desc any, data uint64, context any, flags uint64) error {
+	h := header{op: opMsg}
+	if flags&uint64(fabric.CapRemoteCQData) != 0 {
+		h.flags |= flagRemoteCQData
+		h.cqData = data
+	}
+	if flags&(fabric.FlagTransmitComplete|fabric.FlagDeliveryComplete) != 0 {
+		h.flags |= flagDeliveryComplete
+	}
+	if flags&fabric.FlagInject != 0 {
+		buf = append([]byte(nil), buf...)
+	}
+	t := &txEntry{ctx: context, flags: fabric.CompSend | fabric.CompMsg, comp: flags&fabric.FlagInject == 0, length: uint64(len(buf))}
+	return e.post("fi_send", &h, buf, t)
+}
+
+// post frames h and payload and queues them, writing at once what the
+// socket takes.
+func (e *ep) post(op string, h *header, payload []byte, t *txEntry, read ...rdEntry) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.live(op); err != nil {
+		return err
+	}
+	if len(e.txq)+len(e.ackq) >= e.info.TxAttr.Size && e.info.TxAttr.Size > 0 {
+		e.progressLocked()
+		if len(e.txq)+len(e.ackq) >= e.info.TxAttr.Size {
+			return fabric.ErrAgain
+		}
+	}
+	hb := make([]byte, maxHdrLen)
+	n := marshalHeader(hb, h, uint64(len(payload)))
+	if len(payload) <= 4096 {
+		// One buffer, one write.
+		t.bufs = [][]byte{append(hb[:n], payload...)}
+	} else {
+		t.bufs = [][]byte{hb[:n], payload}
+	}
+	t.ack = h.flags&(flagDeliveryComplete|flagCommitComplete) != 0
+	e.readq = append(e.readq, read...)
+	e.txq = append(e.txq, t)
+	e.flushTx()
+	if len(e.txq) > 0 {
+		e.kickLoops()
+	}
+	return nil
+}
+
+func (e *ep) Write(buf []byte, desc any, addr, key uint64, context any) error {
+	h := header{op: opWrite, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
+	return e.post("fi_write", &h, buf, &txEntry{ctx: context, flags: fabric.CompRMA | fabric.CompWrite, comp: true})
+}
+
+func (e *ep) WriteData(buf []byte, desc any, data, addr, key uint64, context any) error {
+	h := header{op: opWrite, flags: flagRemoteCQData, cqData: data, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
+	return e.post("fi_writedata", &h, buf, &txEntry{ctx: context, flags: fabric.CompRMA | fabric.CompWrite, comp: true})
+}
+
+func (e *ep) Read(buf []byte, desc any, addr, key uint64, context any) error {
+	h := header{op: opReadReq, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
+	// The request completes with its response, not when written.
+	return e.post("fi_read", &h, nil, &txEntry{}, rdEntry{buf: buf, ctx: context})
+}
+
+// ---- Progress ----
+
+// Progress sends what is queued and takes in what the socket holds
+// (fabric.Progressor): the program's CQ reads drive it, with the
+// background loops filling in when it does not poll.
+func (e *ep) Progress() {
+	e.mu.Lock()
+	e.progressLocked()
+	e.mu.Unlock()
+}
+
+func (e *ep) progressLocked() {
+	if e.state != stConnected && e.state != stShutdown {
+		return
+	}
+	e.flushTx()
+	e.receive()
+	e.flushTx() // the ACKs and read responses receiving queued
+}
+
+// flushTx writes queued frames until the socket would block. Called with
+// e.mu held.
+func (e *ep) flushTx() {
+	for len(e.txq) > 0 && e.rc != nil {
+		t := e.txq[0]
+		for len(t.bufs) > 0 {
+			var n int
+			var err error
+			if len(t.bufs) == 1 {
+				n, err = syscall.Write(e.fd, t.bufs[0])
+			} else {
+				n, err = unix.Writev(e.fd, t.bufs)
+			}
+			if err == syscall.EAGAIN || err == syscall.EINTR {
+				return
+			}
+			if err != nil {
+				e.broken(fabric.ErrConnReset)
+				return
+			}
+			if n > 0 {
+				t.partial = true
+			}
+			for n > 0 && len(t.bufs) > 0 {
+				if n >= len(t.bufs[0]) {
+					n -= len(t.bufs[0])
+					t.bufs = t.bufs[1:]
+				} else {
+					t.bufs[0] = t.bufs[0][n:]
+					n = 0
+				}
+			}
+		}
+		e.txq = e.txq[1:]
+		switch {
+		case t.ack:
+			e.ackq = append(e.ackq, t)
+		case t.comp:
+			e.txcq.Push(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
+		}
+	}
+}
+
+// readSome reads into b without blocking; n == 0 with no error means
+// nothing was there.
+func (e *ep) readSome(b []byte) (int, error) {
+	n, err := syscall.Read(e.fd, b)
+	if err == syscall.EAGAIN || err == syscall.EINTR {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 && len(b) > 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// receive takes in frames until the socket is empty or a message waits
+// for a receive buffer. Called with e.mu held.
+func (e *ep) receive() {
+	for e.rc != nil && (e.state == stConnected || e.state == stShutdown) {
+		if e.cur == nil && e.pend != nil {
+			// A message waits for a receive buffer.
+			if len(e.rxq) == 0 {
+				return
+			}
+			h := *e.pend
+			e.pend = nil
+			if !e.start(h) {
+				return
+			}
+			continue
+		}
+		if e.cur == nil {
+			n, err := e.readSome(e.hdr[e.hdrHave:e.hdrNeed])
+			if err != nil {
+				e.peerGone(err)
+				return
+			}
+			if n == 0 {
+				return
+			}
+			e.hdrHave += n
+			if e.hdrHave < e.hdrNeed {
+				continue
+			}
+			if e.hdrNeed == baseHdrLen {
+				hs, err := parseBase(e.hdr[:baseHdrLen])
+				if err != nil {
+					e.broken(fabric.ErrIO)
+					return
+				}
+				if hs > baseHdrLen {
+					e.hdrNeed = hs
+					continue
+				}
+			}
+			h, err := parseHeader(e.hdr[:e.hdrNeed])
+			e.hdrHave, e.hdrNeed = 0, baseHdrLen
+			if err != nil {
+				e.broken(fabric.ErrIO)
+				return
+			}
+			if !e.start(h) {
+				return
+			}
+			continue
+		}
+		f := e.cur
+		for len(f.dst) > 0 && len(f.dst[0]) == 0 {
+			f.dst = f.dst[1:]
+		}
+		if len(f.dst) == 0 && f.discard == 0 {
+			e.cur = nil
+			f.done()
+			continue
+		}
+		var b []byte
+		if len(f.dst) > 0 {
+			b = f.dst[0]
+		} else {
+			if e.scratch == nil {
+				e.scratch = make([]byte, 64<<10)
+			}
+			b = e.scratch[:min(uint64(len(e.scratch)), f.discard)]
+		}
+		n, err := e.readSome(b)
+		if err != nil {
+			e.peerGone(err)
+			return
+		}
+		if n == 0 {
+			return
+		}
+		if len(f.dst) > 0 {
+			f.dst[0] = f.dst[0][n:]
+		} else {
+			f.discard -= uint64(n)
+		}
+	}
+}
+
+// start sets up the receipt of the frame h heads. It returns false when
+// the endpoint broke. Called with e.mu held.
+func (e *ep) start(h header) bool {
+	n := h.payload()
+	switch h.op {
+	case opMsg, opTagged:
+		if h.opData == opDataAck {
+			if len(e.ackq) == 0 {
+				e.broken(fabric.ErrIO)
+				return false
+			}
+			t := e.ackq[0]
+			e.ackq = e.ackq[1:]
+			if t.comp {
+				e.txcq.Push(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
+			}
+			return true
+		}
+		if len(e.rxq) == 0 {
+			e.pend = &h // the rest stays in the socket until a buffer comes
+			return true
+		}
+		r := e.rxq[0]
+		e.rxq = e.rxq[1:]
+		got := min(n, uint64(len(r.buf)))
+		f := &rxFrame{h: h, dst: [][]byte{r.buf[:got]}, discard: n - got}
+		f.done = func() {
+			flags := fabric.CompRecv | fabric.CompMsg
+			if h.flags&flagRemoteCQData != 0 {
+				flags |= fabric.CompRemoteCQData
+			}
+			entry := fabric.CQEntry{Context: r.ctx, Flags: flags, Len: got, Buf: r.buf[:got], Data: h.cqData, Tag: h.tag}
+			if n > got {
+				e.rxcq.PushErr(fabric.CQErrEntry{CQEntry: entry, OLen: n - got, Err: fabric.ErrTrunc})
+			} else {
+				e.rxcq.Push(entry)
+			}
+			if h.flags&(flagDeliveryComplete|flagCommitComplete) != 0 {
+				e.queueFirst(&txEntry{bufs: [][]byte{ackFrame}})
+			}
+		}
+		e.cur = f
+	case opWrite:
+		f := &rxFrame{h: h}
+		for _, v := range h.iov {
+			b, ok := e.d.LookupMR(v.key, v.addr, v.len, fabric.AccessRemoteWrite)
+			if !ok {
+				e.broken(fabric.ErrAccess)
+				return false
+			}
+			f.dst = append(f.dst, b)
+		}
+		f.done = func() {
+			if h.flags&flagRemoteCQData != 0 {
+				e.rxcq.Push(fabric.CQEntry{Flags: fabric.CompRMA | fabric.CompRemoteWrite | fabric.CompRemoteCQData, Len: n, Data: h.cqData})
+			}
+			if h.flags&(flagDeliveryComplete|flagCommitComplete) != 0 {
+				e.queueFirst(&txEntry{bufs: [][]byte{ackFrame}})
+			}
+		}
+		e.cur = f
+	case opReadReq:
+		rsp := header{op: opReadRsp}
+		var total uint64
+		bufs := [][]byte{nil}
+		for _, v := range h.iov {
+			b, ok := e.d.LookupMR(v.key, v.addr, v.len, fabric.AccessRemoteRead)
+			if !ok {
+				e.broken(fabric.ErrAccess)
+				return false
+			}
+			bufs = append(bufs, b)
+			total += v.len
+		}
+		hb := make([]byte, maxHdrLen)
+		bufs[0] = hb[:marshalHeader(hb, &rsp, total)]
+		e.queueFirst(&txEntry{bufs: bufs})
+		e.flushTx()
+	case opReadRsp:
+		if len(e.readq) == 0 {
+			e.broken(fabric.ErrIO)
+			return false
+		}
+		r := e.readq[0]
+		e.readq = e.readq[1:]
+		if n != uint64(len(r.buf)) {
+			e.broken(fabric.ErrIO)
+			return false
+		}
+		f := &rxFrame{h: h, dst: [][]byte{r.buf}}
+		f.done = func() {
+			e.txcq.Push(fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead, Len: n})
+		}
+		e.cur = f
+	default:
+		e.broken(fabric.ErrIO)
+		return false
+	}
+	return true
+}
+
+// queueFirst queues an internal frame (ACK, read response) ahead of the
+// program's frames not yet started. Called with e.mu held.
+func (e *ep) queueFirst(t *txEntry) {
+	i := 0
+	if len(e.txq) > 0 && e.txq[0].started() {
+		i = 1 // never cut into a frame half written
+	}
+	e.txq = append(e.txq, nil)
+	copy(e.txq[i+1:], e.txq[i:])
+	e.txq[i] = t
+}
+
+func (t *txEntry) started() bool { return t.partial }
+
+// peerGone handles the end of the stream: FI_SHUTDOWN on the EQ. Called
+// with e.mu held.
+func (e *ep) peerGone(err error) {
+	if e.state != stConnected && e.state != stShutdown {
+		return
+	}
+	if e.cur != nil || e.hdrHave > 0 || e.pend != nil || len(e.ackq) > 0 || len(e.readq) > 0 {
+		// Cut off in the middle of something: an error, then the end.
+		e.broken(fabric.ErrConnReset)
+		return
+	}
+	e.state = stShutdown
+	e.rc = nil
+	if e.eq != nil {
+		e.eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
+	}
+}
+
+// broken ends the connection after a protocol or socket error: the
+// operations outstanding fail, and the EQ gets an error and FI_SHUTDOWN.
+// Called with e.mu held.
+func (e *ep) broken(errno fabric.Errno) {
+	if e.state != stConnected && e.state != stShutdown {
+		return
+	}
+	e.state = stShutdown
+	e.conn.Close()
+	e.rc = nil
+	e.cur, e.pend = nil, nil
+	e.failAll(errno)
+	if e.eq != nil {
+		e.eq.WriteErr(fabric.EQErrEntry{FID: e, Err: errno})
+		e.eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
+	}
+}
+
+// errnoOf maps a socket error to an errno, or def.
+func errnoOf(err error, def fabric.Errno) fabric.Errno {
+	var se syscall.Errno
+	if errors.As(err, &se) {
+		return fabric.Errno(se)
+	}
+	return def
+}

@@ -1,0 +1,211 @@
+// Package tcp is the fabric provider "tcp": reliable connected endpoints
+// (FI_EP_MSG) over TCP, speaking the wire format of libfabric 1.17's tcp
+// provider, so that a Go program and a C libfabric program (fi_pingpong
+// -p tcp) talk to each other.
+//
+// Importing the package registers the provider. Its fi_info entries are
+// those of the C provider: one per IP address of each interface, the
+// fabric named after the address's network ("192.0.2.0/24",
+// "127.0.0.1/32") and the domain after the interface ("eth0", "lo").
+//
+// The goroutine that reads a CQ moves the data of the endpoints bound to
+// it (reading the socket, writing what is queued) with no goroutine in
+// between; two goroutines per connection do the same in the background
+// whenever the program is not polling, so the provider's progress is
+// automatic, as C's reports. Messages sent with FlagTransmitComplete or
+// FlagDeliveryComplete complete when the peer acknowledges them, as in C.
+// A peer that closes raises FI_SHUTDOWN; one that sends a malformed frame
+// or touches memory it may not fails the connection: the operations
+// outstanding complete with an error, and the event queue gets an error
+// entry and FI_SHUTDOWN.
+//
+// Offered: FI_EP_MSG with FI_MSG (send, senddata, inject, sendmsg) and
+// FI_RMA (write, writedata, read), over IPv4 and IPv6. Not yet: FI_EP_RDM
+// (C's tcp;ofi_rxm) and tagged messages.
+package tcp
+
+import (
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/rdmago/rdmago/fabric"
+)
+
+func init() { fabric.RegisterProvider(provider{}) }
+
+// Name is the provider's name.
+const Name = "tcp"
+
+type provider struct{}
+
+func (provider) Name() string            { return Name }
+func (provider) Version() fabric.Version { return fabric.MakeVersion(117, 0) }
+
+// iface is one address of one interface.
+type iface struct {
+	name   string
+	addr   netip.Addr
+	prefix netip.Prefix
+}
+
+// interfaces lists the host's addresses: other interfaces first, loopback
+// last, IPv4 before IPv6 within each.
+func interfaces() []iface {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var out, loop []iface
+	for _, ifi := range ifs {
+		if ifi.Flags&net.FlagUp == 0 {
+			continue
+		}
+		addrs, _ := ifi.Addrs()
+		var v4, v6 []iface
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, _ := netip.AddrFromSlice(ipn.IP)
+			ip = ip.Unmap()
+			ones, _ := ipn.Mask.Size()
+			if ip.IsLoopback() {
+				ones = ip.BitLen() // C names loopback fabrics 127.0.0.1/32
+			}
+			if ip.Is6() && ip.IsLinkLocalUnicast() {
+				ip = ip.WithZone(ifi.Name)
+			}
+			x := iface{name: ifi.Name, addr: ip, prefix: netip.PrefixFrom(ip.WithZone(""), ones).Masked()}
+			switch {
+			case ip.Is4():
+				v4 = append(v4, x)
+			case ip.IsLinkLocalUnicast():
+				v6 = append([]iface{x}, v6...) // link-local first, as C lists them
+			default:
+				v6 = append(v6, x)
+			}
+		}
+		if ifi.Flags&net.FlagLoopback != 0 {
+			loop = append(append(loop, v4...), v6...)
+		} else {
+			out = append(append(out, v4...), v6...)
+		}
+	}
+	return append(out, loop...)
+}
+
+// template is the fi_info of the C provider's MSG endpoint.
+func template(x iface) *fabric.Info {
+	order := fabric.OrderRAR | fabric.OrderRAW | fabric.OrderRAS | fabric.OrderWAW | fabric.OrderWAS | fabric.OrderSAW |
+		fabric.OrderSAS | fabric.OrderRMARAR | fabric.OrderRMARAW | fabric.OrderRMAWAW | fabric.OrderAtomicRAR |
+		fabric.OrderAtomicRAW | fabric.OrderAtomicWAW // as C's provider reports
+	i := &fabric.Info{
+		Caps: fabric.CapMsg | fabric.CapRMA | fabric.CapRead | fabric.CapWrite | fabric.CapRecv | fabric.CapSend |
+			fabric.CapRemoteRead | fabric.CapRemoteWrite | fabric.CapRMAPmem | fabric.CapLocalComm | fabric.CapRemoteComm | fabric.CapRMAEvent,
+		AddrFormat: fabric.FormatSockaddrIn,
+		SrcAddr:    netip.AddrPortFrom(x.addr, 0),
+		TxAttr: &fabric.TxAttr{Caps: fabric.CapMsg | fabric.CapRMA | fabric.CapRead | fabric.CapWrite | fabric.CapSend | fabric.CapRMAPmem,
+			MsgOrder: order, CompOrder: fabric.OrderStrict, InjectSize: injectSize, Size: 256, IOVLimit: maxIOV, RMAIOVLimit: maxIOV},
+		RxAttr: &fabric.RxAttr{Caps: fabric.CapMsg | fabric.CapRMA | fabric.CapRecv | fabric.CapRemoteRead | fabric.CapRemoteWrite | fabric.CapRMAPmem | fabric.CapRMAEvent,
+			MsgOrder: order, CompOrder: fabric.OrderStrict, Size: 256, IOVLimit: maxIOV},
+		EPAttr: &fabric.EPAttr{Type: fabric.EPMsg, Protocol: fabric.ProtoSockTCP, MaxMsgSize: ^uint64(0),
+			MaxOrderRAWSize: ^uint64(0), MaxOrderWAWSize: ^uint64(0), TxCtxCnt: 1, RxCtxCnt: 1},
+		DomainAttr: &fabric.DomainAttr{Name: x.name, Threading: fabric.ThreadSafe, ControlProgress: fabric.ProgressAuto,
+			DataProgress: fabric.ProgressAuto, ResourceMgmt: fabric.RMEnabled, AVType: fabric.AVUnspec, MRKeySize: 8,
+			CQDataSize: 8, CQCnt: 256, EPCnt: 8192, TxCtxCnt: 8192, RxCtxCnt: 8192, MaxEPTxCtx: 1, MaxEPRxCtx: 1,
+			MaxEPSrxCtx: 8192, MRIOVLimit: 1, Caps: fabric.CapLocalComm | fabric.CapRemoteComm},
+		FabricAttr: &fabric.FabricAttr{Name: x.prefix.String(), ProvName: Name, ProvVersion: fabric.MakeVersion(117, 0), APIVersion: fabric.APIVersion},
+	}
+	if x.addr.Is6() {
+		i.AddrFormat = fabric.FormatSockaddrIn6
+	}
+	return i
+}
+
+// Infos lists one entry per address. With FlagSource, node and service
+// name the local address (only its interface's entry is listed);
+// otherwise they name the peer, and each entry gets it as DestAddr.
+func (p provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([]*fabric.Info, error) {
+	var port uint16
+	if service != "" {
+		n, err := strconv.ParseUint(service, 10, 16)
+		if err != nil {
+			sp, err := net.LookupPort("tcp", service)
+			if err != nil {
+				return nil, fabric.Errorf("fi_getinfo", fabric.ErrInvalid, "service "+service)
+			}
+			n = uint64(sp)
+		}
+		port = uint16(n)
+	}
+	var nodeAddr netip.Addr
+	if node != "" {
+		a, err := netip.ParseAddr(node)
+		if err != nil {
+			ips, lerr := net.LookupIP(node)
+			if lerr != nil || len(ips) == 0 {
+				return nil, fabric.Errorf("fi_getinfo", fabric.ErrNoData, "node "+node)
+			}
+			a, _ = netip.AddrFromSlice(ips[0])
+		}
+		nodeAddr = a.Unmap()
+	}
+	// With a destination, only the address the host routes to it from.
+	dst := netip.AddrPort{}
+	if flags&fabric.FlagSource == 0 && nodeAddr.IsValid() {
+		dst = netip.AddrPortFrom(nodeAddr, port)
+	} else if hints != nil && hints.DestAddr.IsValid() {
+		dst = hints.DestAddr
+	}
+	var routeSrc netip.Addr
+	if dst.IsValid() {
+		routeSrc = routeSource(dst.Addr())
+	}
+	var out []*fabric.Info
+	for _, x := range interfaces() {
+		i := template(x)
+		if routeSrc.IsValid() && x.addr.WithZone("") != routeSrc.WithZone("") {
+			continue
+		}
+		if !dst.IsValid() && node == "" && service == "" && x.addr.IsLoopback() {
+			i.Caps &^= fabric.CapRemoteComm // as C lists loopback
+		}
+		if flags&fabric.FlagSource != 0 {
+			if node != "" && x.addr.WithZone("") != nodeAddr.WithZone("") {
+				continue
+			}
+			if node != "" || service != "" {
+				i.SrcAddr = netip.AddrPortFrom(x.addr, port)
+			}
+		} else if nodeAddr.IsValid() {
+			if nodeAddr.Is4() != x.addr.Is4() {
+				continue
+			}
+			i.DestAddr = netip.AddrPortFrom(nodeAddr, port)
+		}
+		if hints != nil && hints.SrcAddr.IsValid() {
+			if hints.SrcAddr.Addr().WithZone("") != x.addr.WithZone("") {
+				continue
+			}
+			i.SrcAddr = netip.AddrPortFrom(x.addr, hints.SrcAddr.Port())
+		}
+		if hints != nil && hints.DestAddr.IsValid() && hints.DestAddr.Addr().Is4() != x.addr.Is4() {
+			continue
+		}
+		out = append(out, i)
+	}
+	return out, nil
+}
+
+// routeSource is the local address the host's routing table picks to
+// reach dst (it sends nothing); invalid if there is no route.
+func routeSource(dst netip.Addr) netip.Addr {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
+	if err != nil {
+		return netip.Addr{}
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
+}

@@ -1,0 +1,290 @@
+package tcp_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/fabric"
+	_ "github.com/rdmago/rdmago/fabric/tcp"
+)
+
+// side is one end of a connection in a test.
+type side struct {
+	t    *testing.T
+	info *fabric.Info
+	fab  *fabric.Fabric
+	dom  *fabric.Domain
+	eq   *fabric.EQ
+	cq   *fabric.CQ
+	ep   fabric.Endpoint
+}
+
+func loopbackInfo(t *testing.T, flags uint64, node string) *fabric.Info {
+	t.Helper()
+	hints := fabric.AllocInfo()
+	hints.FabricAttr.ProvName = "tcp"
+	hints.EPAttr.Type = fabric.EPMsg
+	hints.Caps = fabric.CapMsg | fabric.CapRMA
+	infos, err := fabric.GetInfo(node, "0", flags, hints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range infos {
+		if i.SrcAddr.Addr().IsLoopback() && i.SrcAddr.Addr().Is4() || i.DestAddr.Addr().IsLoopback() {
+			return i
+		}
+	}
+	t.Fatal("no loopback entry")
+	return nil
+}
+
+func (s *side) open(info *fabric.Info) {
+	var err error
+	if s.dom, err = s.fab.OpenDomain(info); err != nil {
+		s.t.Fatal(err)
+	}
+	if s.cq, err = s.dom.OpenCQ(&fabric.CQAttr{Size: 64, Format: fabric.CQFormatData}); err != nil {
+		s.t.Fatal(err)
+	}
+	if s.ep, err = s.dom.OpenEndpoint(info, nil); err != nil {
+		s.t.Fatal(err)
+	}
+	must(s.t, s.ep.BindEQ(s.eq))
+	must(s.t, s.ep.BindCQ(s.cq, fabric.BindTransmit|fabric.BindRecv))
+	must(s.t, s.ep.Enable())
+	s.t.Cleanup(func() { s.ep.Close() })
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *side) event(want fabric.EventType) fabric.EQEntry {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := s.eq.SRead(ctx)
+	if err != nil {
+		if errors.Is(err, fabric.ErrAvail) {
+			ee, _ := s.eq.ReadErr()
+			s.t.Fatalf("waiting for %s: error entry %v", want, ee.Err)
+		}
+		s.t.Fatalf("waiting for %s: %v", want, err)
+	}
+	if e.Event != want {
+		s.t.Fatalf("event %s, want %s", e.Event, want)
+	}
+	return e
+}
+
+func (s *side) comp() fabric.CQEntry {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var buf [1]fabric.CQEntry
+	if _, err := s.cq.SRead(ctx, buf[:]); err != nil {
+		if errors.Is(err, fabric.ErrAvail) {
+			ee, _ := s.cq.ReadErr()
+			s.t.Fatalf("error completion %v (%+v)", ee.Err, ee)
+		}
+		s.t.Fatalf("no completion: %v", err)
+	}
+	return buf[0]
+}
+
+// pair takes one completion from each of a and b, driving both: with
+// manual progress a large message moves only while both sides poll.
+func pair(t *testing.T, a, b *side) (fabric.CQEntry, fabric.CQEntry) {
+	t.Helper()
+	var got [2]*fabric.CQEntry
+	deadline := time.Now().Add(5 * time.Second)
+	for (got[0] == nil || got[1] == nil) && time.Now().Before(deadline) {
+		for i, s := range []*side{a, b} {
+			if got[i] != nil {
+				continue
+			}
+			var e [1]fabric.CQEntry
+			n, err := s.cq.Read(e[:])
+			if errors.Is(err, fabric.ErrAvail) {
+				ee, _ := s.cq.ReadErr()
+				t.Fatalf("error completion %v (%+v)", ee.Err, ee)
+			}
+			if n == 1 {
+				got[i] = &e[0]
+			}
+		}
+	}
+	if got[0] == nil || got[1] == nil {
+		t.Fatalf("completions missing: %v %v", got[0], got[1])
+	}
+	return *got[0], *got[1]
+}
+
+// connected returns a connected client and server over 127.0.0.1.
+func connected(t *testing.T, pdata []byte) (cli, srv *side) {
+	srvInfo := loopbackInfo(t, fabric.FlagSource, "127.0.0.1")
+	fab, err := fabric.OpenFabric(srvInfo)
+	must(t, err)
+	eq, err := fab.OpenEQ()
+	must(t, err)
+	pep, err := fab.OpenPassiveEndpoint(srvInfo, nil)
+	must(t, err)
+	t.Cleanup(func() { pep.Close() })
+	must(t, pep.Bind(eq))
+	must(t, pep.Listen())
+	name, err := pep.Name()
+	must(t, err)
+
+	cliInfo := loopbackInfo(t, 0, "127.0.0.1")
+	cfab, err := fabric.OpenFabric(cliInfo)
+	must(t, err)
+	ceq, err := cfab.OpenEQ()
+	must(t, err)
+	cli = &side{t: t, info: cliInfo, fab: cfab, eq: ceq}
+	cli.open(cliInfo)
+	must(t, cli.ep.Connect(name, pdata))
+
+	srv = &side{t: t, fab: fab, eq: eq}
+	req := srv.event(fabric.EventConnReq)
+	if !bytes.Equal(req.Data, pdata) {
+		t.Fatalf("CONNREQ private data %q, want %q", req.Data, pdata)
+	}
+	srv.info = req.Info
+	srv.open(req.Info)
+	must(t, srv.ep.Accept([]byte("welcome")))
+	srv.event(fabric.EventConnected)
+	if e := cli.event(fabric.EventConnected); string(e.Data) != "welcome" {
+		t.Fatalf("CONNECTED private data %q", e.Data)
+	}
+	return cli, srv
+}
+
+func TestSendRecvBothWays(t *testing.T) {
+	cli, srv := connected(t, []byte("hello"))
+	for _, n := range []int{0, 1, 64, 128, 4096, 70000, 1 << 20} {
+		msg := bytes.Repeat([]byte{byte(n)}, n)
+		buf := make([]byte, n+10)
+		must(t, srv.ep.Recv(buf, nil, "rx"))
+		must(t, cli.ep.Send(msg, nil, "tx"))
+		sc, c := pair(t, cli, srv)
+		if sc.Context != "tx" || sc.Flags&fabric.CompSend == 0 {
+			t.Fatalf("send completion %+v", sc)
+		}
+		if c.Context != "rx" || c.Len != uint64(n) || !bytes.Equal(buf[:n], msg) {
+			t.Fatalf("%d bytes: receive completion %+v", n, c)
+		}
+		// and back, with CQ data and delivery-complete
+		must(t, cli.ep.Recv(buf, nil, "rx2"))
+		must(t, srv.ep.SendMsg(msg, nil, 77, "tx2", fabric.FlagDeliveryComplete|uint64(fabric.CapRemoteCQData)))
+		c, sc = pair(t, cli, srv)
+		if c.Context != "rx2" || c.Data != 77 || c.Flags&fabric.CompRemoteCQData == 0 || c.Len != uint64(n) {
+			t.Fatalf("receive with data %+v", c)
+		}
+		if sc.Context != "tx2" {
+			t.Fatalf("delivery-complete send %+v", sc)
+		}
+	}
+}
+
+func TestRMAWriteAndRead(t *testing.T) {
+	cli, srv := connected(t, nil)
+	region := make([]byte, 8192)
+	mr, err := srv.dom.RegMR(region, fabric.AccessRemoteRead|fabric.AccessRemoteWrite, 42)
+	must(t, err)
+	defer mr.Close()
+	data := bytes.Repeat([]byte("abcdefgh"), 100)
+	must(t, cli.ep.Write(data, nil, 100, mr.Key(), "w"))
+	if c := cli.comp(); c.Context != "w" || c.Flags&fabric.CompWrite == 0 {
+		t.Fatalf("write completion %+v", c)
+	}
+	got := make([]byte, len(data))
+	must(t, cli.ep.Read(got, nil, 100, mr.Key(), "r"))
+	if c := cli.comp(); c.Context != "r" || c.Flags&fabric.CompRead == 0 || !bytes.Equal(got, data) {
+		t.Fatalf("read completion %+v, data equal %v", c, bytes.Equal(got, data))
+	}
+	must(t, cli.ep.WriteData([]byte("xyz"), nil, 5, 0, mr.Key(), "wd"))
+	cli.comp()
+	if c := srv.comp(); c.Data != 5 || c.Flags&fabric.CompRemoteWrite == 0 || string(region[:3]) != "xyz" {
+		t.Fatalf("remote write completion %+v", c)
+	}
+}
+
+func TestTruncatedReceiveIsAnError(t *testing.T) {
+	cli, srv := connected(t, nil)
+	buf := make([]byte, 10)
+	must(t, srv.ep.Recv(buf, nil, "small"))
+	must(t, cli.ep.Send(make([]byte, 100), nil, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var e [1]fabric.CQEntry
+	if _, err := srv.cq.SRead(ctx, e[:]); !errors.Is(err, fabric.ErrAvail) {
+		t.Fatalf("SRead: %v, want ErrAvail", err)
+	}
+	ee, err := srv.cq.ReadErr()
+	if err != nil || ee.Err != fabric.ErrTrunc || ee.OLen != 90 || ee.Context != "small" {
+		t.Fatalf("error entry %+v %v", ee, err)
+	}
+	// The connection goes on.
+	must(t, srv.ep.Recv(buf, nil, "next"))
+	must(t, cli.ep.Send([]byte("ok"), nil, nil))
+	if c := srv.comp(); c.Context != "next" {
+		t.Fatalf("after truncation: %+v", c)
+	}
+}
+
+func TestPeerCloseRaisesShutdown(t *testing.T) {
+	cli, srv := connected(t, nil)
+	must(t, srv.ep.Recv(make([]byte, 10), nil, "pending"))
+	cli.ep.Close()
+	var e [1]fabric.CQEntry
+	for i := 0; i < 100; i++ {
+		srv.cq.Read(e[:]) // progress notices the end
+		if ev, err := srv.eq.Read(); err == nil {
+			if ev.Event != fabric.EventShutdown {
+				t.Fatalf("event %s, want FI_SHUTDOWN", ev.Event)
+			}
+			srv.ep.Close()
+			if ee, err := srv.cq.ReadErr(); err != nil || ee.Err != fabric.ErrCanceled {
+				t.Fatalf("pending receive after close: %+v %v", ee, err)
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no FI_SHUTDOWN")
+}
+
+func TestRejectCarriesPrivateData(t *testing.T) {
+	srvInfo := loopbackInfo(t, fabric.FlagSource, "127.0.0.1")
+	fab, _ := fabric.OpenFabric(srvInfo)
+	eq, _ := fab.OpenEQ()
+	pep, _ := fab.OpenPassiveEndpoint(srvInfo, nil)
+	defer pep.Close()
+	must(t, pep.Bind(eq))
+	must(t, pep.Listen())
+	name, _ := pep.Name()
+	cliInfo := loopbackInfo(t, 0, "127.0.0.1")
+	cfab, _ := fabric.OpenFabric(cliInfo)
+	ceq, _ := cfab.OpenEQ()
+	cli := &side{t: t, fab: cfab, eq: ceq}
+	cli.open(cliInfo)
+	must(t, cli.ep.Connect(name, nil))
+	srv := &side{t: t, eq: eq}
+	req := srv.event(fabric.EventConnReq)
+	must(t, pep.Reject(req.Info.Handle, []byte("go away")))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := ceq.SRead(ctx); !errors.Is(err, fabric.ErrAvail) {
+		t.Fatalf("SRead after reject: %v", err)
+	}
+	ee, _ := ceq.ReadErr()
+	if ee.Err != fabric.ErrConnRefused || string(ee.ErrData) != "go away" {
+		t.Fatalf("error entry %+v", ee)
+	}
+}

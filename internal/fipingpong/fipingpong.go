@@ -1,0 +1,350 @@
+// Package fipingpong is libfabric's fi_pingpong (util/pingpong.c in
+// libfabric 1.17) on the fabric API: the same flags, the same TCP control
+// channel on port 47592 byte for byte, the same per-size sync and count
+// exchange, and the same table, so that either side of a pair may be the
+// C program.
+package fipingpong
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/internal/getopt"
+)
+
+// Options are fi_pingpong's flags.
+type Options struct {
+	SrcPort  int    // -B: control port the server binds (47592)
+	DstPort  int    // -P: control port the client connects to (47592)
+	Domain   string // -d
+	Provider string // -p
+	EPType   fabric.EPType
+	Iters    int    // -I
+	Sizes    []int  // -S
+	Check    bool   // -c
+	Tagged   bool   // -m tagged
+	Verbose  bool   // -v
+	IPv6     bool   // -6
+	Server   string // the operand: the server's address (client mode)
+}
+
+// DefaultPort is the control channel's port.
+const DefaultPort = 47592
+
+// maxDataMsg is the largest message (PP_MAX_DATA_MSG).
+const maxDataMsg = 1<<22 + 1<<21
+
+var specs = []getopt.Spec{
+	{Short: 'B', Arg: "port", Usage: "source control port number (server: 47592, client: auto)"},
+	{Short: 'P', Arg: "port", Usage: "destination control port number (client: 47592)"},
+	{Short: 'd', Arg: "domain", Usage: "domain name"},
+	{Short: 'p', Arg: "provider", Usage: "specific provider name eg sockets, verbs"},
+	{Short: 'e', Arg: "ep_type", Usage: "endpoint type: msg|rdm|dgram (dgram)"},
+	{Short: 'I', Arg: "number", Usage: "number of iterations (10)"},
+	{Short: 'S', Arg: "size", Usage: "specific transfer size or 'all' (all)"},
+	{Short: 'c', Usage: "enables data_integrity checks"},
+	{Short: 'm', Arg: "transfer mode", Usage: "transfer mode: msg|tagged (msg)"},
+	{Short: 'v', Usage: "enables debugging output"},
+	{Short: '6', Usage: "use IPv6 address"},
+	{Short: 'h', Usage: "display this help output"},
+}
+
+// errUsage makes the exit status 1 after the usage is printed.
+var errUsage = errors.New("usage")
+
+// ParseArgs parses fi_pingpong's command line.
+func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
+	o := &Options{SrcPort: -1, DstPort: DefaultPort, EPType: fabric.EPDgram, Iters: 10}
+	opts, operands, err := getopt.ParseSpecs(args, specs)
+	if err != nil {
+		fmt.Fprintf(stderr, "fi_pingpong: %v\n", err)
+		usage(stderr)
+		return nil, errUsage
+	}
+	for _, opt := range opts {
+		switch opt.Name {
+		case 'B':
+			if o.SrcPort, err = opt.Int(0, 65535); err != nil {
+				return nil, err
+			}
+		case 'P':
+			if o.DstPort, err = opt.Int(1, 65535); err != nil {
+				return nil, err
+			}
+		case 'd':
+			o.Domain = opt.Arg
+		case 'p':
+			o.Provider = opt.Arg
+		case 'e':
+			t, ok := map[string]fabric.EPType{"msg": fabric.EPMsg, "rdm": fabric.EPRDM, "dgram": fabric.EPDgram}[strings.ToLower(opt.Arg)]
+			if !ok {
+				fmt.Fprintf(stderr, "fi_pingpong: unknown endpoint type %q (msg, rdm or dgram)\n", opt.Arg)
+				usage(stderr)
+				return nil, errUsage
+			}
+			o.EPType = t
+		case 'I':
+			if o.Iters, err = opt.Int(1, 1<<30); err != nil {
+				return nil, err
+			}
+		case 'S':
+			if strings.EqualFold(opt.Arg, "all") {
+				o.Sizes = allSizes()
+			} else {
+				n, err := opt.Int(0, maxDataMsg)
+				if err != nil {
+					return nil, err
+				}
+				o.Sizes = []int{n}
+			}
+		case 'c':
+			o.Check = true
+		case 'm':
+			o.Tagged = opt.Arg != "msg"
+		case 'v':
+			o.Verbose = true
+		case '6':
+			o.IPv6 = true
+		case 'h':
+			usage(stderr)
+			return nil, errUsage
+		}
+	}
+	if len(operands) > 1 {
+		return nil, fmt.Errorf("one server address, not %d operands", len(operands))
+	}
+	if len(operands) == 1 {
+		o.Server = operands[0]
+	}
+	if o.SrcPort < 0 {
+		o.SrcPort = 0
+		if o.Server == "" {
+			o.SrcPort = DefaultPort
+		}
+	}
+	if o.Sizes == nil {
+		o.Sizes = []int{64, 256, 1024, 4096, 65536, 1048576}
+	}
+	return o, nil
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "\nUsage:\n  fi_pingpong [OPTIONS]\t\tstart server\n  fi_pingpong [OPTIONS] <srv_addr>\tconnect to server\n\nOptions:\n")
+	getopt.PrintUsage(w, specs)
+}
+
+// allSizes is -S all: 0, 1, then 2^i and 2^i + 2^(i-1) up to the largest
+// message.
+func allSizes() []int {
+	s := []int{0, 1}
+	for i := 1; 1<<i <= maxDataMsg; i++ {
+		s = append(s, 1<<i)
+		if n := 1<<i + 1<<(i-1); n <= maxDataMsg {
+			s = append(s, n)
+		}
+	}
+	return s
+}
+
+// ExitStatus is the process's exit status for Run's error: fi_pingpong
+// exits with the negated libfabric return code.
+func ExitStatus(err error) int {
+	if err == nil {
+		return 0
+	}
+	if errors.Is(err, errUsage) {
+		return 1
+	}
+	var e fabric.Errno
+	if errors.As(err, &e) {
+		return int(e) & 0xff
+	}
+	return 1
+}
+
+// ---- The control channel ----
+
+// ctrl is the out-of-band TCP connection.
+type ctrl struct {
+	c net.Conn
+}
+
+const ctrlTimeout = 5 * time.Second
+
+// send writes one control message in one write, as the C program's reader
+// takes each with a single read.
+func (c *ctrl) send(b []byte) error {
+	c.c.SetWriteDeadline(time.Now().Add(ctrlTimeout))
+	_, err := c.c.Write(b)
+	return err
+}
+
+func (c *ctrl) recv(n int) ([]byte, error) {
+	b := make([]byte, n)
+	c.c.SetReadDeadline(time.Now().Add(ctrlTimeout))
+	if _, err := io.ReadFull(c.c, b); err != nil {
+		return nil, fmt.Errorf("ctrl/read: no data or remote connection closed: %w", err)
+	}
+	return b, nil
+}
+
+// sendName sends an endpoint name: its length (big-endian), the address
+// format (host order) and the sockaddr.
+func (c *ctrl) sendName(f fabric.AddrFormat, a netip.AddrPort) error {
+	sa := sockaddr(f, a)
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(sa)))
+	if err := c.send(n[:]); err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint32(n[:], uint32(f))
+	if err := c.send(n[:]); err != nil {
+		return err
+	}
+	return c.send(sa)
+}
+
+func (c *ctrl) recvName() (fabric.AddrFormat, netip.AddrPort, error) {
+	b, err := c.recv(4)
+	if err != nil {
+		return 0, netip.AddrPort{}, err
+	}
+	n := binary.BigEndian.Uint32(b)
+	if n > 1024 {
+		return 0, netip.AddrPort{}, fmt.Errorf("name of %d bytes", n)
+	}
+	if b, err = c.recv(4); err != nil {
+		return 0, netip.AddrPort{}, err
+	}
+	f := fabric.AddrFormat(binary.LittleEndian.Uint32(b))
+	if b, err = c.recv(int(n)); err != nil {
+		return 0, netip.AddrPort{}, err
+	}
+	a, err := parseSockaddr(f, b)
+	return f, a, err
+}
+
+// sockaddr encodes a struct sockaddr_in or sockaddr_in6 as Linux lays
+// them out.
+func sockaddr(f fabric.AddrFormat, a netip.AddrPort) []byte {
+	if f == fabric.FormatSockaddrIn6 {
+		b := make([]byte, 28)
+		binary.LittleEndian.PutUint16(b, 10) // AF_INET6
+		binary.BigEndian.PutUint16(b[2:], a.Port())
+		ip := a.Addr().As16()
+		copy(b[8:], ip[:])
+		if z := a.Addr().Zone(); z != "" {
+			if ifi, err := net.InterfaceByName(z); err == nil {
+				binary.LittleEndian.PutUint32(b[24:], uint32(ifi.Index))
+			}
+		}
+		return b
+	}
+	b := make([]byte, 16)
+	binary.LittleEndian.PutUint16(b, 2) // AF_INET
+	binary.BigEndian.PutUint16(b[2:], a.Port())
+	ip := a.Addr().Unmap().As4()
+	copy(b[4:], ip[:])
+	return b
+}
+
+func parseSockaddr(f fabric.AddrFormat, b []byte) (netip.AddrPort, error) {
+	switch {
+	case f == fabric.FormatSockaddrIn && len(b) >= 8 && binary.LittleEndian.Uint16(b) == 2:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), binary.BigEndian.Uint16(b[2:])), nil
+	case f == fabric.FormatSockaddrIn6 && len(b) >= 28 && binary.LittleEndian.Uint16(b) == 10:
+		a := netip.AddrFrom16([16]byte(b[8:24]))
+		if idx := binary.LittleEndian.Uint32(b[24:]); idx != 0 {
+			if ifi, err := net.InterfaceByIndex(int(idx)); err == nil {
+				a = a.WithZone(ifi.Name)
+			}
+		}
+		return netip.AddrPortFrom(a, binary.BigEndian.Uint16(b[2:])), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("endpoint name of format %v and %d bytes", f, len(b))
+}
+
+// sync is the per-size handshake: the client asks "q", the server
+// answers "a".
+func (c *ctrl) sync(server bool) error {
+	if server {
+		if _, err := c.recv(2); err != nil {
+			return err
+		}
+		return c.send([]byte("a\x00"))
+	}
+	if err := c.send([]byte("q\x00")); err != nil {
+		return err
+	}
+	_, err := c.recv(2)
+	return err
+}
+
+// exchangeCount sends the client's receive count (10 bytes, decimal, NUL
+// padded) and takes "cnt ok"; the server returns the count as its #ack.
+func (c *ctrl) exchangeCount(server bool, received int) (int, error) {
+	if server {
+		b, err := c.recv(10)
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.Atoi(strings.TrimRight(string(b), "\x00"))
+		if err != nil {
+			return 0, fmt.Errorf("count message %q", b)
+		}
+		return n, c.send([]byte("cnt ok\x00"))
+	}
+	b := make([]byte, 10)
+	copy(b, strconv.Itoa(received))
+	if err := c.send(b); err != nil {
+		return 0, err
+	}
+	_, err := c.recv(7)
+	return received, err
+}
+
+// openCtrl opens the control channel: the server accepts one connection
+// on -B, the client connects to the server's -P.
+func openCtrl(ctx context.Context, o *Options) (*ctrl, error) {
+	if o.Server == "" {
+		network := "tcp4"
+		if o.IPv6 {
+			network = "tcp6"
+		}
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, network, ":"+strconv.Itoa(o.SrcPort))
+		if err != nil {
+			return nil, fmt.Errorf("ctrl/bind: %w", err)
+		}
+		defer ln.Close()
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		defer stop()
+		c, err := ln.Accept()
+		if err != nil {
+			return nil, fmt.Errorf("ctrl/accept: %w", err)
+		}
+		return &ctrl{c: c}, nil
+	}
+	d := net.Dialer{Timeout: ctrlTimeout}
+	if o.SrcPort != 0 {
+		d.LocalAddr = &net.TCPAddr{Port: o.SrcPort}
+	}
+	network := "tcp4"
+	if o.IPv6 {
+		network = "tcp6"
+	}
+	c, err := d.DialContext(ctx, network, net.JoinHostPort(o.Server, strconv.Itoa(o.DstPort)))
+	if err != nil {
+		return nil, fmt.Errorf("ctrl/connect: %w", err)
+	}
+	return &ctrl{c: c}, nil
+}

@@ -1,0 +1,235 @@
+package fipingpong
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/rdmago/rdmago/fabric/tcp"
+)
+
+func TestRowsPrintAsFiPingpongPrintsThem(t *testing.T) {
+	for _, c := range []struct {
+		size, iters, ack int
+		usec             int64
+		want             string
+	}{
+		// A real fi_pingpong row.
+		{64, 10, 10, 1126, "64      10      =10      1.2k        0.00s      1.14      56.30       0.02\n"},
+		{1048576, 100, 100, 550000, "1m      100     =100     200m        0.55s    381.30    2750.00       0.00\n"},
+		{4096, 1000, 998, 20000, "4k      1k      +2       7.8m        0.02s    409.60      10.00       0.10\n"},
+		{0, 10, 12, 100, "0       10      -2       0           0.00s      0.00       5.00       0.20\n"},
+	} {
+		if got := Row(c.size, c.iters, c.ack, time.Duration(c.usec)*time.Microsecond); got != c.want {
+			t.Errorf("Row(%d, %d, %d, %dµs)\n got %q\nwant %q", c.size, c.iters, c.ack, c.usec, got, c.want)
+		}
+	}
+}
+
+func TestSizeAllHas46SizesUpTo6MiB(t *testing.T) {
+	s := allSizes()
+	if len(s) != 46 || s[0] != 0 || s[1] != 1 || s[2] != 2 || s[3] != 3 || s[45] != 6<<20 {
+		t.Fatalf("-S all: %d sizes %v", len(s), s)
+	}
+}
+
+func TestBadFlagsAreRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"-e", "stream"},
+		{"-I", "0"},
+		{"-I", "x"},
+		{"-S", "7000000"},
+		{"-P", "70000"},
+		{"-h"},
+		{"-Z"},
+		{"a", "b"},
+	} {
+		var errb bytes.Buffer
+		if _, err := ParseArgs(args, &errb); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+	o, err := ParseArgs([]string{"-p", "tcp", "-e", "MSG", "-S", "all", "-c", "-B", "0", "host"}, &bytes.Buffer{})
+	if err != nil || o.EPType.String() != "FI_EP_MSG" || len(o.Sizes) != 46 || !o.Check || o.Server != "host" || o.SrcPort != 0 {
+		t.Fatalf("parsed %+v, %v", o, err)
+	}
+	if o, _ := ParseArgs(nil, &bytes.Buffer{}); o.SrcPort != DefaultPort || o.EPType.String() != "FI_EP_DGRAM" || o.Iters != 10 {
+		t.Fatalf("defaults %+v", o)
+	}
+}
+
+// freePort returns a TCP port nothing listens on now.
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// syncBuffer is a bytes.Buffer for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// side runs one side as a goroutine (rdmago) or a process (the C
+// program, when cmd is set).
+type side struct {
+	out, errw syncBuffer
+	done      chan error
+}
+
+func runGo(args []string) *side {
+	s := &side{done: make(chan error, 1)}
+	o, err := ParseArgs(args, &s.errw)
+	if err != nil {
+		s.done <- err
+		return s
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		s.done <- Run(ctx, o, &s.out, &s.errw)
+	}()
+	return s
+}
+
+func runC(t *testing.T, args []string) *side {
+	s := &side{done: make(chan error, 1)}
+	cmd := exec.Command("fi_pingpong", args...)
+	cmd.Stdout, cmd.Stderr = &s.out, &s.errw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.done <- cmd.Wait() }()
+	return s
+}
+
+// rows returns the result rows of a table: size, #sent and #ack.
+func rows(out string) []string {
+	var r []string
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 8 && f[0] != "bytes" {
+			r = append(r, f[0]+" "+f[1]+" "+f[2])
+		}
+	}
+	return r
+}
+
+func pingpong(t *testing.T, goServes, withC bool, flags string, wantRows int) {
+	t.Helper()
+	port := strconv.Itoa(freePort(t))
+	srvArgs := append(strings.Fields(flags), "-B", port)
+	cliArgs := append(strings.Fields(flags), "-P", port, "127.0.0.1")
+	var srv, cli *side
+	start := func(goSide bool, args []string) *side {
+		if goSide || !withC {
+			return runGo(args)
+		}
+		return runC(t, args)
+	}
+	srv = start(goServes, srvArgs)
+	time.Sleep(300 * time.Millisecond) // the server's control listener
+	cli = start(!goServes, cliArgs)
+	for _, s := range []*side{cli, srv} {
+		select {
+		case err := <-s.done:
+			if err != nil {
+				t.Fatalf("%v\nserver:\n%s%s\nclient:\n%s%s", err, srv.out.String(), srv.errw.String(), cli.out.String(), cli.errw.String())
+			}
+		case <-time.After(90 * time.Second):
+			t.Fatalf("timed out\nserver:\n%s%s\nclient:\n%s%s", srv.out.String(), srv.errw.String(), cli.out.String(), cli.errw.String())
+		}
+	}
+	sr, cr := rows(srv.out.String()), rows(cli.out.String())
+	if len(sr) != wantRows || fmt.Sprint(sr) != fmt.Sprint(cr) {
+		t.Fatalf("rows differ or are missing (want %d)\nserver: %v\nclient: %v", wantRows, sr, cr)
+	}
+	for _, r := range sr {
+		f := strings.Fields(r)
+		if f[2] != "="+f[1] {
+			t.Fatalf("row %q: counts differ", r)
+		}
+	}
+}
+
+func TestGoPingpongOverTCP(t *testing.T) {
+	pingpong(t, true, false, "-p tcp -e msg -I 50 -c", 6)
+	pingpong(t, true, false, "-p tcp -e msg -I 5 -c -S all", 46)
+}
+
+func TestDatagramEndpointsAreNotOffered(t *testing.T) {
+	var out, errw bytes.Buffer
+	o, _ := ParseArgs([]string{"-p", "tcp"}, &errw)
+	err := Run(context.Background(), o, &out, &errw)
+	if ExitStatus(err) != 61 || !strings.Contains(errw.String(), "ret=-61") {
+		t.Fatalf("exit %d, stderr %q", ExitStatus(err), errw.String())
+	}
+}
+
+// TestInteropWithCFiPingpong runs rdmago's fi_pingpong against
+// libfabric's (Debian: apt-get install libfabric-bin), both ways.
+func TestInteropWithCFiPingpong(t *testing.T) {
+	if _, err := exec.LookPath("fi_pingpong"); err != nil {
+		t.Skip("libfabric's fi_pingpong is not installed (apt-get install libfabric-bin)")
+	}
+	for _, c := range []struct {
+		flags string
+		rows  int
+	}{
+		{"-p tcp -e msg -S 64 -I 1000 -c", 1},
+		{"-p tcp -e msg -S 4096 -I 1000 -c", 1},
+		{"-p tcp -e msg -S 1048576 -I 100 -c", 1},
+		{"-p tcp -e msg -S all -I 10 -c", 46},
+	} {
+		for _, goServes := range []bool{true, false} {
+			name := "C server, rdmago client"
+			if goServes {
+				name = "rdmago server, C client"
+			}
+			t.Run(name+" "+c.flags, func(t *testing.T) { pingpong(t, goServes, true, c.flags, c.rows) })
+		}
+	}
+}
+
+func TestDataCheckCatchesACorruptByte(t *testing.T) {
+	var tx, rx session
+	for _, n := range []int{0, 1, 61, 62, 63, 200, 5000} {
+		b := make([]byte, n)
+		tx.fill(b)
+		if err := rx.check(b); err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+	}
+	b := make([]byte, 300)
+	tx.fill(b)
+	b[250] ^= 1
+	if err := rx.check(b); err == nil || !strings.Contains(err.Error(), "byte 250") {
+		t.Fatalf("corrupt byte: %v", err)
+	}
+	// The pattern is the C program's: buffer k starts at (k*7) % 62.
+	var s session
+	s.filled = 2
+	b = make([]byte, 4)
+	s.fill(b)
+	if string(b) != "efgh" {
+		t.Fatalf("third buffer starts %q, want efgh", b)
+	}
+}

@@ -1,0 +1,412 @@
+package fipingpong
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/rdmago/rdmago/fabric"
+)
+
+// session is one side's fabric objects.
+type session struct {
+	o      *Options
+	out    io.Writer
+	errw   io.Writer
+	c      *ctrl
+	server bool
+
+	fab  *fabric.Fabric
+	eq   *fabric.EQ
+	dom  *fabric.Domain
+	txcq *fabric.CQ
+	rxcq *fabric.CQ
+	ep   fabric.Endpoint
+	pep  fabric.PassiveEndpoint
+
+	tx, rx     []byte
+	injectSize int
+	filled     int // buffers filled with the -c pattern
+	checked    int // buffers checked
+	received   int
+}
+
+// Run runs fi_pingpong: a server without o.Server, a client with it.
+func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
+	if o.EPType != fabric.EPMsg {
+		// The providers here offer connected endpoints only.
+		fmt.Fprintf(stderr, "fi_getinfo(): ret=-%d (%s)\n", int(fabric.ErrNoData), fabric.ErrNoData)
+		return fabric.ErrNoData
+	}
+	c, err := openCtrl(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "[error] %v\n", err)
+		return fabric.ErrConnRefused
+	}
+	defer c.c.Close()
+	stop := context.AfterFunc(ctx, func() { c.c.Close() })
+	defer stop()
+	s := &session{o: o, out: stdout, errw: stderr, c: c, server: o.Server == ""}
+	defer s.close()
+	if err := s.setup(ctx); err != nil {
+		return s.fail(err)
+	}
+	fmt.Fprintf(stdout, "%-8s%-8s%-9s%-8s%8s %10s%13s%13s\n", "bytes", "#sent", "#ack", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec")
+	for _, size := range o.Sizes {
+		if err := s.pingpong(ctx, size); err != nil {
+			return s.fail(err)
+		}
+	}
+	if err := s.finalize(ctx); err != nil {
+		return s.fail(err)
+	}
+	return nil
+}
+
+// fail reports err on stderr and returns the errno to exit with.
+func (s *session) fail(err error) error {
+	fmt.Fprintf(s.errw, "[error] %v\n", err)
+	var e fabric.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return fabric.ErrOther
+}
+
+func (s *session) hints() *fabric.Info {
+	h := fabric.AllocInfo()
+	h.Caps = fabric.CapMsg
+	if s.o.Tagged {
+		h.Caps = fabric.CapTagged
+	}
+	h.Mode = fabric.ModeContext | fabric.ModeContext2 | fabric.ModeMsgPrefix
+	h.DomainAttr.MRMode = fabric.MRLocal | fabric.MRAllocated | fabric.MRProvKey | fabric.MRVirtAddr
+	h.EPAttr.Type = s.o.EPType
+	h.FabricAttr.ProvName = s.o.Provider
+	h.DomainAttr.Name = s.o.Domain
+	return h
+}
+
+// setup makes the connection: the server listens and sends its passive
+// endpoint's name, the client connects to it.
+func (s *session) setup(ctx context.Context) error {
+	hints := s.hints()
+	if !s.server {
+		f, name, err := s.c.recvName()
+		if err != nil {
+			return err
+		}
+		hints.AddrFormat, hints.DestAddr = f, name
+	}
+	infos, err := fabric.GetInfo("", "", 0, hints)
+	if err != nil {
+		return fmt.Errorf("fi_getinfo(): ret=-%d (%w)", int(fabric.ErrNoData), err)
+	}
+	info := infos[0]
+	if s.fab, err = fabric.OpenFabric(info); err != nil {
+		return err
+	}
+	if s.eq, err = s.fab.OpenEQ(); err != nil {
+		return err
+	}
+	if s.server {
+		if s.pep, err = s.fab.OpenPassiveEndpoint(info, nil); err != nil {
+			return err
+		}
+		if err := s.pep.Bind(s.eq); err != nil {
+			return err
+		}
+		if err := s.pep.Listen(); err != nil {
+			return err
+		}
+		name, err := s.pep.Name()
+		if err != nil {
+			return err
+		}
+		if err := s.c.sendName(info.AddrFormat, name); err != nil {
+			return err
+		}
+		ev, err := s.event(ctx, fabric.EventConnReq)
+		if err != nil {
+			return err
+		}
+		info = ev.Info
+	}
+	if err := s.open(info); err != nil {
+		return err
+	}
+	if s.server {
+		if err := s.ep.Accept(nil); err != nil {
+			return err
+		}
+	} else if err := s.ep.Connect(info.DestAddr, nil); err != nil {
+		return err
+	}
+	_, err = s.event(ctx, fabric.EventConnected)
+	return err
+}
+
+// open opens the domain, CQs and endpoint, and posts the first receive.
+func (s *session) open(info *fabric.Info) error {
+	var err error
+	if s.dom, err = s.fab.OpenDomain(info); err != nil {
+		return err
+	}
+	if s.txcq, err = s.dom.OpenCQ(&fabric.CQAttr{Format: fabric.CQFormatContext}); err != nil {
+		return err
+	}
+	if s.rxcq, err = s.dom.OpenCQ(&fabric.CQAttr{Format: fabric.CQFormatContext}); err != nil {
+		return err
+	}
+	if s.ep, err = s.dom.OpenEndpoint(info, nil); err != nil {
+		return err
+	}
+	for _, b := range []error{s.ep.BindEQ(s.eq), s.ep.BindCQ(s.txcq, fabric.BindTransmit), s.ep.BindCQ(s.rxcq, fabric.BindRecv), s.ep.Enable()} {
+		if b != nil {
+			return b
+		}
+	}
+	maxSize := 0
+	for _, n := range s.o.Sizes {
+		maxSize = max(maxSize, n)
+	}
+	s.tx = make([]byte, max(maxSize, 64))
+	s.rx = make([]byte, max(maxSize, 64))
+	s.injectSize = info.TxAttr.InjectSize
+	return s.ep.Recv(s.rx, nil, nil)
+}
+
+// event waits for an event of type want.
+func (s *session) event(ctx context.Context, want fabric.EventType) (fabric.EQEntry, error) {
+	for {
+		e, err := s.eq.SRead(ctx)
+		if errors.Is(err, fabric.ErrAvail) {
+			ee, _ := s.eq.ReadErr()
+			return e, fmt.Errorf("fi_eq_sread(): %w", ee.Err)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return e, ctx.Err()
+			}
+			continue
+		}
+		if e.Event != want {
+			return e, fmt.Errorf("unexpected CM event %s", e.Event)
+		}
+		return e, nil
+	}
+}
+
+// wait polls cq for one completion, as fi_pingpong busy-polls fi_cq_read.
+func (s *session) wait(ctx context.Context, cq *fabric.CQ) error {
+	var e [1]fabric.CQEntry
+	for spins := 0; ; spins++ {
+		n, err := cq.Read(e[:])
+		if n == 1 {
+			return nil
+		}
+		if errors.Is(err, fabric.ErrAvail) {
+			ee, _ := cq.ReadErr()
+			return fmt.Errorf("fi_cq_read(): %w", ee.Err)
+		}
+		if err != nil && !errors.Is(err, fabric.ErrAgain) {
+			return err
+		}
+		if spins%4096 == 4095 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+const alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+// fill writes the -c pattern: the alphabet, cyclically, from where the
+// count of filled buffers puts it.
+func (s *session) fill(b []byte) {
+	start := s.filled * 7 % len(alphabet)
+	s.filled++
+	n := copy(b, alphabet[start:])
+	for n < len(b) {
+		n += copy(b[n:], alphabet)
+	}
+}
+
+// check verifies a received buffer against the pattern its sender filled.
+func (s *session) check(b []byte) error {
+	start := s.checked * 7 % len(alphabet)
+	s.checked++
+	want := alphabet[start:]
+	for off := 0; off < len(b); {
+		n := min(len(want), len(b)-off)
+		if string(b[off:off+n]) != want[:n] {
+			for i := 0; i < n; i++ {
+				if b[off+i] != want[i] {
+					return fmt.Errorf("data check error at byte %d of %d", off+i, len(b))
+				}
+			}
+		}
+		off += n
+		want = alphabet
+	}
+	return nil
+}
+
+func (s *session) send(ctx context.Context, size int) error {
+	b := s.tx[:size]
+	if s.o.Check {
+		s.fill(b)
+	}
+	if size < s.injectSize {
+		for {
+			err := s.ep.Inject(b)
+			if !errors.Is(err, fabric.ErrAgain) {
+				return err
+			}
+			s.txcq.Read(nil)
+		}
+	}
+	for {
+		err := s.ep.Send(b, nil, nil)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fabric.ErrAgain) {
+			return err
+		}
+		s.txcq.Read(nil)
+	}
+	return s.wait(ctx, s.txcq)
+}
+
+func (s *session) recv(ctx context.Context, size int) error {
+	if err := s.wait(ctx, s.rxcq); err != nil {
+		return err
+	}
+	s.received++
+	if s.o.Check {
+		if err := s.check(s.rx[:size]); err != nil {
+			return err
+		}
+	}
+	return s.ep.Recv(s.rx, nil, nil)
+}
+
+// pingpong runs one size: sync, the iterations, the count exchange, the
+// row.
+func (s *session) pingpong(ctx context.Context, size int) error {
+	if err := s.c.sync(s.server); err != nil {
+		return err
+	}
+	s.received = 0
+	start := time.Now()
+	for i := 0; i < s.o.Iters; i++ {
+		if s.server {
+			if err := s.recv(ctx, size); err != nil {
+				return err
+			}
+			if err := s.send(ctx, size); err != nil {
+				return err
+			}
+		} else {
+			if err := s.send(ctx, size); err != nil {
+				return err
+			}
+			if err := s.recv(ctx, size); err != nil {
+				return err
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	ack, err := s.c.exchangeCount(s.server, s.received)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(s.out, Row(size, s.o.Iters, ack, elapsed))
+	return nil
+}
+
+// finalize sends "fin" with FI_TRANSMIT_COMPLETE, waits for the peer's,
+// and shuts the connection down.
+func (s *session) finalize(ctx context.Context) error {
+	fin := s.tx[:4]
+	copy(fin, "fin\x00")
+	if err := s.ep.SendMsg(fin, nil, 0, nil, fabric.FlagTransmitComplete|fabric.FlagCompletion); err != nil {
+		return err
+	}
+	if err := s.wait(ctx, s.txcq); err != nil {
+		return err
+	}
+	if err := s.wait(ctx, s.rxcq); err != nil {
+		return err
+	}
+	return s.ep.Shutdown()
+}
+
+func (s *session) close() {
+	if s.ep != nil {
+		s.ep.Close()
+	}
+	if s.pep != nil {
+		s.pep.Close()
+	}
+	for _, cq := range []*fabric.CQ{s.txcq, s.rxcq} {
+		if cq != nil {
+			cq.Close()
+		}
+	}
+	if s.eq != nil {
+		s.eq.Close()
+	}
+}
+
+// Row formats one result line as fi_pingpong's show_perf does.
+func Row(size, iters, ack int, elapsed time.Duration) string {
+	usec := float64(elapsed.Microseconds())
+	total := int64(iters) * int64(size) * 2
+	ackCol := "=" + cntStr(int64(ack))
+	switch {
+	case iters > ack:
+		ackCol = "+" + cntStr(int64(iters-ack))
+	case iters < ack:
+		ackCol = "-" + cntStr(int64(ack-iters))
+	}
+	mbps, perXfer, rate := 0.0, 0.0, 0.0
+	if usec > 0 {
+		mbps = float64(total) / usec
+		perXfer = usec / float64(iters) / 2
+		rate = 1 / perXfer
+	}
+	return fmt.Sprintf("%-8s%-8s%-9s%-8s%8.2fs%10.2f%11.2f%11.2f\n",
+		sizeStr(int64(size)), cntStr(int64(iters)), ackCol, sizeStr(total), usec/1e6, mbps, perXfer, rate)
+}
+
+// sizeStr is size_str: binary units, one decimal below 10 when not whole.
+func sizeStr(n int64) string {
+	for _, u := range []struct {
+		base int64
+		suf  string
+	}{{1 << 30, "g"}, {1 << 20, "m"}, {1 << 10, "k"}} {
+		if n >= u.base {
+			if n/u.base < 10 && n%u.base != 0 {
+				return fmt.Sprintf("%.1f%s", float64(n)/float64(u.base), u.suf)
+			}
+			return fmt.Sprintf("%d%s", n/u.base, u.suf)
+		}
+	}
+	return fmt.Sprint(n)
+}
+
+// cntStr is cnt_str: decimal units, integer division.
+func cntStr(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%db", n/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%dm", n/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%dk", n/1e3)
+	}
+	return fmt.Sprint(n)
+}
