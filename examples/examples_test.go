@@ -53,7 +53,7 @@ func binaries(t *testing.T) string {
 			return
 		}
 		cmd := exec.Command(goTool, "build", "-o", build.dir+string(filepath.Separator),
-			"./rdma_client", "./rdma_server", "./rdmacm_client", "./rdmacm_server")
+			"./rdma_client", "./rdma_server", "./rdmacm_client", "./rdmacm_server", "./fabric_client", "./fabric_server")
 		build.out, build.err = cmd.CombinedOutput()
 	})
 	if build.err != nil {

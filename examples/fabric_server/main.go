@@ -1,0 +1,179 @@
+// Command fabric_server is the server of seed 000's flow over a libfabric
+// provider, in Go: fi_getinfo → fi_fabric → fi_domain → fi_av_open →
+// fi_eq_open → fi_passive_ep → fi_listen → (FI_CONNREQ) → fi_endpoint →
+// fi_mr_reg → fi_accept → fi_send / fi_recv, and it lets the client
+// fi_write into its registered memory → fi_close.
+//
+// The seed names libfabric's sockets provider; upstream libfabric has
+// deprecated sockets in favour of tcp, which is the provider here (-p
+// tcp, the default). It pairs with fabric_client:
+//
+//	fabric_server -a 127.0.0.1 -port 9228 &
+//	fabric_client -a 127.0.0.1 -port 9228
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/rdmago/rdmago/fabric"
+	_ "github.com/rdmago/rdmago/fabric/tcp" // the tcp provider
+)
+
+var (
+	prov = flag.String("p", "tcp", "provider")
+	addr = flag.String("a", "127.0.0.1", "address to listen on")
+	port = flag.Int("port", 9228, "port to listen on")
+)
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("fabric_server: ")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := serve(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func serve(ctx context.Context) error {
+	hints := fabric.AllocInfo()
+	hints.FabricAttr.ProvName = *prov
+	hints.EPAttr.Type = fabric.EPMsg
+	hints.Caps = fabric.CapMsg | fabric.CapRMA
+	infos, err := fabric.GetInfo(*addr, strconv.Itoa(*port), fabric.FlagSource, hints) // fi_getinfo
+	if err != nil {
+		return err
+	}
+	info := infos[0]
+	fab, err := fabric.OpenFabric(info) // fi_fabric
+	if err != nil {
+		return err
+	}
+	defer fab.Close()
+	dom, err := fab.OpenDomain(info) // fi_domain
+	if err != nil {
+		return err
+	}
+	defer dom.Close()
+	av, err := dom.OpenAV(nil) // fi_av_open: the peers we hear from
+	if err != nil {
+		return err
+	}
+	defer av.Close()
+	eq, err := fab.OpenEQ() // fi_eq_open
+	if err != nil {
+		return err
+	}
+	defer eq.Close()
+	pep, err := fab.OpenPassiveEndpoint(info, nil) // fi_passive_ep
+	if err != nil {
+		return err
+	}
+	defer pep.Close()
+	if err := pep.Bind(eq); err != nil {
+		return err
+	}
+	if err := pep.Listen(); err != nil { // fi_listen
+		return err
+	}
+	name, _ := pep.Name()
+	fmt.Println("listening on", name, "with provider", info.FabricAttr.ProvName)
+
+	req, err := eq.SRead(ctx) // FI_CONNREQ
+	if err != nil {
+		return err
+	}
+	if req.Event != fabric.EventConnReq {
+		return fmt.Errorf("event %s, want FI_CONNREQ", req.Event)
+	}
+	if _, err := av.Insert(req.Info.DestAddr); err != nil { // fi_av_insert
+		return err
+	}
+	fmt.Printf("connection request with %q\n", req.Data)
+	cq, err := dom.OpenCQ(&fabric.CQAttr{Format: fabric.CQFormatMsg}) // fi_cq_open
+	if err != nil {
+		return err
+	}
+	defer cq.Close()
+	ep, err := dom.OpenEndpoint(req.Info, nil) // fi_endpoint
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	for _, err := range []error{ep.BindEQ(eq), ep.BindCQ(cq, fabric.BindTransmit|fabric.BindRecv), ep.Enable()} {
+		if err != nil {
+			return err
+		}
+	}
+	region := make([]byte, 4096)
+	mr, err := dom.RegMR(region, fabric.AccessRemoteWrite|fabric.AccessRemoteRead, 0xbeef) // fi_mr_reg
+	if err != nil {
+		return err
+	}
+	defer mr.Close()
+	msg := make([]byte, 256)
+	if err := ep.Recv(msg, mr.Desc(), "recv"); err != nil { // fi_recv, before the peer can send
+		return err
+	}
+	if err := ep.Accept([]byte("accepted")); err != nil { // fi_accept
+		return err
+	}
+	if ev, err := eq.SRead(ctx); err != nil || ev.Event != fabric.EventConnected {
+		return fmt.Errorf("waiting for FI_CONNECTED: %v %v", ev.Event, err)
+	}
+
+	// Tell the client where it may write: the region's key and length.
+	var keyMsg [12]byte
+	binary.LittleEndian.PutUint64(keyMsg[:], mr.Key())
+	binary.LittleEndian.PutUint32(keyMsg[8:], uint32(len(region)))
+	if err := ep.Send(keyMsg[:], nil, "key"); err != nil { // fi_send
+		return err
+	}
+	for sent, written := false, false; !sent || !written; {
+		c, err := next(ctx, cq)
+		if err != nil {
+			return err
+		}
+		switch c.Context {
+		case "key":
+			sent = true
+		case "recv":
+			text := string(c.Buf)
+			fmt.Printf("received %q\n", text)
+			if text == "written" {
+				// The client's fi_write came before this message.
+				fmt.Printf("region holds %q\n", bytes.TrimRight(region, "\x00"))
+				written = true
+			} else if err := ep.Recv(msg, mr.Desc(), "recv"); err != nil {
+				return err
+			}
+		}
+	}
+	return ep.Shutdown() // fi_shutdown; fi_close follows with the defers
+}
+
+// next waits for one completion (fi_cq_sread), reporting an error entry
+// (fi_cq_readerr) as an error.
+func next(ctx context.Context, cq *fabric.CQ) (fabric.CQEntry, error) {
+	var c [1]fabric.CQEntry
+	if _, err := cq.SRead(ctx, c[:]); err != nil {
+		if e, rerr := cq.ReadErr(); rerr == nil {
+			return c[0], fmt.Errorf("completion error: %w", e.Err)
+		}
+		return c[0], err
+	}
+	return c[0], nil
+}

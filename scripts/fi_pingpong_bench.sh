@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Times `rdmago fi_pingpong` against libfabric's fi_pingpong, pair against
+# pair, over the tcp provider's MSG endpoints on loopback: 64-byte
+# latency (usec/xfer) and 1 MiB bandwidth (MB/sec), ROUNDS rounds each,
+# alternating the two so that the machine's noise falls on both. Prints
+# each round's figures, the medians and the ratios rdmago/C.
+#
+#   scripts/fi_pingpong_bench.sh [ROUNDS]     (default 5)
+#
+# Needs fi_pingpong (apt-get install libfabric-bin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-5}
+command -v fi_pingpong >/dev/null || { echo "fi_pingpong is not installed (apt-get install libfabric-bin)" >&2; exit 1; }
+bin=$(mktemp -d)/rdmago
+trap 'rm -rf "$(dirname "$bin")"' EXIT
+go build -o "$bin" ./cmd/rdmago
+
+port=47600
+# pair PROG ARGS...: one server and one client; prints the client's row.
+pair() {
+	local prog=$1; shift
+	port=$((port + 1))
+	if [ "$prog" = c ]; then set -- fi_pingpong "$@"; else set -- "$bin" fi_pingpong "$@"; fi
+	"$@" -B "$port" >/dev/null 2>&1 &
+	local srv=$!
+	sleep 0.3
+	"$@" -P "$port" 127.0.0.1 | awk 'NR == 2'
+	wait "$srv"
+}
+
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+declare -A lat bw
+for r in $(seq "$rounds"); do
+	for prog in c go; do
+		l=$(pair $prog -p tcp -e msg -S 64 -I 20000 | awk '{print $7}')
+		b=$(pair $prog -p tcp -e msg -S 1048576 -I 1000 | awk '{print $6}')
+		lat[$prog]+="$l "
+		bw[$prog]+="$b "
+		printf 'round %d %-6s 64 B %8s usec/xfer   1 MiB %9s MB/sec\n' "$r" "$prog" "$l" "$b"
+	done
+done
+for prog in c go; do
+	lm=$(echo ${lat[$prog]} | tr ' ' '\n' | median)
+	bm=$(echo ${bw[$prog]} | tr ' ' '\n' | median)
+	printf 'median %-6s 64 B %8s usec/xfer   1 MiB %9s MB/sec\n' "$prog" "$lm" "$bm"
+	eval "lm_$prog=$lm bm_$prog=$bm"
+done
+awk -v lg="$lm_go" -v lc="$lm_c" -v bg="$bm_go" -v bc="$bm_c" 'BEGIN {
+	printf "rdmago/C: latency %.2fx (goal <= 1.00), bandwidth %.2fx (goal >= 1.00)\n", lg / lc, bg / bc }'
