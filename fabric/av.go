@@ -103,5 +103,19 @@ func (av *AV) Remove(hs ...Addr) error {
 	return nil
 }
 
+// Find returns the handle of an address, or AddrNotAvail: what a
+// provider uses to name the source of a message.
+func (av *AV) Find(a netip.AddrPort) Addr {
+	av.mu.Lock()
+	defer av.mu.Unlock()
+	want := netip.AddrPortFrom(a.Addr().Unmap().WithZone(""), a.Port())
+	for i, x := range av.addrs {
+		if netip.AddrPortFrom(x.Addr().Unmap().WithZone(""), x.Port()) == want {
+			return Addr(i)
+		}
+	}
+	return AddrNotAvail
+}
+
 // Close closes the address vector (fi_close).
 func (av *AV) Close() error { return nil }

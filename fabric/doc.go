@@ -69,7 +69,12 @@
 //	fi_strerror                   StrError, Errno.Error
 //	fi_tostr(FI_TYPE_INFO)        (*Info).String
 //
-// Not yet here: address vectors and counters, and with them FI_EP_RDM
-// (libfabric's tcp;ofi_rxm) and FI_EP_DGRAM; tagged messages (which the
-// tcp provider's MSG endpoints lack in C too); atomics.
+//	fi_av_open, fi_av_insert      (*Domain).OpenAV, (*AV).Insert
+//	fi_av_insertsvc, fi_av_lookup (*AV).InsertSvc, Lookup
+//	fi_av_remove                  (*AV).Remove
+//	fi_tsend, fi_trecv            Endpoint.TSend, TRecv
+//	fi_tinject, fi_tsendmsg       Endpoint.TInject, TSendMsg
+//
+// Not yet here: counters, FI_EP_DGRAM, RMA on FI_EP_RDM endpoints, and
+// atomics.
 package fabric

@@ -75,7 +75,7 @@ func Example() {
 	must(ep.BindCQ(cq, fabric.BindTransmit|fabric.BindRecv))
 	must(ep.Enable())
 	buf := make([]byte, 64)
-	must(ep.Recv(buf, nil, "my receive"))
+	must(ep.Recv(buf, nil, fabric.AddrNotAvail, "my receive"))
 	must(ep.Accept(nil))
 	_, err = eq.SRead(ctx) // FI_CONNECTED
 	must(err)
@@ -84,7 +84,7 @@ func Example() {
 	fmt.Println("client:", ev.Event)
 
 	// fi_send, and the completions on both sides.
-	must(cep.Send([]byte("over the fabric"), nil, "my send"))
+	must(cep.Send([]byte("over the fabric"), nil, fabric.AddrNotAvail, "my send"))
 	var c [1]fabric.CQEntry
 	_, err = ccq.SRead(ctx, c[:])
 	must(err)

@@ -247,6 +247,24 @@ func (q *EQ) SRead(ctx context.Context) (EQEntry, error) {
 	}
 }
 
+// Wait blocks until the queue holds an event or an error entry, or ctx is
+// done; it takes nothing.
+func (q *EQ) Wait(ctx context.Context) error {
+	for {
+		q.mu.Lock()
+		n, w, closed := len(q.events)+len(q.errs), q.wake, q.closed
+		q.mu.Unlock()
+		if n > 0 || closed {
+			return nil
+		}
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // ReadErr takes the next error entry (fi_eq_readerr).
 func (q *EQ) ReadErr() (EQErrEntry, error) {
 	q.mu.Lock()
@@ -428,6 +446,25 @@ func (cq *CQ) SRead(ctx context.Context, buf []CQEntry) (int, error) {
 	}
 }
 
+// Wait blocks until the CQ holds a completion or an error entry, or ctx
+// is done (fi_cq_sread with a count of 0); it takes nothing.
+func (cq *CQ) Wait(ctx context.Context) error {
+	for {
+		cq.mu.Lock()
+		n, w := len(cq.entries)+len(cq.errs), cq.wake
+		closed := cq.closed
+		cq.mu.Unlock()
+		if n > 0 || closed {
+			return nil
+		}
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // ReadErr takes the next error completion (fi_cq_readerr).
 func (cq *CQ) ReadErr() (CQErrEntry, error) {
 	cq.mu.Lock()
@@ -468,13 +505,29 @@ type PassiveEndpoint interface {
 	Close() error
 }
 
-// Endpoint is a communication endpoint (struct fid_ep).
+// Msg is a message for SendMsg (struct fi_msg, one iov).
+type Msg struct {
+	Buf     []byte
+	Desc    any    // the region's descriptor (MR.Desc), or nil
+	Addr    Addr   // the destination (connectionless endpoints)
+	Context any    // returned in the completion
+	Data    uint64 // remote CQ data, with FlagRemoteCQData
+}
+
+// FlagRemoteCQData (FI_REMOTE_CQ_DATA) sends Msg.Data with the message.
+const FlagRemoteCQData = uint64(CapRemoteCQData)
+
+// Endpoint is a communication endpoint (struct fid_ep). A connected
+// endpoint (FI_EP_MSG) ignores the address arguments; a connectionless
+// one (FI_EP_RDM) sends to and receives from the addresses of its AV
+// (AddrNotAvail for "any").
 type Endpoint interface {
-	// BindEQ binds the event queue (fi_ep_bind with an EQ).
+	// BindEQ, BindCQ and BindAV bind the event queue, a CQ for
+	// transmits (BindTransmit), receives (BindRecv) or both, and the
+	// address vector (fi_ep_bind).
 	BindEQ(eq *EQ) error
-	// BindCQ binds a CQ for transmits (BindTransmit), receives
-	// (BindRecv) or both (fi_ep_bind with a CQ).
 	BindCQ(cq *CQ, flags uint64) error
+	BindAV(av *AV) error
 	// Enable enables the endpoint (fi_enable).
 	Enable() error
 	// Connect connects to a passive endpoint (fi_connect); FI_CONNECTED
@@ -489,27 +542,34 @@ type Endpoint interface {
 	Name() (netip.AddrPort, error)
 	Peer() (netip.AddrPort, error)
 
-	// Recv posts a receive buffer (fi_recv); desc is the region's
-	// descriptor (MR.Desc), or nil.
-	Recv(buf []byte, desc any, context any) error
+	// Recv posts a receive buffer (fi_recv).
+	Recv(buf []byte, desc any, src Addr, context any) error
 	// Send sends buf (fi_send).
-	Send(buf []byte, desc any, context any) error
+	Send(buf []byte, desc any, dest Addr, context any) error
 	// SendData sends buf with remote CQ data (fi_senddata).
-	SendData(buf []byte, desc any, data uint64, context any) error
+	SendData(buf []byte, desc any, data uint64, dest Addr, context any) error
 	// Inject sends buf, copied at once, with no completion (fi_inject).
-	Inject(buf []byte) error
+	Inject(buf []byte, dest Addr) error
 	// SendMsg sends with flags (fi_sendmsg): FlagTransmitComplete,
-	// FlagDeliveryComplete, FlagRemoteCQData (with data), FlagInject,
-	// FlagCompletion.
-	SendMsg(buf []byte, desc any, data uint64, context any, flags uint64) error
+	// FlagDeliveryComplete, FlagRemoteCQData, FlagInject, FlagCompletion.
+	SendMsg(msg *Msg, flags uint64) error
+
+	// TRecv, TSend and TInject are the tagged forms (fi_trecv, fi_tsend,
+	// fi_tinject): a receive takes a message whose tag matches tag in
+	// the bits ignore leaves clear.
+	TRecv(buf []byte, desc any, src Addr, tag, ignore uint64, context any) error
+	TSend(buf []byte, desc any, dest Addr, tag uint64, context any) error
+	TInject(buf []byte, dest Addr, tag uint64) error
+	// TSendMsg is SendMsg for a tagged message (fi_tsendmsg).
+	TSendMsg(msg *Msg, tag uint64, flags uint64) error
 
 	// Write writes buf to the peer's region key at addr (fi_write);
 	// WriteData also delivers data to the peer's CQ (fi_writedata).
-	Write(buf []byte, desc any, addr, key uint64, context any) error
-	WriteData(buf []byte, desc any, data, addr, key uint64, context any) error
+	Write(buf []byte, desc any, dest Addr, addr, key uint64, context any) error
+	WriteData(buf []byte, desc any, data uint64, dest Addr, addr, key uint64, context any) error
 	// Read reads len(buf) bytes of the peer's region key at addr into buf
 	// (fi_read).
-	Read(buf []byte, desc any, addr, key uint64, context any) error
+	Read(buf []byte, desc any, src Addr, addr, key uint64, context any) error
 
 	// Close closes the endpoint (fi_close): outstanding operations
 	// complete with ErrCanceled.

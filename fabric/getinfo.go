@@ -67,6 +67,9 @@ func GetInfo(node, service string, flags uint64, hints *Info) ([]*Info, error) {
 			continue
 		}
 		for _, i := range infos {
+			if hints != nil && hints.FabricAttr != nil && hints.FabricAttr.ProvName != "" && !provMatch(i.FabricAttr.ProvName, hints.FabricAttr.ProvName) {
+				continue
+			}
 			if hints == nil || matches(i, hints) {
 				i.prov = p
 				out = append(out, applyHints(i, hints))
@@ -79,9 +82,22 @@ func GetInfo(node, service string, flags uint64, hints *Info) ([]*Info, error) {
 	return out, nil
 }
 
-// provMatch compares a provider name with the hint's, case-insensitively.
+// provMatch compares a provider name with the hint's, case-insensitively:
+// the hint "tcp" matches "tcp" and the layered "tcp;ofi_rxm", as in
+// libfabric; "tcp;ofi_rxm" matches only itself.
 func provMatch(name, hint string) bool {
-	return strings.EqualFold(name, hint)
+	if strings.EqualFold(name, hint) {
+		return true
+	}
+	if strings.Contains(hint, ";") {
+		return false
+	}
+	for _, layer := range strings.Split(name, ";") {
+		if strings.EqualFold(layer, hint) {
+			return true
+		}
+	}
+	return false
 }
 
 func matches(i, h *Info) bool {

@@ -95,7 +95,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer mr.Close()
-	if err := ep.Recv(buf, mr.Desc(), "key"); err != nil { // fi_recv
+	if err := ep.Recv(buf, mr.Desc(), fabric.AddrNotAvail, "key"); err != nil { // fi_recv
 		return err
 	}
 	to, err := av.Lookup(server) // fi_av_lookup
@@ -125,21 +125,21 @@ func run(ctx context.Context) error {
 	size := binary.LittleEndian.Uint32(buf[8:])
 	fmt.Printf("server region: key %#x, %d bytes\n", key, size)
 
-	if err := ep.Send([]byte("hello over the fabric"), mr.Desc(), "send"); err != nil { // fi_send
+	if err := ep.Send([]byte("hello over the fabric"), mr.Desc(), fabric.AddrNotAvail, "send"); err != nil { // fi_send
 		return err
 	}
 	if _, err := next(ctx, cq); err != nil {
 		return err
 	}
 	data := []byte("RDMA WRITE over tcp")
-	if err := ep.Write(data, nil, 0, key, "write"); err != nil { // fi_write
+	if err := ep.Write(data, nil, fabric.AddrNotAvail, 0, key, "write"); err != nil { // fi_write
 		return err
 	}
 	if _, err := next(ctx, cq); err != nil {
 		return err
 	}
 	fmt.Printf("wrote %d bytes\n", len(data))
-	if err := ep.SendMsg([]byte("written"), nil, 0, "done", fabric.FlagDeliveryComplete); err != nil {
+	if err := ep.SendMsg(&fabric.Msg{Buf: []byte("written"), Context: "done"}, fabric.FlagDeliveryComplete); err != nil {
 		return err
 	}
 	if _, err := next(ctx, cq); err != nil {

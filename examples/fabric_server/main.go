@@ -125,7 +125,7 @@ func serve(ctx context.Context) error {
 	}
 	defer mr.Close()
 	msg := make([]byte, 256)
-	if err := ep.Recv(msg, mr.Desc(), "recv"); err != nil { // fi_recv, before the peer can send
+	if err := ep.Recv(msg, mr.Desc(), fabric.AddrNotAvail, "recv"); err != nil { // fi_recv, before the peer can send
 		return err
 	}
 	if err := ep.Accept([]byte("accepted")); err != nil { // fi_accept
@@ -139,7 +139,7 @@ func serve(ctx context.Context) error {
 	var keyMsg [12]byte
 	binary.LittleEndian.PutUint64(keyMsg[:], mr.Key())
 	binary.LittleEndian.PutUint32(keyMsg[8:], uint32(len(region)))
-	if err := ep.Send(keyMsg[:], nil, "key"); err != nil { // fi_send
+	if err := ep.Send(keyMsg[:], nil, fabric.AddrNotAvail, "key"); err != nil { // fi_send
 		return err
 	}
 	for sent, written := false, false; !sent || !written; {
@@ -157,7 +157,7 @@ func serve(ctx context.Context) error {
 				// The client's fi_write came before this message.
 				fmt.Printf("region holds %q\n", bytes.TrimRight(region, "\x00"))
 				written = true
-			} else if err := ep.Recv(msg, mr.Desc(), "recv"); err != nil {
+			} else if err := ep.Recv(msg, mr.Desc(), fabric.AddrNotAvail, "recv"); err != nil {
 				return err
 			}
 		}

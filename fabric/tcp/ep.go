@@ -271,8 +271,11 @@ type rxFrame struct {
 }
 
 func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.Endpoint, error) {
+	if info != nil && info.EPAttr != nil && info.EPAttr.Type == fabric.EPRDM {
+		return newRDM(d, info, context)
+	}
 	if info == nil || info.EPAttr == nil || info.EPAttr.Type != fabric.EPMsg {
-		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the tcp provider's endpoints are FI_EP_MSG")
+		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the tcp provider's endpoints are FI_EP_MSG and FI_EP_RDM")
 	}
 	e := &ep{d: d, info: info.Dup(), ctx: context, hdrNeed: baseHdrLen, kick: make(chan struct{}), done: make(chan struct{})}
 	if r, ok := info.Handle.(*connReq); ok {
@@ -639,7 +642,7 @@ func (e *ep) live(op string) error {
 	return fabric.Errorf(op, fabric.ErrOpBadState, "not connected")
 }
 
-func (e *ep) Recv(buf []byte, desc any, context any) error {
+func (e *ep) Recv(buf []byte, desc any, _ fabric.Addr, context any) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.state == stClosed {
@@ -655,26 +658,61 @@ func (e *ep) Recv(buf []byte, desc any, context any) error {
 	return nil
 }
 
-func (e *ep) Send(buf []byte, desc any, context any) error {
-	return e.SendMsg(buf, desc, 0, context, fabric.FlagCompletion)
+func (e *ep) Send(buf []byte, desc any, _ fabric.Addr, context any) error {
+	return e.send(buf, 0, context, fabric.FlagCompletion)
 }
 
-func (e *ep) SendData(buf []byte, desc any, data uint64, context any) error {
-	return e.SendMsg(buf, desc, data, context, fabric.FlagCompletion|uint64(fabric.CapRemoteCQData))
+func (e *ep) SendData(buf []byte, desc any, data uint64, _ fabric.Addr, context any) error {
+	return e.send(buf, data, context, fabric.FlagCompletion|fabric.FlagRemoteCQData)
 }
 
-func (e *ep) Inject(buf []byte) error {
+func (e *ep) Inject(buf []byte, _ fabric.Addr) error {
 	if len(buf) > injectSize {
 		return fabric.Errorf("fi_inject", fabric.ErrMsgSize, "inject of more than 128 bytes")
 	}
-	return e.SendMsg(buf, nil, 0, nil, fabric.FlagInject)
+	return e.send(buf, 0, nil, fabric.FlagInject)
 }
 
-// SendMsg queues a message. With FlagInject the buffer is copied at once
-// and no completion is reported.
-func (e *ep) SendMsg(buf []byte, desc any, data uint64, context any, flags uint64) error {
+// SendMsg queues a message (fi_sendmsg). With FlagInject the buffer is
+// copied at once and no completion is reported.
+func (e *ep) SendMsg(m *fabric.Msg, flags uint64) error {
+	return e.send(m.Buf, m.Data, m.Context, flags)
+}
+
+// The tcp provider's connected endpoints have no tagged messages, as in
+// C; FI_EP_RDM has them.
+func (e *ep) TRecv([]byte, any, fabric.Addr, uint64, uint64, any) error {
+	return fabric.Errorf("fi_trecv", fabric.ErrNotSupported, "FI_EP_MSG endpoints of the tcp provider have no tagged messages")
+}
+
+func (e *ep) TSend([]byte, any, fabric.Addr, uint64, any) error {
+	return fabric.Errorf("fi_tsend", fabric.ErrNotSupported, "FI_EP_MSG endpoints of the tcp provider have no tagged messages")
+}
+
+func (e *ep) TSendMsg(*fabric.Msg, uint64, uint64) error {
+	return fabric.Errorf("fi_tsendmsg", fabric.ErrNotSupported, "FI_EP_MSG endpoints of the tcp provider have no tagged messages")
+}
+
+func (e *ep) TInject([]byte, fabric.Addr, uint64) error {
+	return fabric.Errorf("fi_tinject", fabric.ErrNotSupported, "FI_EP_MSG endpoints of the tcp provider have no tagged messages")
+}
+
+// BindAV is accepted and ignored: connected endpoints need no AV.
+func (e *ep) BindAV(*fabric.AV) error { return nil }
+
+func (e *ep) send(buf []byte, data uint64, context any, flags uint64) error {
+	return e.sendFrame(buf, data, context, flags, false, 0)
+}
+
+// sendFrame queues a message; tagged frames carry the tagged flag and a
+// tag (what rxm sends for tagged messages).
+func (e *ep) sendFrame(buf []byte, data uint64, context any, flags uint64, tagged bool, tag uint64) error {
 	h := header{op: opMsg}
-	if flags&uint64(fabric.CapRemoteCQData) != 0 {
+	if tagged {
+		h.flags |= flagTagged
+		h.tag = tag
+	}
+	if flags&fabric.FlagRemoteCQData != 0 {
 		h.flags |= flagRemoteCQData
 		h.cqData = data
 	}
@@ -720,17 +758,17 @@ func (e *ep) post(op string, h *header, payload []byte, t *txEntry, read ...rdEn
 	return nil
 }
 
-func (e *ep) Write(buf []byte, desc any, addr, key uint64, context any) error {
+func (e *ep) Write(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context any) error {
 	h := header{op: opWrite, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
 	return e.post("fi_write", &h, buf, &txEntry{ctx: context, flags: fabric.CompRMA | fabric.CompWrite, comp: true})
 }
 
-func (e *ep) WriteData(buf []byte, desc any, data, addr, key uint64, context any) error {
+func (e *ep) WriteData(buf []byte, desc any, data uint64, _ fabric.Addr, addr, key uint64, context any) error {
 	h := header{op: opWrite, flags: flagRemoteCQData, cqData: data, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
 	return e.post("fi_writedata", &h, buf, &txEntry{ctx: context, flags: fabric.CompRMA | fabric.CompWrite, comp: true})
 }
 
-func (e *ep) Read(buf []byte, desc any, addr, key uint64, context any) error {
+func (e *ep) Read(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context any) error {
 	h := header{op: opReadReq, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
 	// The request completes with its response, not when written.
 	return e.post("fi_read", &h, nil, &txEntry{}, rdEntry{buf: buf, ctx: context})
@@ -928,6 +966,9 @@ func (e *ep) start(h header) bool {
 		f := &rxFrame{h: h, dst: [][]byte{r.buf[:got]}, discard: n - got}
 		f.done = func() {
 			flags := fabric.CompRecv | fabric.CompMsg
+			if h.op == opTagged || h.flags&flagTagged != 0 {
+				flags = fabric.CompRecv | fabric.CompTagged
+			}
 			if h.flags&flagRemoteCQData != 0 {
 				flags |= fabric.CompRemoteCQData
 			}

@@ -20,8 +20,12 @@
 // entry and FI_SHUTDOWN.
 //
 // Offered: FI_EP_MSG with FI_MSG (send, senddata, inject, sendmsg) and
-// FI_RMA (write, writedata, read), over IPv4 and IPv6. Not yet: FI_EP_RDM
-// (C's tcp;ofi_rxm) and tagged messages.
+// FI_RMA (write, writedata, read), over IPv4 and IPv6; FI_EP_RDM as C's
+// "tcp;ofi_rxm" with FI_MSG and FI_TAGGED (rxm's connect data and packet
+// header, connections made on the first send, eager messages up to 16 KiB,
+// read-based rendezvous above, raw tagged frames), which pairs with C's
+// rxm. Not yet: RMA on FI_EP_RDM, rxm's write-based rendezvous
+// (FI_OFI_RXM_USE_RNDV_WRITE), FI_EP_DGRAM.
 package tcp
 
 import (
@@ -124,6 +128,29 @@ func template(x iface) *fabric.Info {
 	return i
 }
 
+// rdmTemplate is the fi_info of an FI_EP_RDM endpoint, as C's
+// tcp;ofi_rxm offers it (messages and tagged messages).
+func rdmTemplate(x iface) *fabric.Info {
+	i := template(x)
+	caps := fabric.CapMsg | fabric.CapTagged | fabric.CapRecv | fabric.CapSend | fabric.CapLocalComm | fabric.CapRemoteComm
+	i.Caps = caps
+	i.TxAttr.Caps = fabric.CapMsg | fabric.CapTagged | fabric.CapSend
+	i.RxAttr.Caps = fabric.CapMsg | fabric.CapTagged | fabric.CapRecv
+	i.TxAttr.InjectSize = rxmInjectSize
+	i.TxAttr.Size, i.RxAttr.Size = 2048, 2048
+	i.EPAttr.Type = fabric.EPRDM
+	i.EPAttr.Protocol = fabric.ProtoRXM
+	i.EPAttr.ProtocolVersion = 1
+	i.EPAttr.MemTagFormat = 0xaaaaaaaaaaaaaaaa
+	i.DomainAttr.AVType = fabric.AVUnspec
+	i.FabricAttr.ProvName = RDMName
+	return i
+}
+
+// RDMName is the provider name of the FI_EP_RDM entries, as C names its
+// layering of rxm over tcp.
+const RDMName = "tcp;ofi_rxm"
+
 // Infos lists one entry per address. With FlagSource, node and service
 // name the local address (only its interface's entry is listed);
 // otherwise they name the peer, and each entry gets it as DestAddr.
@@ -163,40 +190,46 @@ func (p provider) Infos(node, service string, flags uint64, hints *fabric.Info) 
 	if dst.IsValid() {
 		routeSrc = routeSource(dst.Addr())
 	}
-	var out []*fabric.Info
+	var out, rdms []*fabric.Info
 	for _, x := range interfaces() {
-		i := template(x)
 		if routeSrc.IsValid() && x.addr.WithZone("") != routeSrc.WithZone("") {
 			continue
 		}
-		if !dst.IsValid() && node == "" && service == "" && x.addr.IsLoopback() {
-			i.Caps &^= fabric.CapRemoteComm // as C lists loopback
+		if flags&fabric.FlagSource != 0 && node != "" && x.addr.WithZone("") != nodeAddr.WithZone("") {
+			continue
 		}
-		if flags&fabric.FlagSource != 0 {
-			if node != "" && x.addr.WithZone("") != nodeAddr.WithZone("") {
-				continue
-			}
-			if node != "" || service != "" {
-				i.SrcAddr = netip.AddrPortFrom(x.addr, port)
-			}
-		} else if nodeAddr.IsValid() {
-			if nodeAddr.Is4() != x.addr.Is4() {
-				continue
-			}
-			i.DestAddr = netip.AddrPortFrom(nodeAddr, port)
+		if flags&fabric.FlagSource == 0 && nodeAddr.IsValid() && nodeAddr.Is4() != x.addr.Is4() {
+			continue
 		}
-		if hints != nil && hints.SrcAddr.IsValid() {
-			if hints.SrcAddr.Addr().WithZone("") != x.addr.WithZone("") {
-				continue
-			}
-			i.SrcAddr = netip.AddrPortFrom(x.addr, hints.SrcAddr.Port())
+		if hints != nil && hints.SrcAddr.IsValid() && hints.SrcAddr.Addr().WithZone("") != x.addr.WithZone("") {
+			continue
 		}
 		if hints != nil && hints.DestAddr.IsValid() && hints.DestAddr.Addr().Is4() != x.addr.Is4() {
 			continue
 		}
-		out = append(out, i)
+		// Addresses, as the node, service and hints give them.
+		shape := func(i *fabric.Info) *fabric.Info {
+			if flags&fabric.FlagSource != 0 && (node != "" || service != "") {
+				i.SrcAddr = netip.AddrPortFrom(x.addr, port)
+			} else if flags&fabric.FlagSource == 0 && nodeAddr.IsValid() {
+				i.DestAddr = netip.AddrPortFrom(nodeAddr, port)
+			}
+			if hints != nil && hints.SrcAddr.IsValid() {
+				i.SrcAddr = netip.AddrPortFrom(x.addr, hints.SrcAddr.Port())
+			}
+			return i
+		}
+		if hints == nil || hints.EPAttr == nil || hints.EPAttr.Type == fabric.EPUnspec || hints.EPAttr.Type == fabric.EPRDM {
+			rdms = append(rdms, shape(rdmTemplate(x)))
+		}
+		i := template(x)
+		if !dst.IsValid() && node == "" && service == "" && x.addr.IsLoopback() {
+			i.Caps &^= fabric.CapRemoteComm // as C lists loopback
+		}
+		out = append(out, shape(i))
 	}
-	return out, nil
+	// C lists the RDM entries (tcp;ofi_rxm) before the MSG ones.
+	return append(rdms, out...), nil
 }
 
 // routeSource is the local address the host's routing table picks to

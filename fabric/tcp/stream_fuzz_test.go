@@ -42,7 +42,7 @@ func streamEndpoint(t testing.TB) (*ep, *net.TCPConn, *fabric.CQ, *fabric.EQ) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 4; i++ {
-		e.Recv(make([]byte, 100), nil, i)
+		e.Recv(make([]byte, 100), nil, fabric.AddrNotAvail, i)
 	}
 	return e, peer, cq, eq
 }

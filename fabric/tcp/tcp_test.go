@@ -170,8 +170,8 @@ func TestSendRecvBothWays(t *testing.T) {
 	for _, n := range []int{0, 1, 64, 128, 4096, 70000, 1 << 20} {
 		msg := bytes.Repeat([]byte{byte(n)}, n)
 		buf := make([]byte, n+10)
-		must(t, srv.ep.Recv(buf, nil, "rx"))
-		must(t, cli.ep.Send(msg, nil, "tx"))
+		must(t, srv.ep.Recv(buf, nil, fabric.AddrNotAvail, "rx"))
+		must(t, cli.ep.Send(msg, nil, fabric.AddrNotAvail, "tx"))
 		sc, c := pair(t, cli, srv)
 		if sc.Context != "tx" || sc.Flags&fabric.CompSend == 0 {
 			t.Fatalf("send completion %+v", sc)
@@ -180,8 +180,8 @@ func TestSendRecvBothWays(t *testing.T) {
 			t.Fatalf("%d bytes: receive completion %+v", n, c)
 		}
 		// and back, with CQ data and delivery-complete
-		must(t, cli.ep.Recv(buf, nil, "rx2"))
-		must(t, srv.ep.SendMsg(msg, nil, 77, "tx2", fabric.FlagDeliveryComplete|uint64(fabric.CapRemoteCQData)))
+		must(t, cli.ep.Recv(buf, nil, fabric.AddrNotAvail, "rx2"))
+		must(t, srv.ep.SendMsg(&fabric.Msg{Buf: msg, Data: 77, Context: "tx2"}, fabric.FlagDeliveryComplete|fabric.FlagRemoteCQData))
 		c, sc = pair(t, cli, srv)
 		if c.Context != "rx2" || c.Data != 77 || c.Flags&fabric.CompRemoteCQData == 0 || c.Len != uint64(n) {
 			t.Fatalf("receive with data %+v", c)
@@ -199,16 +199,16 @@ func TestRMAWriteAndRead(t *testing.T) {
 	must(t, err)
 	defer mr.Close()
 	data := bytes.Repeat([]byte("abcdefgh"), 100)
-	must(t, cli.ep.Write(data, nil, 100, mr.Key(), "w"))
+	must(t, cli.ep.Write(data, nil, fabric.AddrNotAvail, 100, mr.Key(), "w"))
 	if c := cli.comp(); c.Context != "w" || c.Flags&fabric.CompWrite == 0 {
 		t.Fatalf("write completion %+v", c)
 	}
 	got := make([]byte, len(data))
-	must(t, cli.ep.Read(got, nil, 100, mr.Key(), "r"))
+	must(t, cli.ep.Read(got, nil, fabric.AddrNotAvail, 100, mr.Key(), "r"))
 	if c := cli.comp(); c.Context != "r" || c.Flags&fabric.CompRead == 0 || !bytes.Equal(got, data) {
 		t.Fatalf("read completion %+v, data equal %v", c, bytes.Equal(got, data))
 	}
-	must(t, cli.ep.WriteData([]byte("xyz"), nil, 5, 0, mr.Key(), "wd"))
+	must(t, cli.ep.WriteData([]byte("xyz"), nil, 5, fabric.AddrNotAvail, 0, mr.Key(), "wd"))
 	cli.comp()
 	if c := srv.comp(); c.Data != 5 || c.Flags&fabric.CompRemoteWrite == 0 || string(region[:3]) != "xyz" {
 		t.Fatalf("remote write completion %+v", c)
@@ -218,8 +218,8 @@ func TestRMAWriteAndRead(t *testing.T) {
 func TestTruncatedReceiveIsAnError(t *testing.T) {
 	cli, srv := connected(t, nil)
 	buf := make([]byte, 10)
-	must(t, srv.ep.Recv(buf, nil, "small"))
-	must(t, cli.ep.Send(make([]byte, 100), nil, nil))
+	must(t, srv.ep.Recv(buf, nil, fabric.AddrNotAvail, "small"))
+	must(t, cli.ep.Send(make([]byte, 100), nil, fabric.AddrNotAvail, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var e [1]fabric.CQEntry
@@ -231,8 +231,8 @@ func TestTruncatedReceiveIsAnError(t *testing.T) {
 		t.Fatalf("error entry %+v %v", ee, err)
 	}
 	// The connection goes on.
-	must(t, srv.ep.Recv(buf, nil, "next"))
-	must(t, cli.ep.Send([]byte("ok"), nil, nil))
+	must(t, srv.ep.Recv(buf, nil, fabric.AddrNotAvail, "next"))
+	must(t, cli.ep.Send([]byte("ok"), nil, fabric.AddrNotAvail, nil))
 	if c := srv.comp(); c.Context != "next" {
 		t.Fatalf("after truncation: %+v", c)
 	}
@@ -240,7 +240,7 @@ func TestTruncatedReceiveIsAnError(t *testing.T) {
 
 func TestPeerCloseRaisesShutdown(t *testing.T) {
 	cli, srv := connected(t, nil)
-	must(t, srv.ep.Recv(make([]byte, 10), nil, "pending"))
+	must(t, srv.ep.Recv(make([]byte, 10), nil, fabric.AddrNotAvail, "pending"))
 	cli.ep.Close()
 	var e [1]fabric.CQEntry
 	for i := 0; i < 100; i++ {

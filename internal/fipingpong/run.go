@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
@@ -25,6 +26,8 @@ type session struct {
 	rxcq *fabric.CQ
 	ep   fabric.Endpoint
 	pep  fabric.PassiveEndpoint
+	av   *fabric.AV
+	peer fabric.Addr // the peer's AV handle (FI_EP_RDM)
 
 	tx, rx     []byte
 	injectSize int
@@ -35,11 +38,6 @@ type session struct {
 
 // Run runs fi_pingpong: a server without o.Server, a client with it.
 func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
-	if o.EPType != fabric.EPMsg {
-		// The providers here offer connected endpoints only.
-		fmt.Fprintf(stderr, "fi_getinfo(): ret=-%d (%s)\n", int(fabric.ErrNoData), fabric.ErrNoData)
-		return fabric.ErrNoData
-	}
 	c, err := openCtrl(ctx, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "[error] %v\n", err)
@@ -111,6 +109,9 @@ func (s *session) setup(ctx context.Context) error {
 	if s.eq, err = s.fab.OpenEQ(); err != nil {
 		return err
 	}
+	if s.o.EPType != fabric.EPMsg {
+		return s.setupConnectionless(info, hints.DestAddr)
+	}
 	if s.server {
 		if s.pep, err = s.fab.OpenPassiveEndpoint(info, nil); err != nil {
 			return err
@@ -148,12 +149,46 @@ func (s *session) setup(ctx context.Context) error {
 	return err
 }
 
+// setupConnectionless trades names as fi_pingpong does for FI_EP_RDM and
+// FI_EP_DGRAM: the server sends its endpoint's name first, then takes the
+// client's; both put the peer in their AV.
+func (s *session) setupConnectionless(info *fabric.Info, serverName netip.AddrPort) error {
+	if err := s.open(info); err != nil {
+		return err
+	}
+	name, err := s.ep.Name()
+	if err != nil {
+		return err
+	}
+	peer := serverName
+	if s.server {
+		if err := s.c.sendName(info.AddrFormat, name); err != nil {
+			return err
+		}
+		if _, peer, err = s.c.recvName(); err != nil {
+			return err
+		}
+	} else if err := s.c.sendName(info.AddrFormat, name); err != nil {
+		return err
+	}
+	hs, err := s.av.Insert(peer)
+	if err != nil {
+		return err
+	}
+	s.peer = hs[0]
+	return nil
+}
+
 // open opens the domain, CQs and endpoint, and posts the first receive.
 func (s *session) open(info *fabric.Info) error {
 	var err error
 	if s.dom, err = s.fab.OpenDomain(info); err != nil {
 		return err
 	}
+	if s.av, err = s.dom.OpenAV(nil); err != nil {
+		return err
+	}
+	s.peer = fabric.AddrNotAvail
 	if s.txcq, err = s.dom.OpenCQ(&fabric.CQAttr{Format: fabric.CQFormatContext}); err != nil {
 		return err
 	}
@@ -163,7 +198,7 @@ func (s *session) open(info *fabric.Info) error {
 	if s.ep, err = s.dom.OpenEndpoint(info, nil); err != nil {
 		return err
 	}
-	for _, b := range []error{s.ep.BindEQ(s.eq), s.ep.BindCQ(s.txcq, fabric.BindTransmit), s.ep.BindCQ(s.rxcq, fabric.BindRecv), s.ep.Enable()} {
+	for _, b := range []error{s.ep.BindEQ(s.eq), s.ep.BindAV(s.av), s.ep.BindCQ(s.txcq, fabric.BindTransmit), s.ep.BindCQ(s.rxcq, fabric.BindRecv), s.ep.Enable()} {
 		if b != nil {
 			return b
 		}
@@ -175,7 +210,17 @@ func (s *session) open(info *fabric.Info) error {
 	s.tx = make([]byte, max(maxSize, 64))
 	s.rx = make([]byte, max(maxSize, 64))
 	s.injectSize = info.TxAttr.InjectSize
-	return s.ep.Recv(s.rx, nil, nil)
+	return s.postRecv()
+}
+
+// pingpongTag is the tag fi_pingpong's tagged mode uses.
+const pingpongTag = 1234
+
+func (s *session) postRecv() error {
+	if s.o.Tagged {
+		return s.ep.TRecv(s.rx, nil, fabric.AddrNotAvail, pingpongTag, 0, nil)
+	}
+	return s.ep.Recv(s.rx, nil, fabric.AddrNotAvail, nil)
 }
 
 // event waits for an event of type want.
@@ -260,7 +305,12 @@ func (s *session) send(ctx context.Context, size int) error {
 	}
 	if size < s.injectSize {
 		for {
-			err := s.ep.Inject(b)
+			var err error
+			if s.o.Tagged {
+				err = s.ep.TInject(b, s.peer, pingpongTag)
+			} else {
+				err = s.ep.Inject(b, s.peer)
+			}
 			if !errors.Is(err, fabric.ErrAgain) {
 				return err
 			}
@@ -268,7 +318,12 @@ func (s *session) send(ctx context.Context, size int) error {
 		}
 	}
 	for {
-		err := s.ep.Send(b, nil, nil)
+		var err error
+		if s.o.Tagged {
+			err = s.ep.TSend(b, nil, s.peer, pingpongTag, nil)
+		} else {
+			err = s.ep.Send(b, nil, s.peer, nil)
+		}
 		if err == nil {
 			break
 		}
@@ -290,7 +345,7 @@ func (s *session) recv(ctx context.Context, size int) error {
 			return err
 		}
 	}
-	return s.ep.Recv(s.rx, nil, nil)
+	return s.postRecv()
 }
 
 // pingpong runs one size: sync, the iterations, the count exchange, the
@@ -332,7 +387,15 @@ func (s *session) pingpong(ctx context.Context, size int) error {
 func (s *session) finalize(ctx context.Context) error {
 	fin := s.tx[:4]
 	copy(fin, "fin\x00")
-	if err := s.ep.SendMsg(fin, nil, 0, nil, fabric.FlagTransmitComplete|fabric.FlagCompletion); err != nil {
+	msg := &fabric.Msg{Buf: fin, Addr: s.peer}
+	flags := fabric.FlagTransmitComplete | fabric.FlagCompletion
+	var err error
+	if s.o.Tagged {
+		err = s.ep.TSendMsg(msg, pingpongTag, flags)
+	} else {
+		err = s.ep.SendMsg(msg, flags)
+	}
+	if err != nil {
 		return err
 	}
 	if err := s.wait(ctx, s.txcq); err != nil {
@@ -340,6 +403,9 @@ func (s *session) finalize(ctx context.Context) error {
 	}
 	if err := s.wait(ctx, s.rxcq); err != nil {
 		return err
+	}
+	if s.o.EPType != fabric.EPMsg {
+		return nil
 	}
 	return s.ep.Shutdown()
 }

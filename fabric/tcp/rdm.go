@@ -1,0 +1,796 @@
+package tcp
+
+import (
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"os"
+	"sync"
+
+	"github.com/rdmago/rdmago/fabric"
+)
+
+// FI_EP_RDM as libfabric 1.17's tcp;ofi_rxm: reliable messages to any
+// peer of the AV over tcp connections made on the first send, each
+// message framed with rxm's 64-byte packet header; up to 16 KiB sent at
+// once (eager), larger ones by rendezvous: the receiver reads the data
+// from the sender's memory with an RMA read and tells it when done.
+// Tagged messages up to the eager limit go as raw tagged tcp frames, as
+// C's rxm sends them.
+
+const (
+	rxmCMVersion   = 1
+	rxmLittle      = 2
+	rxmCtrlVersion = 4
+	rxmOpVersion   = 3 // advertised in the CM data
+	rxmOpHdrVer    = 2 // in each packet's op header
+	rxmFlowOff     = 2
+	eagerLimit     = 16384
+	rxmRxSize      = 4096
+	rxmPktLen      = 64
+	rndvHdrLen     = 104
+	rxmInjectSize  = 64
+	rxmBufs        = 16 // receive buffers posted per connection
+
+	ctrlEager     = 0
+	ctrlRndvReq   = 2
+	ctrlRndvRdOne = 3
+
+	rxmRemoteCQData = 1 << 17
+	rxmKeyBase      = 0x80000000
+)
+
+// rxmPkt is the rxm packet header (struct rxm_pkt: ofi_ctrl_hdr and
+// ofi_op_hdr).
+type rxmPkt struct {
+	ctrl   uint8
+	connID uint64
+	msgID  uint64
+	op     uint8
+	flags  uint32
+	size   uint64
+	data   uint64
+	tag    uint64
+}
+
+func (p *rxmPkt) marshal(b []byte) {
+	clear(b[:rxmPktLen])
+	b[0] = rxmCtrlVersion
+	b[1] = p.ctrl
+	binary.LittleEndian.PutUint64(b[8:], p.connID)
+	binary.LittleEndian.PutUint64(b[16:], p.msgID)
+	b[32] = rxmOpHdrVer
+	b[34] = p.op
+	binary.LittleEndian.PutUint32(b[36:], p.flags)
+	binary.LittleEndian.PutUint64(b[40:], p.size)
+	binary.LittleEndian.PutUint64(b[48:], p.data)
+	binary.LittleEndian.PutUint64(b[56:], p.tag)
+}
+
+func parseRxmPkt(b []byte) (rxmPkt, bool) {
+	if len(b) < rxmPktLen || b[0] != rxmCtrlVersion {
+		return rxmPkt{}, false
+	}
+	return rxmPkt{ctrl: b[1], connID: binary.LittleEndian.Uint64(b[8:]), msgID: binary.LittleEndian.Uint64(b[16:]),
+		op: b[34], flags: binary.LittleEndian.Uint32(b[36:]), size: binary.LittleEndian.Uint64(b[40:]),
+		data: binary.LittleEndian.Uint64(b[48:]), tag: binary.LittleEndian.Uint64(b[56:])}, true
+}
+
+// connReqData is rxm's 24-byte connect data.
+func connReqData(port uint16, connID uint64) []byte {
+	b := make([]byte, 24)
+	b[0], b[1], b[2], b[3] = rxmCMVersion, rxmLittle, rxmCtrlVersion, rxmOpVersion
+	binary.LittleEndian.PutUint16(b[4:], port)
+	b[6] = rxmFlowOff
+	binary.LittleEndian.PutUint32(b[8:], eagerLimit)
+	binary.LittleEndian.PutUint32(b[12:], rxmRxSize)
+	binary.LittleEndian.PutUint64(b[16:], connID)
+	return b
+}
+
+// connRespData is rxm's 16-byte accept data.
+func connRespData(connID uint64) []byte {
+	b := make([]byte, 16)
+	binary.LittleEndian.PutUint64(b, connID)
+	binary.LittleEndian.PutUint32(b[8:], rxmRxSize)
+	b[12] = rxmFlowOff
+	return b
+}
+
+// rconn is the connection to one peer.
+type rconn struct {
+	ep      *ep
+	peer    netip.AddrPort // the peer's advertised (listening) address
+	addr    fabric.Addr    // its AV handle, or AddrNotAvail
+	myIdx   uint64
+	peerIdx uint64
+	ready   bool
+	waiting []func() // sends waiting for the connection
+}
+
+// urecv is a posted receive.
+type urecv struct {
+	buf         []byte
+	src         fabric.Addr
+	tagged      bool
+	tag, ignore uint64
+	ctx         any
+}
+
+// umsg is a message that came before a receive matched it.
+type umsg struct {
+	c      *rconn
+	tagged bool
+	tag    uint64
+	data   uint64
+	hasCQ  bool
+	eager  []byte // eager payload (a copy)
+	rndv   []rmaIOV
+	size   uint64
+	msgID  uint64
+}
+
+// Internal contexts of the connections' operations.
+type (
+	rxBuf struct {
+		c   *rconn
+		buf []byte
+	}
+	txUser struct { // an eager send the program made
+		ctx    any
+		flags  uint64
+		length uint64
+		comp   bool
+	}
+	txInternal struct{} // a control packet
+	rdOp       struct { // a rendezvous read into a program's buffer
+		m umsg
+		r urecv
+	}
+	rndvSend struct {
+		ctx    any
+		flags  uint64
+		length uint64
+		mr     *fabric.MR
+	}
+)
+
+type rdm struct {
+	d    *fabric.Domain
+	info *fabric.Info
+	ctx  any
+
+	mu      sync.Mutex
+	av      *fabric.AV
+	txcq    *fabric.CQ
+	rxcq    *fabric.CQ
+	enabled bool
+	closed  bool
+	pep     *pep
+	port    uint16
+	icq     *fabric.CQ // the connections' completions
+	ieq     *fabric.EQ // the connections' and the listener's events
+	conns   map[netip.AddrPort]*rconn
+	byEP    map[*ep]*rconn
+	nextIdx uint64
+	posted  []urecv
+	unexp   []umsg
+	nextMsg uint64
+	nextKey uint64
+	rndv    map[uint64]*rndvSend
+	done    chan struct{}
+	wg      sync.WaitGroup
+	pid     uint64
+}
+
+func newRDM(d *fabric.Domain, info *fabric.Info, context any) (*rdm, error) {
+	r := &rdm{d: d, info: info.Dup(), ctx: context, conns: map[netip.AddrPort]*rconn{}, byEP: map[*ep]*rconn{},
+		rndv: map[uint64]*rndvSend{}, done: make(chan struct{}), pid: uint64(os.Getpid())}
+	r.icq, _ = d.OpenCQ(nil)
+	r.ieq, _ = d.Fabric.OpenEQ()
+	return r, nil
+}
+
+func (r *rdm) BindEQ(*fabric.EQ) error { return nil }
+
+func (r *rdm) BindAV(av *fabric.AV) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.av = av
+	return nil
+}
+
+func (r *rdm) BindCQ(cq *fabric.CQ, flags uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	attached := r.txcq == cq || r.rxcq == cq
+	if flags&fabric.BindTransmit != 0 {
+		r.txcq = cq
+	}
+	if flags&fabric.BindRecv != 0 {
+		r.rxcq = cq
+	}
+	if !attached {
+		cq.Attach(r)
+	}
+	return nil
+}
+
+// Enable starts the listener peers connect to, whose address Name
+// returns.
+func (r *rdm) Enable() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.enabled {
+		return nil
+	}
+	if r.av == nil || r.txcq == nil || r.rxcq == nil {
+		return fabric.Errorf("fi_enable", fabric.ErrNoAV, "bind an AV and CQs first")
+	}
+	li := r.info.Dup()
+	li.EPAttr.Type = fabric.EPMsg
+	p := &pep{info: li, conns: map[*connReq]bool{}}
+	if err := p.Bind(r.ieq); err != nil {
+		return err
+	}
+	if err := p.Listen(); err != nil {
+		return err
+	}
+	r.pep = p
+	name, _ := p.Name()
+	r.port = name.Port()
+	r.enabled = true
+	r.wg.Add(1)
+	go r.loop()
+	return nil
+}
+
+// loop handles the connections' events and completions when the program
+// is not polling.
+func (r *rdm) loop() {
+	defer r.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-r.done
+		cancel()
+	}()
+	for ctx.Err() == nil {
+		r.pump()
+		wctx, stop := context.WithCancel(ctx)
+		go func() {
+			r.ieq.Wait(wctx)
+			stop()
+		}()
+		r.icq.Wait(wctx)
+		stop()
+	}
+}
+
+// Progress drives the connections (fabric.Progressor).
+func (r *rdm) Progress() { r.pump() }
+
+// pump takes the connections' events and completions and acts on them.
+func (r *rdm) pump() {
+	if !r.mu.TryLock() {
+		return // someone is at it
+	}
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	for {
+		ev, err := r.ieq.Read()
+		if err == fabric.ErrAvail {
+			ee, _ := r.ieq.ReadErr()
+			r.connFailed(ee)
+			continue
+		}
+		if err != nil {
+			break
+		}
+		r.cmEvent(ev)
+	}
+	var buf [16]fabric.CQEntry
+	for {
+		n, err := r.icq.Read(buf[:])
+		if err == fabric.ErrAvail {
+			ee, _ := r.icq.ReadErr()
+			r.opFailed(ee)
+			continue
+		}
+		if n == 0 {
+			return
+		}
+		for _, e := range buf[:n] {
+			r.completion(e)
+		}
+	}
+}
+
+// ---- Connections ----
+
+// conn returns the connection to dest, making it if there is none.
+// Called with r.mu held.
+func (r *rdm) conn(dest fabric.Addr) (*rconn, error) {
+	if r.av == nil {
+		return nil, fabric.Errorf("fi_send", fabric.ErrNoAV, "")
+	}
+	peer, err := r.av.Lookup(dest)
+	if err != nil {
+		return nil, err
+	}
+	if c := r.conns[peer]; c != nil {
+		return c, nil
+	}
+	mi := r.info.Dup()
+	mi.EPAttr.Type = fabric.EPMsg
+	mi.TxAttr.Size, mi.RxAttr.Size = 0, 0
+	d, _ := provider{}.Endpoint(r.d, mi, nil)
+	e := d.(*ep)
+	c := r.newConn(e, peer, dest)
+	if err := e.Connect(peer, connReqData(r.port, r.pid<<32|c.myIdx)); err != nil {
+		r.dropConn(c)
+		return nil, err
+	}
+	return c, nil
+}
+
+// newConn sets up a connection's endpoint. Called with r.mu held.
+func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr) *rconn {
+	c := &rconn{ep: e, peer: peer, addr: addr, myIdx: r.nextIdx}
+	r.nextIdx++
+	e.BindEQ(r.ieq)
+	e.BindCQ(r.icq, fabric.BindTransmit|fabric.BindRecv)
+	for i := 0; i < rxmBufs; i++ {
+		b := &rxBuf{c: c, buf: make([]byte, rxmPktLen+eagerLimit)}
+		e.Recv(b.buf, nil, fabric.AddrNotAvail, b)
+	}
+	r.conns[peer] = c
+	r.byEP[e] = c
+	return c
+}
+
+func (r *rdm) dropConn(c *rconn) {
+	if r.conns[c.peer] == c {
+		delete(r.conns, c.peer)
+	}
+	delete(r.byEP, c.ep)
+	r.wg.Add(1)
+	go func() { // its cancellations land in icq, which nobody reads
+		defer r.wg.Done()
+		c.ep.Close()
+	}()
+}
+
+// cmEvent handles a connection event. Called with r.mu held.
+func (r *rdm) cmEvent(ev fabric.EQEntry) {
+	switch ev.Event {
+	case fabric.EventConnReq:
+		r.connReq(ev)
+	case fabric.EventConnected:
+		e, _ := ev.FID.(*ep)
+		c := r.byEP[e]
+		if c == nil {
+			return
+		}
+		if len(ev.Data) >= 8 && !c.ready {
+			c.peerIdx = binary.LittleEndian.Uint64(ev.Data) & 0xffffffff
+		}
+		c.ready = true
+		w := c.waiting
+		c.waiting = nil
+		for _, f := range w {
+			f()
+		}
+	case fabric.EventShutdown:
+		if e, ok := ev.FID.(*ep); ok {
+			if c := r.byEP[e]; c != nil {
+				r.dropConn(c)
+			}
+		}
+	}
+}
+
+// connReq answers a peer's connection: it checks rxm's connect data and
+// accepts with its own.
+func (r *rdm) connReq(ev fabric.EQEntry) {
+	d := ev.Data
+	if len(d) < 24 || d[0] != rxmCMVersion || d[1] != rxmLittle || d[2] != rxmCtrlVersion || d[3] != rxmOpVersion ||
+		binary.LittleEndian.Uint32(d[8:]) != eagerLimit {
+		r.pep.Reject(ev.Info.Handle, []byte{rxmCMVersion, 1}) // ECONNREFUSED
+		return
+	}
+	peer := netip.AddrPortFrom(ev.Info.DestAddr.Addr(), binary.LittleEndian.Uint16(d[4:]))
+	addr := fabric.AddrNotAvail
+	if r.av != nil {
+		addr = r.av.Find(peer)
+	}
+	mi := ev.Info
+	mi.TxAttr.Size, mi.RxAttr.Size = 0, 0
+	dd, err := provider{}.Endpoint(r.d, mi, nil)
+	if err != nil {
+		return
+	}
+	e := dd.(*ep)
+	if old := r.conns[peer]; old != nil && !old.ready {
+		// Both sides connected at once: keep theirs, drop ours and
+		// resend what waited on it over the new connection.
+		r.dropConn(old)
+		defer func(w []func()) {
+			for _, f := range w {
+				f()
+			}
+		}(old.waiting)
+	}
+	c := r.newConn(e, peer, addr)
+	c.peerIdx = binary.LittleEndian.Uint64(d[16:]) & 0xffffffff
+	if err := e.Accept(connRespData(r.pid<<32 | c.myIdx)); err != nil {
+		r.dropConn(c)
+	}
+}
+
+// connFailed fails what waited on a connection that did not come up.
+func (r *rdm) connFailed(ee fabric.EQErrEntry) {
+	e, _ := ee.FID.(*ep)
+	c := r.byEP[e]
+	if c == nil {
+		return
+	}
+	r.dropConn(c)
+	for range c.waiting {
+		r.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Flags: fabric.CompSend}, Err: ee.Err})
+	}
+	c.waiting = nil
+}
+
+// ---- Completions of the connections ----
+
+func (r *rdm) completion(e fabric.CQEntry) {
+	switch x := e.Context.(type) {
+	case *rxBuf:
+		r.received(x, e)
+		if r.byEP[x.c.ep] == x.c {
+			x.c.ep.Recv(x.buf, nil, fabric.AddrNotAvail, x)
+		}
+	case *txUser:
+		if x.comp {
+			r.txcq.Push(fabric.CQEntry{Context: x.ctx, Flags: x.flags, Len: x.length})
+		}
+	case *rdOp:
+		// The rendezvous data is in: tell the sender, complete the receive.
+		var b [rxmPktLen]byte
+		p := rxmPkt{ctrl: ctrlRndvRdOne, connID: x.m.c.peerIdx, msgID: x.m.msgID}
+		p.marshal(b[:])
+		x.m.c.ep.send(b[:], 0, &txInternal{}, fabric.FlagCompletion)
+		r.deliverDone(x.r, x.m, x.m.size)
+	}
+}
+
+func (r *rdm) opFailed(ee fabric.CQErrEntry) {
+	switch x := ee.Context.(type) {
+	case *txUser:
+		if x.comp {
+			r.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: ee.Err})
+		}
+	case *rdOp:
+		r.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.ctx, Flags: recvFlags(x.m)}, Err: ee.Err})
+	}
+}
+
+// received parses what came on a connection.
+func (r *rdm) received(b *rxBuf, e fabric.CQEntry) {
+	data := e.Buf
+	if e.Flags&fabric.CompTagged != 0 {
+		// A raw tagged frame: no rxm header.
+		r.deliver(umsg{c: b.c, tagged: true, tag: e.Tag, eager: data, size: uint64(len(data)),
+			data: e.Data, hasCQ: e.Flags&fabric.CompRemoteCQData != 0})
+		return
+	}
+	p, ok := parseRxmPkt(data)
+	if !ok {
+		return
+	}
+	body := data[rxmPktLen:]
+	m := umsg{c: b.c, tagged: p.op == opTagged, tag: p.tag, data: p.data, hasCQ: p.flags&rxmRemoteCQData != 0, size: p.size, msgID: p.msgID}
+	switch p.ctrl {
+	case ctrlEager:
+		if p.size > uint64(len(body)) {
+			return
+		}
+		m.eager = body[:p.size]
+		r.deliver(m)
+	case ctrlRndvReq:
+		if len(body) < rndvHdrLen-8 {
+			return
+		}
+		n := int(body[96])
+		for i := 0; i < n && i < maxIOV; i++ {
+			o := i * rmaIOVLen
+			m.rndv = append(m.rndv, rmaIOV{binary.LittleEndian.Uint64(body[o:]), binary.LittleEndian.Uint64(body[o+8:]), binary.LittleEndian.Uint64(body[o+16:])})
+		}
+		r.deliver(m)
+	case ctrlRndvRdOne:
+		if s := r.rndv[p.msgID]; s != nil {
+			delete(r.rndv, p.msgID)
+			s.mr.Close()
+			r.txcq.Push(fabric.CQEntry{Context: s.ctx, Flags: s.flags, Len: s.length})
+		}
+	}
+}
+
+func recvFlags(m umsg) uint64 {
+	f := fabric.CompRecv | fabric.CompMsg
+	if m.tagged {
+		f = fabric.CompRecv | fabric.CompTagged
+	}
+	if m.hasCQ {
+		f |= fabric.CompRemoteCQData
+	}
+	return f
+}
+
+func matchRecv(u urecv, m umsg) bool {
+	if u.tagged != m.tagged {
+		return false
+	}
+	if u.src != fabric.AddrNotAvail && u.src != m.c.addr {
+		return false
+	}
+	return !u.tagged || (u.tag^m.tag)&^u.ignore == 0
+}
+
+// deliver matches a message with a posted receive, or keeps it.
+func (r *rdm) deliver(m umsg) {
+	for i, u := range r.posted {
+		if matchRecv(u, m) {
+			r.posted = append(r.posted[:i:i], r.posted[i+1:]...)
+			r.complete(u, m)
+			return
+		}
+	}
+	if m.eager != nil {
+		m.eager = append([]byte(nil), m.eager...)
+	}
+	r.unexp = append(r.unexp, m)
+}
+
+// complete moves a message into a receive: at once when eager, by an RMA
+// read of the sender's memory for a rendezvous.
+func (r *rdm) complete(u urecv, m umsg) {
+	if m.rndv == nil {
+		n := copy(u.buf, m.eager)
+		if uint64(n) < m.size {
+			r.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Len: uint64(n), Buf: u.buf[:n], Tag: m.tag},
+				OLen: m.size - uint64(n), Err: fabric.ErrTrunc})
+			return
+		}
+		r.deliverDone(u, m, m.size)
+		return
+	}
+	if m.size > uint64(len(u.buf)) || len(m.rndv) != 1 {
+		r.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Tag: m.tag}, OLen: m.size, Err: fabric.ErrTrunc})
+		return
+	}
+	v := m.rndv[0]
+	if err := m.c.ep.Read(u.buf[:v.len], nil, fabric.AddrNotAvail, v.addr, v.key, &rdOp{m: m, r: u}); err != nil {
+		r.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m)}, Err: fabric.ErrIO})
+	}
+}
+
+func (r *rdm) deliverDone(u urecv, m umsg, n uint64) {
+	r.rxcq.Push(fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Len: n, Buf: u.buf[:n], Data: m.data, Tag: m.tag})
+}
+
+// ---- The program's calls ----
+
+func (r *rdm) post(u urecv) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return fabric.Errorf("fi_recv", fabric.ErrBadFD, "endpoint closed")
+	}
+	for i, m := range r.unexp {
+		if matchRecv(u, m) {
+			r.unexp = append(r.unexp[:i:i], r.unexp[i+1:]...)
+			r.complete(u, m)
+			return nil
+		}
+	}
+	r.posted = append(r.posted, u)
+	return nil
+}
+
+func (r *rdm) Recv(buf []byte, desc any, src fabric.Addr, context any) error {
+	return r.post(urecv{buf: buf, src: src, ctx: context})
+}
+
+func (r *rdm) TRecv(buf []byte, desc any, src fabric.Addr, tag, ignore uint64, context any) error {
+	return r.post(urecv{buf: buf, src: src, tagged: true, tag: tag, ignore: ignore, ctx: context})
+}
+
+// sendTo sends a message to dest: eager, raw tagged or rendezvous.
+func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, data uint64, context any, flags uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || !r.enabled {
+		return fabric.Errorf(op, fabric.ErrOpBadState, "endpoint not enabled")
+	}
+	c, err := r.conn(dest)
+	if err != nil {
+		return err
+	}
+	inject := flags&fabric.FlagInject != 0
+	if inject {
+		buf = append([]byte(nil), buf...)
+	}
+	cflags := fabric.CompSend | fabric.CompMsg
+	if tagged {
+		cflags = fabric.CompSend | fabric.CompTagged
+	}
+	var send func()
+	switch {
+	case len(buf) <= eagerLimit && tagged:
+		t := &txUser{ctx: context, flags: cflags, length: uint64(len(buf)), comp: !inject}
+		fl := fabric.FlagCompletion | flags&(fabric.FlagRemoteCQData|fabric.FlagTransmitComplete|fabric.FlagDeliveryComplete)
+		send = func() { c.ep.sendFrame(buf, data, t, fl, true, tag) }
+	case len(buf) <= eagerLimit:
+		pkt := make([]byte, rxmPktLen+len(buf))
+		p := rxmPkt{ctrl: ctrlEager, connID: c.peerIdx, size: uint64(len(buf)), data: data}
+		if flags&fabric.FlagRemoteCQData != 0 {
+			p.flags = rxmRemoteCQData
+		}
+		copy(pkt[rxmPktLen:], buf)
+		t := &txUser{ctx: context, flags: cflags, length: uint64(len(buf)), comp: !inject}
+		fl := fabric.FlagCompletion | flags&(fabric.FlagTransmitComplete|fabric.FlagDeliveryComplete)
+		send = func() {
+			p.connID = c.peerIdx // known once connected
+			p.marshal(pkt)
+			c.ep.send(pkt, 0, t, fl)
+		}
+	default:
+		// Rendezvous: the peer reads buf through a region of our own.
+		r.nextKey++
+		mr, err := r.d.RegMR(buf, fabric.AccessRemoteRead, rxmKeyBase|r.nextKey)
+		if err != nil {
+			return err
+		}
+		r.nextMsg++
+		id := r.nextMsg
+		r.rndv[id] = &rndvSend{ctx: context, flags: cflags, length: uint64(len(buf)), mr: mr}
+		pkt := make([]byte, rxmPktLen+rndvHdrLen)
+		p := rxmPkt{ctrl: ctrlRndvReq, msgID: id, size: uint64(len(buf)), data: data, tag: tag}
+		if tagged {
+			p.op = opTagged
+		}
+		if flags&fabric.FlagRemoteCQData != 0 {
+			p.flags = rxmRemoteCQData
+		}
+		h := pkt[rxmPktLen:]
+		binary.LittleEndian.PutUint64(h[0:], 0) // addr: an offset into the region
+		binary.LittleEndian.PutUint64(h[8:], uint64(len(buf)))
+		binary.LittleEndian.PutUint64(h[16:], mr.Key())
+		h[96] = 1
+		send = func() {
+			p.connID = c.peerIdx
+			p.marshal(pkt)
+			c.ep.send(pkt, 0, &txInternal{}, fabric.FlagCompletion)
+		}
+	}
+	if c.ready {
+		send()
+	} else {
+		c.waiting = append(c.waiting, send)
+	}
+	return nil
+}
+
+func (r *rdm) Send(buf []byte, desc any, dest fabric.Addr, context any) error {
+	return r.sendTo("fi_send", buf, dest, false, 0, 0, context, 0)
+}
+
+func (r *rdm) SendData(buf []byte, desc any, data uint64, dest fabric.Addr, context any) error {
+	return r.sendTo("fi_senddata", buf, dest, false, 0, data, context, fabric.FlagRemoteCQData)
+}
+
+func (r *rdm) Inject(buf []byte, dest fabric.Addr) error {
+	if len(buf) > rxmInjectSize {
+		return fabric.Errorf("fi_inject", fabric.ErrMsgSize, "inject of more than 64 bytes")
+	}
+	return r.sendTo("fi_inject", buf, dest, false, 0, 0, nil, fabric.FlagInject)
+}
+
+func (r *rdm) SendMsg(m *fabric.Msg, flags uint64) error {
+	return r.sendTo("fi_sendmsg", m.Buf, m.Addr, false, 0, m.Data, m.Context, flags)
+}
+
+func (r *rdm) TSend(buf []byte, desc any, dest fabric.Addr, tag uint64, context any) error {
+	return r.sendTo("fi_tsend", buf, dest, true, tag, 0, context, 0)
+}
+
+func (r *rdm) TSendMsg(m *fabric.Msg, tag uint64, flags uint64) error {
+	return r.sendTo("fi_tsendmsg", m.Buf, m.Addr, true, tag, m.Data, m.Context, flags)
+}
+
+func (r *rdm) TInject(buf []byte, dest fabric.Addr, tag uint64) error {
+	if len(buf) > rxmInjectSize {
+		return fabric.Errorf("fi_tinject", fabric.ErrMsgSize, "inject of more than 64 bytes")
+	}
+	return r.sendTo("fi_tinject", buf, dest, true, tag, 0, nil, fabric.FlagInject)
+}
+
+func (r *rdm) Write([]byte, any, fabric.Addr, uint64, uint64, any) error {
+	return fabric.Errorf("fi_write", fabric.ErrNotSupported, "RMA on FI_EP_RDM is not offered yet")
+}
+
+func (r *rdm) WriteData([]byte, any, uint64, fabric.Addr, uint64, uint64, any) error {
+	return fabric.Errorf("fi_writedata", fabric.ErrNotSupported, "RMA on FI_EP_RDM is not offered yet")
+}
+
+func (r *rdm) Read([]byte, any, fabric.Addr, uint64, uint64, any) error {
+	return fabric.Errorf("fi_read", fabric.ErrNotSupported, "RMA on FI_EP_RDM is not offered yet")
+}
+
+func (r *rdm) Connect(netip.AddrPort, []byte) error {
+	return fabric.Errorf("fi_connect", fabric.ErrNotSupported, "FI_EP_RDM endpoints are connectionless")
+}
+
+func (r *rdm) Accept([]byte) error {
+	return fabric.Errorf("fi_accept", fabric.ErrNotSupported, "FI_EP_RDM endpoints are connectionless")
+}
+
+func (r *rdm) Shutdown() error { return nil }
+
+// Name is the listening address peers connect to (fi_getname).
+func (r *rdm) Name() (netip.AddrPort, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pep == nil {
+		return netip.AddrPort{}, fabric.Errorf("fi_getname", fabric.ErrOpBadState, "enable the endpoint first")
+	}
+	return r.pep.Name()
+}
+
+func (r *rdm) Peer() (netip.AddrPort, error) {
+	return netip.AddrPort{}, fabric.Errorf("fi_getpeer", fabric.ErrNotSupported, "FI_EP_RDM endpoints are connectionless")
+}
+
+// Close closes the connections and the listener; posted receives and
+// unfinished sends complete with ErrCanceled.
+func (r *rdm) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	close(r.done)
+	conns := r.byEP
+	r.byEP, r.conns = map[*ep]*rconn{}, map[netip.AddrPort]*rconn{}
+	for _, u := range r.posted {
+		r.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
+	}
+	r.posted = nil
+	for id, s := range r.rndv {
+		s.mr.Close()
+		r.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: fabric.ErrCanceled})
+		delete(r.rndv, id)
+	}
+	p := r.pep
+	txcq, rxcq := r.txcq, r.rxcq
+	r.mu.Unlock()
+	for e := range conns {
+		e.Close()
+	}
+	if p != nil {
+		p.Close()
+	}
+	r.wg.Wait()
+	if txcq != nil {
+		txcq.Detach(r)
+	}
+	if rxcq != nil && rxcq != txcq {
+		rxcq.Detach(r)
+	}
+	return nil
+}

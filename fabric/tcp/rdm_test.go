@@ -1,0 +1,145 @@
+package tcp_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/fabric"
+)
+
+// rdmSide is an FI_EP_RDM endpoint with its CQ and AV.
+type rdmSide struct {
+	ep fabric.Endpoint
+	cq *fabric.CQ
+	av *fabric.AV
+}
+
+func newRDM(t *testing.T) *rdmSide {
+	t.Helper()
+	hints := fabric.AllocInfo()
+	hints.FabricAttr.ProvName = "tcp"
+	hints.EPAttr.Type = fabric.EPRDM
+	infos, err := fabric.GetInfo("127.0.0.1", "0", fabric.FlagSource, hints)
+	must(t, err)
+	if infos[0].FabricAttr.ProvName != "tcp;ofi_rxm" {
+		t.Fatalf("RDM entry of provider %q", infos[0].FabricAttr.ProvName)
+	}
+	fab, err := fabric.OpenFabric(infos[0])
+	must(t, err)
+	dom, err := fab.OpenDomain(infos[0])
+	must(t, err)
+	s := &rdmSide{}
+	s.cq, _ = dom.OpenCQ(nil)
+	s.av, _ = dom.OpenAV(nil)
+	s.ep, err = dom.OpenEndpoint(infos[0], nil)
+	must(t, err)
+	must(t, s.ep.BindAV(s.av))
+	must(t, s.ep.BindCQ(s.cq, fabric.BindTransmit|fabric.BindRecv))
+	must(t, s.ep.Enable())
+	t.Cleanup(func() { s.ep.Close() })
+	return s
+}
+
+// peer puts o's name in s's AV.
+func (s *rdmSide) peer(t *testing.T, o *rdmSide) fabric.Addr {
+	name, err := o.ep.Name()
+	must(t, err)
+	h, err := s.av.Insert(name)
+	must(t, err)
+	return h[0]
+}
+
+func (s *rdmSide) next(t *testing.T) (fabric.CQEntry, *fabric.CQErrEntry) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var e [1]fabric.CQEntry
+	_, err := s.cq.SRead(ctx, e[:])
+	if errors.Is(err, fabric.ErrAvail) {
+		ee, _ := s.cq.ReadErr()
+		return fabric.CQEntry{}, &ee
+	}
+	if err != nil {
+		t.Fatalf("no completion: %v", err)
+	}
+	return e[0], nil
+}
+
+func (s *rdmSide) ok(t *testing.T) fabric.CQEntry {
+	t.Helper()
+	e, ee := s.next(t)
+	if ee != nil {
+		t.Fatalf("error completion %v (%+v)", ee.Err, ee)
+	}
+	return e
+}
+
+func TestRDMEagerRendezvousAndUnexpected(t *testing.T) {
+	a, b := newRDM(t), newRDM(t)
+	toB := a.peer(t, b)
+	for _, n := range []int{0, 10, 16384, 16385, 1 << 20} {
+		msg := bytes.Repeat([]byte{byte(n % 251)}, n)
+		// Sent before the receive is posted: the message waits.
+		must(t, a.ep.Send(msg, nil, toB, "tx"))
+		time.Sleep(10 * time.Millisecond)
+		buf := make([]byte, n)
+		must(t, b.ep.Recv(buf, nil, fabric.AddrNotAvail, "rx"))
+		r := b.ok(t)
+		if r.Context != "rx" || r.Len != uint64(n) || !bytes.Equal(buf, msg) {
+			t.Fatalf("%d bytes: receive %+v", n, r)
+		}
+		if s := a.ok(t); s.Context != "tx" {
+			t.Fatalf("%d bytes: send completion %+v", n, s)
+		}
+	}
+}
+
+func TestRDMTaggedMatchingAndReplies(t *testing.T) {
+	a, b := newRDM(t), newRDM(t)
+	toB, toA := a.peer(t, b), b.peer(t, a)
+	bufs := [2][]byte{make([]byte, 64), make([]byte, 64)}
+	must(t, b.ep.TRecv(bufs[0], nil, fabric.AddrNotAvail, 0x100, 0, "exact"))
+	must(t, b.ep.TRecv(bufs[1], nil, fabric.AddrNotAvail, 0x200, 0xff, "any low byte"))
+	must(t, a.ep.TSend([]byte("two"), nil, toB, 0x2ab, "t2"))
+	must(t, a.ep.TSend([]byte("one"), nil, toB, 0x100, "t1"))
+	got := map[any]string{}
+	for range 2 {
+		e := b.ok(t)
+		got[e.Context] = string(e.Buf)
+		if e.Flags&fabric.CompTagged == 0 {
+			t.Fatalf("tagged receive without FI_TAGGED: %+v", e)
+		}
+	}
+	if got["exact"] != "one" || got["any low byte"] != "two" {
+		t.Fatalf("matched %v", got)
+	}
+	a.ok(t)
+	a.ok(t)
+	// The reply goes back over the connection a made.
+	must(t, a.ep.Recv(bufs[0], nil, fabric.AddrNotAvail, "reply"))
+	must(t, b.ep.SendData([]byte("back"), nil, 9, toA, nil))
+	if e := a.ok(t); string(e.Buf) != "back" || e.Data != 9 || e.Flags&fabric.CompRemoteCQData == 0 {
+		t.Fatalf("reply %+v", e)
+	}
+}
+
+func TestRDMTruncationAndClose(t *testing.T) {
+	a, b := newRDM(t), newRDM(t)
+	toB := a.peer(t, b)
+	must(t, b.ep.Recv(make([]byte, 4), nil, fabric.AddrNotAvail, "small"))
+	must(t, a.ep.Send([]byte("too long"), nil, toB, nil))
+	if _, ee := b.next(t); ee == nil || ee.Err != fabric.ErrTrunc || ee.OLen != 4 {
+		t.Fatalf("truncation: %+v", ee)
+	}
+	must(t, b.ep.Recv(make([]byte, 4), nil, fabric.AddrNotAvail, "pending"))
+	b.ep.Close()
+	if _, ee := b.next(t); ee == nil || ee.Err != fabric.ErrCanceled || ee.Context != "pending" {
+		t.Fatalf("after close: %+v", ee)
+	}
+	if err := a.ep.Send(nil, nil, fabric.Addr(7), nil); err == nil {
+		t.Fatal("sent to an address not in the AV")
+	}
+}
