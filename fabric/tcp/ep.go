@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -247,6 +248,10 @@ type ep struct {
 
 	kick chan struct{} // closed when a receive is posted or frames are queued
 	done chan struct{} // closed by Close
+	// lastPoll is when the program last progressed the endpoint (unix
+	// nanoseconds): while it polls, the background loops stay out of
+	// its way.
+	lastPoll atomic.Int64
 
 	rxq   []rxEntry
 	txq   []*txEntry // frames to write, in order; acks and read responses first
@@ -442,6 +447,15 @@ func (e *ep) readLoop(rc syscall.RawConn) {
 		if err != nil {
 			return // closed
 		}
+		if e.polling() {
+			// The program polls and will take the data itself.
+			select {
+			case <-time.After(pollGrace):
+			case <-e.done:
+				return
+			}
+			continue
+		}
 		if !e.mu.TryLock() {
 			// The program is progressing; let it.
 			select {
@@ -472,6 +486,14 @@ func (e *ep) readLoop(rc syscall.RawConn) {
 	}
 }
 
+// pollGrace is how long after the program's last poll the background
+// loops leave the endpoint to it.
+const pollGrace = time.Millisecond
+
+func (e *ep) polling() bool {
+	return time.Now().UnixNano()-e.lastPoll.Load() < int64(pollGrace)
+}
+
 // writeLoop drains queued frames when the socket takes them.
 func (e *ep) writeLoop(rc syscall.RawConn) {
 	defer e.wg.Done()
@@ -495,6 +517,14 @@ func (e *ep) writeLoop(rc syscall.RawConn) {
 		})
 		if err != nil {
 			return
+		}
+		if e.polling() {
+			select {
+			case <-time.After(pollGrace):
+			case <-e.done:
+				return
+			}
+			continue
 		}
 		e.mu.Lock()
 		if e.rc != nil {
@@ -780,6 +810,7 @@ func (e *ep) Read(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context
 // (fabric.Progressor): the program's CQ reads drive it, with the
 // background loops filling in when it does not poll.
 func (e *ep) Progress() {
+	e.lastPoll.Store(time.Now().UnixNano())
 	e.mu.Lock()
 	e.progressLocked()
 	e.mu.Unlock()

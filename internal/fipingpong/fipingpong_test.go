@@ -117,6 +117,8 @@ func runC(t *testing.T, args []string) *side {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A C program left waiting (a failed test) must not outlive it.
+	t.Cleanup(func() { cmd.Process.Kill() })
 	go func() { s.done <- cmd.Wait() }()
 	return s
 }
