@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/signal"
@@ -16,7 +17,7 @@ import (
 func runFiPingpong(args []string, stdout, stderr io.Writer) int {
 	o, err := fipingpong.ParseArgs(args, stderr)
 	if err != nil {
-		if fipingpong.ExitStatus(err) == 1 {
+		if errors.Is(err, fipingpong.ErrUsage) {
 			return 1
 		}
 		io.WriteString(stderr, "fi_pingpong: "+err.Error()+"\n")

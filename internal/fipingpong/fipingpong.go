@@ -58,8 +58,12 @@ var specs = []getopt.Spec{
 	{Short: 'h', Usage: "display this help output"},
 }
 
-// errUsage makes the exit status 1 after the usage is printed.
-var errUsage = errors.New("usage")
+// ErrUsage is ParseArgs' error when it has printed the usage (-h, or a
+// flag it does not know): the exit status is 1 and there is nothing more
+// to say.
+var ErrUsage = errors.New("usage")
+
+var errUsage = ErrUsage
 
 // ParseArgs parses fi_pingpong's command line.
 func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
