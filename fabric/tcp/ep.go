@@ -259,12 +259,14 @@ type ep struct {
 	readq []rdEntry  // reads waiting for their response
 
 	// The frame being received.
-	hdr     [maxHdrLen]byte
-	hdrHave int
-	hdrNeed int
-	cur     *rxFrame
-	pend    *header // a message header waiting for a receive buffer
-	scratch []byte
+	hdr      [maxHdrLen]byte
+	hdrHave  int
+	hdrNeed  int
+	rbuf     []byte // staged bytes read from the socket: rbuf[rlo:rhi]
+	rlo, rhi int
+	cur      *rxFrame
+	pend     *header // a message header waiting for a receive buffer
+	scratch  []byte
 }
 
 // rxFrame is where the payload of the frame being received goes.
@@ -870,7 +872,36 @@ func (e *ep) flushTx() {
 
 // readSome reads into b without blocking; n == 0 with no error means
 // nothing was there.
+//
+// Small reads go through a staging buffer, so that a header and a small
+// payload cost one system call between them; large ones go straight into
+// their destination.
 func (e *ep) readSome(b []byte) (int, error) {
+	if e.rlo < e.rhi {
+		n := copy(b, e.rbuf[e.rlo:e.rhi])
+		e.rlo += n
+		return n, nil
+	}
+	if len(b) < stageLen/2 {
+		if e.rbuf == nil {
+			e.rbuf = make([]byte, stageLen)
+		}
+		n, err := e.readRaw(e.rbuf)
+		if n == 0 || err != nil {
+			return n, err
+		}
+		e.rlo, e.rhi = 0, n
+		m := copy(b, e.rbuf[:n])
+		e.rlo = m
+		return m, nil
+	}
+	return e.readRaw(b)
+}
+
+// stageLen is the staging buffer's size.
+const stageLen = 16 << 10
+
+func (e *ep) readRaw(b []byte) (int, error) {
 	n, err := syscall.Read(e.fd, b)
 	if err == syscall.EAGAIN || err == syscall.EINTR {
 		return 0, nil
