@@ -833,6 +833,10 @@ func (e *ep) flushTx() {
 	for len(e.txq) > 0 && e.rc != nil {
 		t := e.txq[0]
 		for len(t.bufs) > 0 {
+			if len(t.bufs[0]) == 0 {
+				t.bufs = t.bufs[1:] // nothing to write (an empty range)
+				continue
+			}
 			var n int
 			var err error
 			if len(t.bufs) == 1 {

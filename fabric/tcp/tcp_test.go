@@ -208,6 +208,12 @@ func TestRMAWriteAndRead(t *testing.T) {
 	if c := cli.comp(); c.Context != "r" || c.Flags&fabric.CompRead == 0 || !bytes.Equal(got, data) {
 		t.Fatalf("read completion %+v, data equal %v", c, bytes.Equal(got, data))
 	}
+	// A zero-length read: a response with no data (a fuzzer found it
+	// once looping for ever).
+	must(t, cli.ep.Read([]byte{}, nil, fabric.AddrNotAvail, 0, mr.Key(), "r0"))
+	if c := cli.comp(); c.Context != "r0" || c.Len != 0 {
+		t.Fatalf("zero-length read %+v", c)
+	}
 	must(t, cli.ep.WriteData([]byte("xyz"), nil, 5, fabric.AddrNotAvail, 0, mr.Key(), "wd"))
 	cli.comp()
 	if c := srv.comp(); c.Data != 5 || c.Flags&fabric.CompRemoteWrite == 0 || string(region[:3]) != "xyz" {
