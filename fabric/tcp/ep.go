@@ -215,13 +215,14 @@ type rxEntry struct {
 
 // txEntry is a frame being sent, or waiting for its ACK.
 type txEntry struct {
-	bufs    [][]byte // what is left to write
-	partial bool     // part of it was written
-	ctx     any
-	flags   uint64 // completion flags
-	comp    bool   // report a completion
-	ack     bool   // complete on the peer's ACK
-	length  uint64
+	bufs     [][]byte // what is left to write
+	partial  bool     // part of it was written
+	internal bool     // an ACK or read response, sent ahead of the program's
+	ctx      any
+	flags    uint64 // completion flags
+	comp     bool   // report a completion
+	ack      bool   // complete on the peer's ACK
+	length   uint64
 }
 
 // rdEntry is an RMA read waiting for its response.
@@ -558,6 +559,7 @@ func (e *ep) Accept(param []byte) error {
 		return fabric.Errorf("fi_accept", fabric.ErrInvalid, "private data over 256 bytes")
 	}
 	c := e.req.conn
+	e.state = stConnecting // accepting: a second Accept is refused
 	e.mu.Unlock()
 	c.SetWriteDeadline(time.Now().Add(cmTimeout))
 	_, err := c.Write(marshalCM(cmConnResp, param))
@@ -571,9 +573,12 @@ func (e *ep) Accept(param []byte) error {
 		return err
 	}
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.state != stConnecting {
+		return fabric.Errorf("fi_accept", fabric.ErrBadFD, "endpoint closed")
+	}
 	e.state = stConnected
 	e.eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e})
-	e.mu.Unlock()
 	return nil
 }
 
@@ -680,7 +685,7 @@ func (e *ep) Recv(buf []byte, desc any, _ fabric.Addr, context any) error {
 	if e.state == stClosed {
 		return fabric.Errorf("fi_recv", fabric.ErrBadFD, "endpoint closed")
 	}
-	if len(e.rxq) >= e.info.RxAttr.Size && e.info.RxAttr.Size > 0 {
+	if e.info.RxAttr != nil && e.info.RxAttr.Size > 0 && len(e.rxq) >= e.info.RxAttr.Size {
 		return fabric.ErrAgain
 	}
 	e.rxq = append(e.rxq, rxEntry{buf: buf, ctx: context})
@@ -766,7 +771,7 @@ func (e *ep) post(op string, h *header, payload []byte, t *txEntry, read ...rdEn
 	if err := e.live(op); err != nil {
 		return err
 	}
-	if len(e.txq)+len(e.ackq) >= e.info.TxAttr.Size && e.info.TxAttr.Size > 0 {
+	if e.info.TxAttr != nil && e.info.TxAttr.Size > 0 && len(e.txq)+len(e.ackq) >= e.info.TxAttr.Size {
 		e.progressLocked()
 		if len(e.txq)+len(e.ackq) >= e.info.TxAttr.Size {
 			return fabric.ErrAgain
@@ -1111,9 +1116,13 @@ func (e *ep) start(h header) bool {
 // queueFirst queues an internal frame (ACK, read response) ahead of the
 // program's frames not yet started. Called with e.mu held.
 func (e *ep) queueFirst(t *txEntry) {
+	t.internal = true
 	i := 0
 	if len(e.txq) > 0 && e.txq[0].started() {
 		i = 1 // never cut into a frame half written
+	}
+	for i < len(e.txq) && e.txq[i].internal {
+		i++ // after the internal frames already queued: their order is the peer's
 	}
 	e.txq = append(e.txq, nil)
 	copy(e.txq[i+1:], e.txq[i:])

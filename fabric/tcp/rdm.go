@@ -30,7 +30,8 @@ const (
 	rxmPktLen      = 64
 	rndvHdrLen     = 104
 	rxmInjectSize  = 64
-	rxmBufs        = 16 // receive buffers posted per connection
+	rxmBufs        = 16   // receive buffers posted per connection
+	maxUnexpected  = 4096 // messages held before a receive is posted
 
 	ctrlEager     = 0
 	ctrlRndvReq   = 2
@@ -105,7 +106,17 @@ type rconn struct {
 	myIdx   uint64
 	peerIdx uint64
 	ready   bool
-	waiting []func() // sends waiting for the connection
+	waiting []pending // sends waiting for the connection
+}
+
+// pending is a send waiting for its connection: how to send it over a
+// connection, and what to report if it never goes.
+type pending struct {
+	send  func(c *rconn)
+	ctx   any
+	flags uint64
+	comp  bool
+	rndv  uint64 // the rendezvous's message id, or 0
 }
 
 // urecv is a posted receive.
@@ -380,8 +391,8 @@ func (r *rdm) cmEvent(ev fabric.EQEntry) {
 		c.ready = true
 		w := c.waiting
 		c.waiting = nil
-		for _, f := range w {
-			f()
+		for _, p := range w {
+			p.send(c)
 		}
 	case fabric.EventShutdown:
 		if e, ok := ev.FID.(*ep); ok {
@@ -413,17 +424,16 @@ func (r *rdm) connReq(ev fabric.EQEntry) {
 		return
 	}
 	e := dd.(*ep)
+	var moved []pending
 	if old := r.conns[peer]; old != nil && !old.ready {
-		// Both sides connected at once: keep theirs, drop ours and
-		// resend what waited on it over the new connection.
+		// Both sides connected at once: keep theirs, drop ours, and send
+		// what waited on ours over theirs once it is up.
+		moved = old.waiting
+		old.waiting = nil
 		r.dropConn(old)
-		defer func(w []func()) {
-			for _, f := range w {
-				f()
-			}
-		}(old.waiting)
 	}
 	c := r.newConn(e, peer, addr)
+	c.waiting = moved
 	c.peerIdx = binary.LittleEndian.Uint64(d[16:]) & 0xffffffff
 	if err := e.Accept(connRespData(r.pid<<32 | c.myIdx)); err != nil {
 		r.dropConn(c)
@@ -438,8 +448,22 @@ func (r *rdm) connFailed(ee fabric.EQErrEntry) {
 		return
 	}
 	r.dropConn(c)
-	for range c.waiting {
-		r.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Flags: fabric.CompSend}, Err: ee.Err})
+	r.failWaiting(c, ee.Err)
+}
+
+// failWaiting reports the sends waiting on c as failed with errno.
+// Called with r.mu held.
+func (r *rdm) failWaiting(c *rconn, errno fabric.Errno) {
+	for _, p := range c.waiting {
+		if p.rndv != 0 {
+			if s := r.rndv[p.rndv]; s != nil {
+				s.mr.Close()
+				delete(r.rndv, p.rndv)
+			}
+		}
+		if p.comp {
+			r.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: p.ctx, Flags: p.flags}, Err: errno})
+		}
 	}
 	c.waiting = nil
 }
@@ -469,6 +493,11 @@ func (r *rdm) completion(e fabric.CQEntry) {
 
 func (r *rdm) opFailed(ee fabric.CQErrEntry) {
 	switch x := ee.Context.(type) {
+	case *rxBuf:
+		// A frame too big for rxm's buffers: the buffer goes back.
+		if ee.Err != fabric.ErrCanceled && r.byEP[x.c.ep] == x.c {
+			x.c.ep.Recv(x.buf, nil, fabric.AddrNotAvail, x)
+		}
 	case *txUser:
 		if x.comp {
 			r.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: ee.Err})
@@ -501,7 +530,7 @@ func (r *rdm) received(b *rxBuf, e fabric.CQEntry) {
 		m.eager = body[:p.size]
 		r.deliver(m)
 	case ctrlRndvReq:
-		if len(body) < rndvHdrLen-8 {
+		if len(body) < 97 { // 4 iovs and their count
 			return
 		}
 		n := int(body[96])
@@ -549,6 +578,12 @@ func (r *rdm) deliver(m umsg) {
 			return
 		}
 	}
+	if len(r.unexp) >= maxUnexpected {
+		// The peer sends far ahead of the receives: drop the
+		// connection rather than buffer without end.
+		r.dropConn(m.c)
+		return
+	}
 	if m.eager != nil {
 		m.eager = append([]byte(nil), m.eager...)
 	}
@@ -568,7 +603,7 @@ func (r *rdm) complete(u urecv, m umsg) {
 		r.deliverDone(u, m, m.size)
 		return
 	}
-	if m.size > uint64(len(u.buf)) || len(m.rndv) != 1 {
+	if m.size > uint64(len(u.buf)) || len(m.rndv) != 1 || m.rndv[0].len != m.size {
 		r.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Tag: m.tag}, OLen: m.size, Err: fabric.ErrTrunc})
 		return
 	}
@@ -628,24 +663,24 @@ func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, 
 	if tagged {
 		cflags = fabric.CompSend | fabric.CompTagged
 	}
-	var send func()
+	p := pending{ctx: context, flags: cflags, comp: !inject}
 	switch {
 	case len(buf) <= eagerLimit && tagged:
 		t := &txUser{ctx: context, flags: cflags, length: uint64(len(buf)), comp: !inject}
 		fl := fabric.FlagCompletion | flags&(fabric.FlagRemoteCQData|fabric.FlagTransmitComplete|fabric.FlagDeliveryComplete)
-		send = func() { c.ep.sendFrame(buf, data, t, fl, true, tag) }
+		p.send = func(c *rconn) { c.ep.sendFrame(buf, data, t, fl, true, tag) }
 	case len(buf) <= eagerLimit:
 		pkt := make([]byte, rxmPktLen+len(buf))
-		p := rxmPkt{ctrl: ctrlEager, connID: c.peerIdx, size: uint64(len(buf)), data: data}
+		h := rxmPkt{ctrl: ctrlEager, size: uint64(len(buf)), data: data}
 		if flags&fabric.FlagRemoteCQData != 0 {
-			p.flags = rxmRemoteCQData
+			h.flags = rxmRemoteCQData
 		}
 		copy(pkt[rxmPktLen:], buf)
 		t := &txUser{ctx: context, flags: cflags, length: uint64(len(buf)), comp: !inject}
 		fl := fabric.FlagCompletion | flags&(fabric.FlagTransmitComplete|fabric.FlagDeliveryComplete)
-		send = func() {
-			p.connID = c.peerIdx // known once connected
-			p.marshal(pkt)
+		p.send = func(c *rconn) {
+			h.connID = c.peerIdx // known once connected
+			h.marshal(pkt)
 			c.ep.send(pkt, 0, t, fl)
 		}
 	default:
@@ -658,29 +693,30 @@ func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, 
 		r.nextMsg++
 		id := r.nextMsg
 		r.rndv[id] = &rndvSend{ctx: context, flags: cflags, length: uint64(len(buf)), mr: mr}
+		p.rndv, p.comp = id, false // Close and failures report it through r.rndv
 		pkt := make([]byte, rxmPktLen+rndvHdrLen)
-		p := rxmPkt{ctrl: ctrlRndvReq, msgID: id, size: uint64(len(buf)), data: data, tag: tag}
+		h := rxmPkt{ctrl: ctrlRndvReq, msgID: id, size: uint64(len(buf)), data: data, tag: tag}
 		if tagged {
-			p.op = opTagged
+			h.op = opTagged
 		}
 		if flags&fabric.FlagRemoteCQData != 0 {
-			p.flags = rxmRemoteCQData
+			h.flags = rxmRemoteCQData
 		}
-		h := pkt[rxmPktLen:]
-		binary.LittleEndian.PutUint64(h[0:], 0) // addr: an offset into the region
-		binary.LittleEndian.PutUint64(h[8:], uint64(len(buf)))
-		binary.LittleEndian.PutUint64(h[16:], mr.Key())
-		h[96] = 1
-		send = func() {
-			p.connID = c.peerIdx
-			p.marshal(pkt)
+		rh := pkt[rxmPktLen:]
+		binary.LittleEndian.PutUint64(rh[0:], 0) // addr: an offset into the region
+		binary.LittleEndian.PutUint64(rh[8:], uint64(len(buf)))
+		binary.LittleEndian.PutUint64(rh[16:], mr.Key())
+		rh[96] = 1
+		p.send = func(c *rconn) {
+			h.connID = c.peerIdx
+			h.marshal(pkt)
 			c.ep.send(pkt, 0, &txInternal{}, fabric.FlagCompletion)
 		}
 	}
 	if c.ready {
-		send()
+		p.send(c)
 	} else {
-		c.waiting = append(c.waiting, send)
+		c.waiting = append(c.waiting, p)
 	}
 	return nil
 }
@@ -767,6 +803,9 @@ func (r *rdm) Close() error {
 	close(r.done)
 	conns := r.byEP
 	r.byEP, r.conns = map[*ep]*rconn{}, map[netip.AddrPort]*rconn{}
+	for _, c := range conns {
+		r.failWaiting(c, fabric.ErrCanceled)
+	}
 	for _, u := range r.posted {
 		r.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
 	}
@@ -786,6 +825,18 @@ func (r *rdm) Close() error {
 		p.Close()
 	}
 	r.wg.Wait()
+	// What the connections canceled: the program's sends among it.
+	r.mu.Lock()
+	for {
+		ee, err := r.icq.ReadErr()
+		if err != nil {
+			break
+		}
+		if x, ok := ee.Context.(*txUser); ok && x.comp {
+			r.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: fabric.ErrCanceled})
+		}
+	}
+	r.mu.Unlock()
 	if txcq != nil {
 		txcq.Detach(r)
 	}
