@@ -72,9 +72,13 @@
 //	fi_av_open, fi_av_insert      (*Domain).OpenAV, (*AV).Insert
 //	fi_av_insertsvc, fi_av_lookup (*AV).InsertSvc, Lookup
 //	fi_av_remove                  (*AV).Remove
+//	fi_cntr_open                  (*Domain).OpenCounter
+//	fi_cntr_add, fi_cntr_set      (*Counter).Add, Set (AddErr, SetErr)
+//	fi_cntr_read, fi_cntr_readerr (*Counter).Read, ReadErr
+//	fi_cntr_wait                  (*Counter).Wait
+//	fi_ep_bind with a counter     Endpoint.BindCounter
 //	fi_tsend, fi_trecv            Endpoint.TSend, TRecv
 //	fi_tinject, fi_tsendmsg       Endpoint.TInject, TSendMsg
 //
-// Not yet here: counters, FI_EP_DGRAM, RMA on FI_EP_RDM endpoints, and
-// atomics.
+// Not yet here: FI_EP_DGRAM, RMA on FI_EP_RDM endpoints, and atomics.
 package fabric

@@ -528,6 +528,10 @@ type Endpoint interface {
 	BindEQ(eq *EQ) error
 	BindCQ(cq *CQ, flags uint64) error
 	BindAV(av *AV) error
+	// BindCounter binds a counter for the operations flags names:
+	// BindSend, BindRecvCount, BindRead, BindWrite, BindRemoteRead,
+	// BindRemoteWrite (fi_ep_bind with a counter).
+	BindCounter(c *Counter, flags uint64) error
 	// Enable enables the endpoint (fi_enable).
 	Enable() error
 	// Connect connects to a passive endpoint (fi_connect); FI_CONNECTED

@@ -241,6 +241,7 @@ type ep struct {
 	eq    *fabric.EQ
 	txcq  *fabric.CQ
 	rxcq  *fabric.CQ
+	comp  fabric.Completions // the CQs and counters operations report to
 	req   *connReq
 	conn  *net.TCPConn
 	rc    syscall.RawConn // nil once the connection is unusable
@@ -311,15 +312,23 @@ func (e *ep) BindCQ(cq *fabric.CQ, flags uint64) error {
 	}
 	attached := e.txcq == cq || e.rxcq == cq
 	if flags&fabric.BindTransmit != 0 {
-		e.txcq = cq
+		e.txcq, e.comp.TxCQ = cq, cq
 	}
 	if flags&fabric.BindRecv != 0 {
-		e.rxcq = cq
+		e.rxcq, e.comp.RxCQ = cq, cq
 	}
 	if !attached {
 		cq.Attach(e)
 	}
 	return nil
+}
+
+// BindCounter binds a counter for the operations flags names (fi_ep_bind
+// with a counter).
+func (e *ep) BindCounter(c *fabric.Counter, flags uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.comp.BindCounter(c, flags, e)
 }
 
 func (e *ep) Enable() error {
@@ -650,17 +659,17 @@ func (e *ep) cancelAll() { e.failAll(fabric.ErrCanceled) }
 // e.mu held.
 func (e *ep) failAll(errno fabric.Errno) {
 	for _, r := range e.rxq {
-		e.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRecv | fabric.CompMsg, Buf: r.buf}, Err: errno})
+		e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRecv | fabric.CompMsg, Buf: r.buf}, Err: errno})
 	}
 	e.rxq = nil
 	for _, t := range append(e.txq, e.ackq...) {
 		if t.comp {
-			e.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: t.ctx, Flags: t.flags}, Err: errno})
+			e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: t.ctx, Flags: t.flags}, Err: errno})
 		}
 	}
 	e.txq, e.ackq = nil, nil
 	for _, r := range e.readq {
-		e.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead}, Err: errno})
+		e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead}, Err: errno})
 	}
 	e.readq = nil
 }
@@ -874,7 +883,9 @@ func (e *ep) flushTx() {
 		case t.ack:
 			e.ackq = append(e.ackq, t)
 		case t.comp:
-			e.txcq.Push(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
+			e.comp.Done(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
+		case t.flags != 0:
+			e.comp.Count(t.flags) // an inject: counted, not completed
 		}
 	}
 }
@@ -1023,7 +1034,9 @@ func (e *ep) start(h header) bool {
 			t := e.ackq[0]
 			e.ackq = e.ackq[1:]
 			if t.comp {
-				e.txcq.Push(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
+				e.comp.Done(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
+			} else if t.flags != 0 {
+				e.comp.Count(t.flags)
 			}
 			return true
 		}
@@ -1045,9 +1058,9 @@ func (e *ep) start(h header) bool {
 			}
 			entry := fabric.CQEntry{Context: r.ctx, Flags: flags, Len: got, Buf: r.buf[:got], Data: h.cqData, Tag: h.tag}
 			if n > got {
-				e.rxcq.PushErr(fabric.CQErrEntry{CQEntry: entry, OLen: n - got, Err: fabric.ErrTrunc})
+				e.comp.Failed(fabric.CQErrEntry{CQEntry: entry, OLen: n - got, Err: fabric.ErrTrunc})
 			} else {
-				e.rxcq.Push(entry)
+				e.comp.Done(entry)
 			}
 			if h.flags&(flagDeliveryComplete|flagCommitComplete) != 0 {
 				e.queueFirst(&txEntry{bufs: [][]byte{ackFrame}})
@@ -1066,7 +1079,9 @@ func (e *ep) start(h header) bool {
 		}
 		f.done = func() {
 			if h.flags&flagRemoteCQData != 0 {
-				e.rxcq.Push(fabric.CQEntry{Flags: fabric.CompRMA | fabric.CompRemoteWrite | fabric.CompRemoteCQData, Len: n, Data: h.cqData})
+				e.comp.Done(fabric.CQEntry{Flags: fabric.CompRMA | fabric.CompRemoteWrite | fabric.CompRemoteCQData, Len: n, Data: h.cqData})
+			} else {
+				e.comp.Count(fabric.CompRMA | fabric.CompRemoteWrite)
 			}
 			if h.flags&(flagDeliveryComplete|flagCommitComplete) != 0 {
 				e.queueFirst(&txEntry{bufs: [][]byte{ackFrame}})
@@ -1088,6 +1103,7 @@ func (e *ep) start(h header) bool {
 		}
 		hb := make([]byte, maxHdrLen)
 		bufs[0] = hb[:marshalHeader(hb, &rsp, total)]
+		e.comp.Count(fabric.CompRMA | fabric.CompRemoteRead)
 		e.queueFirst(&txEntry{bufs: bufs})
 		e.flushTx()
 	case opReadRsp:
@@ -1103,7 +1119,7 @@ func (e *ep) start(h header) bool {
 		}
 		f := &rxFrame{h: h, dst: [][]byte{r.buf}}
 		f.done = func() {
-			e.txcq.Push(fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead, Len: n})
+			e.comp.Done(fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead, Len: n})
 		}
 		e.cur = f
 	default:

@@ -175,6 +175,7 @@ type rdm struct {
 	av      *fabric.AV
 	txcq    *fabric.CQ
 	rxcq    *fabric.CQ
+	comp    fabric.Completions
 	enabled bool
 	closed  bool
 	pep     *pep
@@ -216,15 +217,22 @@ func (r *rdm) BindCQ(cq *fabric.CQ, flags uint64) error {
 	defer r.mu.Unlock()
 	attached := r.txcq == cq || r.rxcq == cq
 	if flags&fabric.BindTransmit != 0 {
-		r.txcq = cq
+		r.txcq, r.comp.TxCQ = cq, cq
 	}
 	if flags&fabric.BindRecv != 0 {
-		r.rxcq = cq
+		r.rxcq, r.comp.RxCQ = cq, cq
 	}
 	if !attached {
 		cq.Attach(r)
 	}
 	return nil
+}
+
+// BindCounter binds a counter for the operations flags names.
+func (r *rdm) BindCounter(c *fabric.Counter, flags uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.comp.BindCounter(c, flags, r)
 }
 
 // Enable starts the listener peers connect to, whose address Name
@@ -462,7 +470,7 @@ func (r *rdm) failWaiting(c *rconn, errno fabric.Errno) {
 			}
 		}
 		if p.comp {
-			r.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: p.ctx, Flags: p.flags}, Err: errno})
+			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: p.ctx, Flags: p.flags}, Err: errno})
 		}
 	}
 	c.waiting = nil
@@ -479,7 +487,9 @@ func (r *rdm) completion(e fabric.CQEntry) {
 		}
 	case *txUser:
 		if x.comp {
-			r.txcq.Push(fabric.CQEntry{Context: x.ctx, Flags: x.flags, Len: x.length})
+			r.comp.Done(fabric.CQEntry{Context: x.ctx, Flags: x.flags, Len: x.length})
+		} else {
+			r.comp.Count(x.flags) // an inject
 		}
 	case *rdOp:
 		// The rendezvous data is in: tell the sender, complete the receive.
@@ -500,10 +510,10 @@ func (r *rdm) opFailed(ee fabric.CQErrEntry) {
 		}
 	case *txUser:
 		if x.comp {
-			r.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: ee.Err})
+			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: ee.Err})
 		}
 	case *rdOp:
-		r.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.ctx, Flags: recvFlags(x.m)}, Err: ee.Err})
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.ctx, Flags: recvFlags(x.m)}, Err: ee.Err})
 	}
 }
 
@@ -543,7 +553,7 @@ func (r *rdm) received(b *rxBuf, e fabric.CQEntry) {
 		if s := r.rndv[p.msgID]; s != nil {
 			delete(r.rndv, p.msgID)
 			s.mr.Close()
-			r.txcq.Push(fabric.CQEntry{Context: s.ctx, Flags: s.flags, Len: s.length})
+			r.comp.Done(fabric.CQEntry{Context: s.ctx, Flags: s.flags, Len: s.length})
 		}
 	}
 }
@@ -596,7 +606,7 @@ func (r *rdm) complete(u urecv, m umsg) {
 	if m.rndv == nil {
 		n := copy(u.buf, m.eager)
 		if uint64(n) < m.size {
-			r.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Len: uint64(n), Buf: u.buf[:n], Tag: m.tag},
+			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Len: uint64(n), Buf: u.buf[:n], Tag: m.tag},
 				OLen: m.size - uint64(n), Err: fabric.ErrTrunc})
 			return
 		}
@@ -604,17 +614,17 @@ func (r *rdm) complete(u urecv, m umsg) {
 		return
 	}
 	if m.size > uint64(len(u.buf)) || len(m.rndv) != 1 || m.rndv[0].len != m.size {
-		r.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Tag: m.tag}, OLen: m.size, Err: fabric.ErrTrunc})
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Tag: m.tag}, OLen: m.size, Err: fabric.ErrTrunc})
 		return
 	}
 	v := m.rndv[0]
 	if err := m.c.ep.Read(u.buf[:v.len], nil, fabric.AddrNotAvail, v.addr, v.key, &rdOp{m: m, r: u}); err != nil {
-		r.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m)}, Err: fabric.ErrIO})
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m)}, Err: fabric.ErrIO})
 	}
 }
 
 func (r *rdm) deliverDone(u urecv, m umsg, n uint64) {
-	r.rxcq.Push(fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Len: n, Buf: u.buf[:n], Data: m.data, Tag: m.tag})
+	r.comp.Done(fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Len: n, Buf: u.buf[:n], Data: m.data, Tag: m.tag})
 }
 
 // ---- The program's calls ----
@@ -807,12 +817,12 @@ func (r *rdm) Close() error {
 		r.failWaiting(c, fabric.ErrCanceled)
 	}
 	for _, u := range r.posted {
-		r.rxcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
 	}
 	r.posted = nil
 	for id, s := range r.rndv {
 		s.mr.Close()
-		r.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: fabric.ErrCanceled})
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: fabric.ErrCanceled})
 		delete(r.rndv, id)
 	}
 	p := r.pep
@@ -833,7 +843,7 @@ func (r *rdm) Close() error {
 			break
 		}
 		if x, ok := ee.Context.(*txUser); ok && x.comp {
-			r.txcq.PushErr(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: fabric.ErrCanceled})
+			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: fabric.ErrCanceled})
 		}
 	}
 	r.mu.Unlock()

@@ -294,3 +294,59 @@ func TestRejectCarriesPrivateData(t *testing.T) {
 		t.Fatalf("error entry %+v", ee)
 	}
 }
+
+func TestCountersCountEachKindOfOperation(t *testing.T) {
+	cli, srv := connected(t, nil)
+	region := make([]byte, 4096)
+	mr, err := srv.dom.RegMR(region, fabric.AccessRemoteRead|fabric.AccessRemoteWrite, 5)
+	must(t, err)
+	defer mr.Close()
+	open := func(d *fabric.Domain) *fabric.Counter {
+		c, err := d.OpenCounter()
+		must(t, err)
+		return c
+	}
+	sent, read, wrote := open(cli.dom), open(cli.dom), open(cli.dom)
+	recvd, remote := open(srv.dom), open(srv.dom)
+	must(t, cli.ep.BindCounter(sent, fabric.BindSend))
+	must(t, cli.ep.BindCounter(read, fabric.BindRead))
+	must(t, cli.ep.BindCounter(wrote, fabric.BindWrite))
+	must(t, srv.ep.BindCounter(recvd, fabric.BindRecvCount))
+	must(t, srv.ep.BindCounter(remote, fabric.BindRemoteRead|fabric.BindRemoteWrite))
+	if err := srv.ep.BindCounter(recvd, 0); err == nil {
+		t.Fatal("bound a counter for nothing")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range 3 {
+		must(t, srv.ep.Recv(make([]byte, 8), nil, fabric.AddrNotAvail, i))
+	}
+	must(t, cli.ep.Send([]byte("a"), nil, fabric.AddrNotAvail, nil))
+	must(t, cli.ep.Inject([]byte("b"), fabric.AddrNotAvail)) // counted, not completed
+	must(t, cli.ep.Write([]byte("c"), nil, fabric.AddrNotAvail, 0, 5, nil))
+	must(t, cli.ep.Read(make([]byte, 1), nil, fabric.AddrNotAvail, 0, 5, nil))
+	must(t, sent.Wait(ctx, 2))
+	must(t, wrote.Wait(ctx, 1))
+	must(t, read.Wait(ctx, 1))
+	must(t, recvd.Wait(ctx, 2))
+	must(t, remote.Wait(ctx, 2))
+	if sent.Read() != 2 || recvd.Read() != 2 || remote.Read() != 2 || sent.ReadErr() != 0 {
+		t.Fatalf("counts: sent %d, received %d, remote %d, errors %d", sent.Read(), recvd.Read(), remote.Read(), sent.ReadErr())
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel2()
+	if err := sent.Wait(short, 3); !errors.Is(err, fabric.ErrTimedOut) {
+		t.Fatalf("waiting past the count: %v", err)
+	}
+	// A failed operation counts as an error and ends a wait.
+	srv.ep.Close()
+	if recvd.ReadErr() != 1 {
+		t.Fatalf("canceled receive: error count %d, want 1", recvd.ReadErr())
+	}
+	recvd.Set(10)
+	recvd.SetErr(0)
+	recvd.Add(1)
+	if recvd.Read() != 11 || recvd.ReadErr() != 0 {
+		t.Fatalf("set/add: %d %d", recvd.Read(), recvd.ReadErr())
+	}
+}
