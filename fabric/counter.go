@@ -128,6 +128,35 @@ type Completions struct {
 	cntrs      [6]*Counter // send, recv, read, write, remote read, remote write
 }
 
+// BindCQ binds cq for transmits (BindTransmit), receives (BindRecv) or
+// both, and has it progress p.
+func (cs *Completions) BindCQ(cq *CQ, flags uint64, p Progressor) error {
+	if flags&(BindTransmit|BindRecv) == 0 {
+		return Errorf("fi_ep_bind", ErrBadFlags, "bind a CQ with FI_TRANSMIT, FI_RECV or both")
+	}
+	attached := cs.TxCQ == cq || cs.RxCQ == cq
+	if flags&BindTransmit != 0 {
+		cs.TxCQ = cq
+	}
+	if flags&BindRecv != 0 {
+		cs.RxCQ = cq
+	}
+	if !attached {
+		cq.Attach(p)
+	}
+	return nil
+}
+
+// Detach stops the bound CQs from progressing p (its endpoint closed).
+func (cs *Completions) Detach(p Progressor) {
+	if cs.TxCQ != nil {
+		cs.TxCQ.Detach(p)
+	}
+	if cs.RxCQ != nil && cs.RxCQ != cs.TxCQ {
+		cs.RxCQ.Detach(p)
+	}
+}
+
 // Counter bind flags (fi_ep_bind with a counter).
 const (
 	BindSend        = uint64(CapSend)

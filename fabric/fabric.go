@@ -175,57 +175,27 @@ type EQErrEntry struct {
 
 // EQ is an event queue (fi_eq_open): connection management events.
 type EQ struct {
-	mu     sync.Mutex
-	events []EQEntry
-	errs   []EQErrEntry
-	wake   chan struct{}
-	closed bool
+	q queue[EQEntry, EQErrEntry]
 }
 
 // OpenEQ opens an event queue (fi_eq_open).
 func (f *Fabric) OpenEQ() (*EQ, error) {
-	return &EQ{wake: make(chan struct{})}, nil
+	return &EQ{q: newQueue[EQEntry, EQErrEntry]()}, nil
 }
 
 // Write queues an event (fi_eq_write); providers use it.
-func (q *EQ) Write(e EQEntry) {
-	q.mu.Lock()
-	q.events = append(q.events, e)
-	q.signal()
-	q.mu.Unlock()
-}
+func (q *EQ) Write(e EQEntry) { q.q.push(e) }
 
 // WriteErr queues an error entry; providers use it.
-func (q *EQ) WriteErr(e EQErrEntry) {
-	q.mu.Lock()
-	q.errs = append(q.errs, e)
-	q.signal()
-	q.mu.Unlock()
-}
-
-func (q *EQ) signal() {
-	close(q.wake)
-	q.wake = make(chan struct{})
-}
+func (q *EQ) WriteErr(e EQErrEntry) { q.q.pushErr(e) }
 
 // Read takes the next event without waiting (fi_eq_read). It fails with
 // ErrAgain when there is none and ErrAvail when an error entry is
 // waiting for ReadErr.
 func (q *EQ) Read() (EQEntry, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.errs) > 0 {
-		return EQEntry{}, ErrAvail
-	}
-	if len(q.events) == 0 {
-		if q.closed {
-			return EQEntry{}, Errorf("fi_eq_read", ErrBadFD, "event queue closed")
-		}
-		return EQEntry{}, ErrAgain
-	}
-	e := q.events[0]
-	q.events = q.events[1:]
-	return e, nil
+	var e [1]EQEntry
+	_, err := q.q.take("fi_eq_read", e[:])
+	return e[0], err
 }
 
 // SRead waits for the next event (fi_eq_sread), until ctx is done
@@ -236,12 +206,7 @@ func (q *EQ) SRead(ctx context.Context) (EQEntry, error) {
 		if err != ErrAgain {
 			return e, err
 		}
-		q.mu.Lock()
-		w := q.wake
-		q.mu.Unlock()
-		select {
-		case <-w:
-		case <-ctx.Done():
+		if q.q.wait(ctx) != nil {
 			return EQEntry{}, ErrAgain
 		}
 	}
@@ -249,40 +214,14 @@ func (q *EQ) SRead(ctx context.Context) (EQEntry, error) {
 
 // Wait blocks until the queue holds an event or an error entry, or ctx is
 // done; it takes nothing.
-func (q *EQ) Wait(ctx context.Context) error {
-	for {
-		q.mu.Lock()
-		n, w, closed := len(q.events)+len(q.errs), q.wake, q.closed
-		q.mu.Unlock()
-		if n > 0 || closed {
-			return nil
-		}
-		select {
-		case <-w:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
+func (q *EQ) Wait(ctx context.Context) error { return q.q.wait(ctx) }
 
 // ReadErr takes the next error entry (fi_eq_readerr).
-func (q *EQ) ReadErr() (EQErrEntry, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.errs) == 0 {
-		return EQErrEntry{}, ErrAgain
-	}
-	e := q.errs[0]
-	q.errs = q.errs[1:]
-	return e, nil
-}
+func (q *EQ) ReadErr() (EQErrEntry, error) { return q.q.takeErr() }
 
 // Close closes the queue (fi_close).
 func (q *EQ) Close() error {
-	q.mu.Lock()
-	q.closed = true
-	q.signal()
-	q.mu.Unlock()
+	q.q.close()
 	return nil
 }
 
@@ -338,18 +277,15 @@ type Progressor interface {
 // CQ is a completion queue (fi_cq_open).
 type CQ struct {
 	Attr CQAttr
+	q    queue[CQEntry, CQErrEntry]
 
-	mu      sync.Mutex
-	entries []CQEntry
-	errs    []CQErrEntry
-	eps     []Progressor
-	wake    chan struct{}
-	closed  bool
+	mu  sync.Mutex
+	eps []Progressor
 }
 
 // OpenCQ opens a completion queue (fi_cq_open).
 func (d *Domain) OpenCQ(attr *CQAttr) (*CQ, error) {
-	cq := &CQ{wake: make(chan struct{})}
+	cq := &CQ{q: newQueue[CQEntry, CQErrEntry]()}
 	if attr != nil {
 		cq.Attr = *attr
 	}
@@ -359,8 +295,8 @@ func (d *Domain) OpenCQ(attr *CQAttr) (*CQ, error) {
 	return cq, nil
 }
 
-// Attach is for providers: p is progressed by Read and waited on by
-// SRead. Detach undoes it when the endpoint closes.
+// Attach is for providers: p is progressed by Read. Detach undoes it when
+// the endpoint closes.
 func (cq *CQ) Attach(p Progressor) {
 	cq.mu.Lock()
 	cq.eps = append(cq.eps, p)
@@ -380,25 +316,10 @@ func (cq *CQ) Detach(p Progressor) {
 }
 
 // Push queues a completion; providers use it.
-func (cq *CQ) Push(e CQEntry) {
-	cq.mu.Lock()
-	cq.entries = append(cq.entries, e)
-	cq.signal()
-	cq.mu.Unlock()
-}
+func (cq *CQ) Push(e CQEntry) { cq.q.push(e) }
 
 // PushErr queues an error completion; providers use it.
-func (cq *CQ) PushErr(e CQErrEntry) {
-	cq.mu.Lock()
-	cq.errs = append(cq.errs, e)
-	cq.signal()
-	cq.mu.Unlock()
-}
-
-func (cq *CQ) signal() {
-	close(cq.wake)
-	cq.wake = make(chan struct{})
-}
+func (cq *CQ) PushErr(e CQErrEntry) { cq.q.pushErr(e) }
 
 // Read moves up to len(buf) completions into buf (fi_cq_read), driving
 // the bound endpoints' progress first. It fails with ErrAgain when there
@@ -410,20 +331,7 @@ func (cq *CQ) Read(buf []CQEntry) (int, error) {
 	for _, p := range eps {
 		p.Progress()
 	}
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	if len(cq.errs) > 0 {
-		return 0, ErrAvail
-	}
-	if len(cq.entries) == 0 {
-		if cq.closed {
-			return 0, Errorf("fi_cq_read", ErrBadFD, "completion queue closed")
-		}
-		return 0, ErrAgain
-	}
-	n := copy(buf, cq.entries)
-	cq.entries = cq.entries[:copy(cq.entries, cq.entries[n:])]
-	return n, nil
+	return cq.q.take("fi_cq_read", buf)
 }
 
 // SRead waits for at least one completion (fi_cq_sread) until ctx is done
@@ -431,13 +339,11 @@ func (cq *CQ) Read(buf []CQEntry) (int, error) {
 // progress fills the queue meanwhile.
 func (cq *CQ) SRead(ctx context.Context, buf []CQEntry) (int, error) {
 	for {
+		w := cq.q.waiter()
 		n, err := cq.Read(buf)
 		if err != ErrAgain {
 			return n, err
 		}
-		cq.mu.Lock()
-		w := cq.wake
-		cq.mu.Unlock()
 		select {
 		case <-w:
 		case <-ctx.Done():
@@ -448,41 +354,14 @@ func (cq *CQ) SRead(ctx context.Context, buf []CQEntry) (int, error) {
 
 // Wait blocks until the CQ holds a completion or an error entry, or ctx
 // is done (fi_cq_sread with a count of 0); it takes nothing.
-func (cq *CQ) Wait(ctx context.Context) error {
-	for {
-		cq.mu.Lock()
-		n, w := len(cq.entries)+len(cq.errs), cq.wake
-		closed := cq.closed
-		cq.mu.Unlock()
-		if n > 0 || closed {
-			return nil
-		}
-		select {
-		case <-w:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
+func (cq *CQ) Wait(ctx context.Context) error { return cq.q.wait(ctx) }
 
 // ReadErr takes the next error completion (fi_cq_readerr).
-func (cq *CQ) ReadErr() (CQErrEntry, error) {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	if len(cq.errs) == 0 {
-		return CQErrEntry{}, ErrAgain
-	}
-	e := cq.errs[0]
-	cq.errs = cq.errs[1:]
-	return e, nil
-}
+func (cq *CQ) ReadErr() (CQErrEntry, error) { return cq.q.takeErr() }
 
 // Close closes the queue (fi_close).
 func (cq *CQ) Close() error {
-	cq.mu.Lock()
-	cq.closed = true
-	cq.signal()
-	cq.mu.Unlock()
+	cq.q.close()
 	return nil
 }
 

@@ -239,8 +239,6 @@ type ep struct {
 	mu    sync.Mutex
 	state epState
 	eq    *fabric.EQ
-	txcq  *fabric.CQ
-	rxcq  *fabric.CQ
 	comp  fabric.Completions // the CQs and counters operations report to
 	req   *connReq
 	conn  *net.TCPConn
@@ -307,20 +305,7 @@ func (e *ep) BindEQ(eq *fabric.EQ) error {
 func (e *ep) BindCQ(cq *fabric.CQ, flags uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if flags&(fabric.BindTransmit|fabric.BindRecv) == 0 {
-		return fabric.Errorf("fi_ep_bind", fabric.ErrBadFlags, "bind a CQ with FI_TRANSMIT, FI_RECV or both")
-	}
-	attached := e.txcq == cq || e.rxcq == cq
-	if flags&fabric.BindTransmit != 0 {
-		e.txcq, e.comp.TxCQ = cq, cq
-	}
-	if flags&fabric.BindRecv != 0 {
-		e.rxcq, e.comp.RxCQ = cq, cq
-	}
-	if !attached {
-		cq.Attach(e)
-	}
-	return nil
+	return e.comp.BindCQ(cq, flags, e)
 }
 
 // BindCounter binds a counter for the operations flags names (fi_ep_bind
@@ -334,7 +319,7 @@ func (e *ep) BindCounter(c *fabric.Counter, flags uint64) error {
 func (e *ep) Enable() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.txcq == nil || e.rxcq == nil {
+	if e.comp.TxCQ == nil || e.comp.RxCQ == nil {
 		return fabric.Errorf("fi_enable", fabric.ErrNoCQ, "bind CQs for transmit and receive first")
 	}
 	if e.eq == nil {
@@ -349,7 +334,7 @@ func (e *ep) Connect(addr netip.AddrPort, param []byte) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
-	case e.eq == nil || e.txcq == nil || e.rxcq == nil:
+	case e.eq == nil || e.comp.TxCQ == nil || e.comp.RxCQ == nil:
 		return fabric.Errorf("fi_connect", fabric.ErrOpBadState, "bind an EQ and CQs and enable the endpoint first")
 	case e.state != stIdle:
 		return fabric.Errorf("fi_connect", fabric.ErrIsConn, "the endpoint is connecting or connected")
@@ -559,7 +544,7 @@ func (e *ep) Accept(param []byte) error {
 		e.mu.Unlock()
 		return fabric.Errorf("fi_accept", fabric.ErrOpBadState, "the endpoint was not opened on a connection request")
 	}
-	if e.eq == nil || e.txcq == nil || e.rxcq == nil {
+	if e.eq == nil || e.comp.TxCQ == nil || e.comp.RxCQ == nil {
 		e.mu.Unlock()
 		return fabric.Errorf("fi_accept", fabric.ErrOpBadState, "bind an EQ and CQs and enable the endpoint first")
 	}
@@ -639,15 +624,9 @@ func (e *ep) Close() error {
 		e.req.conn.Close()
 	}
 	e.cancelAll()
-	txcq, rxcq := e.txcq, e.rxcq
 	e.mu.Unlock()
 	e.wg.Wait()
-	if txcq != nil {
-		txcq.Detach(e)
-	}
-	if rxcq != nil && rxcq != txcq {
-		rxcq.Detach(e)
-	}
+	e.comp.Detach(e)
 	return nil
 }
 

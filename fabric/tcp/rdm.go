@@ -173,8 +173,6 @@ type rdm struct {
 
 	mu      sync.Mutex
 	av      *fabric.AV
-	txcq    *fabric.CQ
-	rxcq    *fabric.CQ
 	comp    fabric.Completions
 	enabled bool
 	closed  bool
@@ -215,17 +213,7 @@ func (r *rdm) BindAV(av *fabric.AV) error {
 func (r *rdm) BindCQ(cq *fabric.CQ, flags uint64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	attached := r.txcq == cq || r.rxcq == cq
-	if flags&fabric.BindTransmit != 0 {
-		r.txcq, r.comp.TxCQ = cq, cq
-	}
-	if flags&fabric.BindRecv != 0 {
-		r.rxcq, r.comp.RxCQ = cq, cq
-	}
-	if !attached {
-		cq.Attach(r)
-	}
-	return nil
+	return r.comp.BindCQ(cq, flags, r)
 }
 
 // BindCounter binds a counter for the operations flags names.
@@ -243,7 +231,7 @@ func (r *rdm) Enable() error {
 	if r.enabled {
 		return nil
 	}
-	if r.av == nil || r.txcq == nil || r.rxcq == nil {
+	if r.av == nil || r.comp.TxCQ == nil || r.comp.RxCQ == nil {
 		return fabric.Errorf("fi_enable", fabric.ErrNoAV, "bind an AV and CQs first")
 	}
 	li := r.info.Dup()
@@ -826,7 +814,6 @@ func (r *rdm) Close() error {
 		delete(r.rndv, id)
 	}
 	p := r.pep
-	txcq, rxcq := r.txcq, r.rxcq
 	r.mu.Unlock()
 	for e := range conns {
 		e.Close()
@@ -847,11 +834,6 @@ func (r *rdm) Close() error {
 		}
 	}
 	r.mu.Unlock()
-	if txcq != nil {
-		txcq.Detach(r)
-	}
-	if rxcq != nil && rxcq != txcq {
-		rxcq.Detach(r)
-	}
+	r.comp.Detach(r)
 	return nil
 }

@@ -1,0 +1,103 @@
+package fabric
+
+import (
+	"context"
+	"sync"
+)
+
+// queue is what event and completion queues share: entries, error
+// entries (which readers must take with ReadErr first), and a channel
+// closed at every change, for waiters.
+type queue[T, E any] struct {
+	mu     sync.Mutex
+	items  []T
+	errs   []E
+	wake   chan struct{}
+	closed bool
+}
+
+func newQueue[T, E any]() queue[T, E] { return queue[T, E]{wake: make(chan struct{})} }
+
+// signal wakes the waiters. Called with mu held.
+func (q *queue[T, E]) signal() {
+	close(q.wake)
+	q.wake = make(chan struct{})
+}
+
+func (q *queue[T, E]) push(x T) {
+	q.mu.Lock()
+	q.items = append(q.items, x)
+	q.signal()
+	q.mu.Unlock()
+}
+
+func (q *queue[T, E]) pushErr(e E) {
+	q.mu.Lock()
+	q.errs = append(q.errs, e)
+	q.signal()
+	q.mu.Unlock()
+}
+
+// take moves up to len(buf) entries into buf: ErrAvail while an error
+// entry waits, ErrAgain when there is nothing (or len(buf) is 0 and
+// something is there: then it returns 0, nil).
+func (q *queue[T, E]) take(op string, buf []T) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.errs) > 0 {
+		return 0, ErrAvail
+	}
+	if len(q.items) == 0 {
+		if q.closed {
+			return 0, Errorf(op, ErrBadFD, "queue closed")
+		}
+		return 0, ErrAgain
+	}
+	n := copy(buf, q.items)
+	q.items = q.items[:copy(q.items, q.items[n:])]
+	return n, nil
+}
+
+func (q *queue[T, E]) takeErr() (E, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.errs) == 0 {
+		var zero E
+		return zero, ErrAgain
+	}
+	e := q.errs[0]
+	q.errs = q.errs[1:]
+	return e, nil
+}
+
+// waiter returns the channel the next change closes.
+func (q *queue[T, E]) waiter() chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.wake
+}
+
+// wait blocks until the queue holds an entry or an error entry, or is
+// closed, or ctx is done.
+func (q *queue[T, E]) wait(ctx context.Context) error {
+	for {
+		q.mu.Lock()
+		n, w, closed := len(q.items)+len(q.errs), q.wake, q.closed
+		q.mu.Unlock()
+		if n > 0 || closed {
+			return nil
+		}
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (q *queue[T, E]) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.signal()
+	q.mu.Unlock()
+}
