@@ -765,13 +765,14 @@ func (e *ep) post(op string, h *header, payload []byte, t *txEntry, read ...rdEn
 			return fabric.ErrAgain
 		}
 	}
-	hb := make([]byte, maxHdrLen)
-	n := marshalHeader(hb, h, uint64(len(payload)))
 	if len(payload) <= 4096 {
-		// One buffer, one write.
-		t.bufs = [][]byte{append(hb[:n], payload...)}
+		// Header and payload in one buffer: one allocation, one write.
+		b := make([]byte, maxHdrLen+len(payload))
+		n := marshalHeader(b, h, uint64(len(payload)))
+		t.bufs = [][]byte{b[:n+copy(b[n:], payload)]}
 	} else {
-		t.bufs = [][]byte{hb[:n], payload}
+		hb := make([]byte, maxHdrLen)
+		t.bufs = [][]byte{hb[:marshalHeader(hb, h, uint64(len(payload)))], payload}
 	}
 	t.ack = h.flags&(flagDeliveryComplete|flagCommitComplete) != 0
 	e.readq = append(e.readq, read...)
