@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -66,7 +67,7 @@ func TestTwoRdmagoSidesPingPong(t *testing.T) {
 		events, check bool
 	}{{1, true, false}, {1024, false, false}, {4096, true, true}, {65536, false, true}} {
 		port := uint16(20000 + rand.IntN(20000))
-		tcp := 30000 + rand.IntN(20000)
+		tcp := freeTCPPort(t)
 		dev := func(a string) *verbs.Device {
 			d, err := rxe.NewDevice(rxe.Config{Addrs: []netip.Addr{netip.MustParseAddr(a)}, Port: port})
 			if err != nil {
@@ -114,4 +115,16 @@ func TestCheckDataFindsCorruption(t *testing.T) {
 	if err := checkData(b[:10], len(b)); err == nil {
 		t.Fatal("short message not reported")
 	}
+}
+
+// freeTCPPort returns a port nothing listens on now: one the kernel just
+// gave out (a random one could be an ephemeral port in use).
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
