@@ -13,25 +13,45 @@ type Counter struct {
 	mu   sync.Mutex
 	val  uint64
 	errs uint64
-	wake chan struct{}
+	wake chan struct{} // closed at a change; nil while nobody waits
 	eps  []Progressor
 }
 
 // OpenCounter opens a counter (fi_cntr_open).
 func (d *Domain) OpenCounter() (*Counter, error) {
-	return &Counter{wake: make(chan struct{})}, nil
+	return &Counter{}, nil
 }
 
 func (c *Counter) signal() {
-	close(c.wake)
-	c.wake = make(chan struct{})
+	if c.wake != nil {
+		close(c.wake)
+		c.wake = nil
+	}
 }
 
-// Attach is for providers: Read and Wait progress p.
+// Attach is for providers: Read and Wait progress p. Detach undoes it
+// when the endpoint closes.
 func (c *Counter) Attach(p Progressor) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, x := range c.eps {
+		if x == p {
+			return
+		}
+	}
 	c.eps = append(c.eps, p)
-	c.mu.Unlock()
+}
+
+// Detach removes p.
+func (c *Counter) Detach(p Progressor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, x := range c.eps {
+		if x == p {
+			c.eps = append(c.eps[:i:i], c.eps[i+1:]...)
+			return
+		}
+	}
 }
 
 // Add adds n (fi_cntr_add).
@@ -101,7 +121,11 @@ func (c *Counter) Wait(ctx context.Context, threshold uint64) error {
 	for {
 		c.progress()
 		c.mu.Lock()
-		v, e, w := c.val, c.errs, c.wake
+		v, e := c.val, c.errs
+		if c.wake == nil {
+			c.wake = make(chan struct{})
+		}
+		w := c.wake
 		c.mu.Unlock()
 		switch {
 		case v >= threshold:
@@ -147,7 +171,8 @@ func (cs *Completions) BindCQ(cq *CQ, flags uint64, p Progressor) error {
 	return nil
 }
 
-// Detach stops the bound CQs from progressing p (its endpoint closed).
+// Detach stops the bound CQs and counters from progressing p (its
+// endpoint closed).
 func (cs *Completions) Detach(p Progressor) {
 	if cs.TxCQ != nil {
 		cs.TxCQ.Detach(p)
@@ -155,6 +180,24 @@ func (cs *Completions) Detach(p Progressor) {
 	if cs.RxCQ != nil && cs.RxCQ != cs.TxCQ {
 		cs.RxCQ.Detach(p)
 	}
+	for _, c := range cs.cntrs {
+		if c != nil {
+			c.Detach(p)
+		}
+	}
+}
+
+// Counter returns the counter bound for the operation bind names
+// (BindSend, …, BindRemoteWrite), or nil. A provider that layers
+// endpoints (an RDM endpoint over connections) binds its program's
+// counters to the endpoints underneath with it.
+func (cs *Completions) Counter(bind uint64) *Counter {
+	for i, b := range cntrBits {
+		if bind == b {
+			return cs.cntrs[i]
+		}
+	}
+	return nil
 }
 
 // Counter bind flags (fi_ep_bind with a counter).

@@ -453,11 +453,36 @@ type Endpoint interface {
 	// Read reads len(buf) bytes of the peer's region key at addr into buf
 	// (fi_read).
 	Read(buf []byte, desc any, src Addr, addr, key uint64, context any) error
+	// InjectWrite writes buf, copied at once, with no completion
+	// (fi_inject_write); it is counted by a BindWrite counter.
+	InjectWrite(buf []byte, dest Addr, addr, key uint64) error
+
+	// GetOpt and SetOpt read and set an endpoint option (fi_getopt,
+	// fi_setopt at FI_OPT_ENDPOINT): ErrNoProtoOpt for an option the
+	// provider does not have.
+	GetOpt(opt Opt) (int, error)
+	SetOpt(opt Opt, value int) error
 
 	// Close closes the endpoint (fi_close): outstanding operations
 	// complete with ErrCanceled.
 	Close() error
 }
+
+// Opt names an endpoint option (fi_getopt, fi_setopt), with libfabric's
+// values.
+type Opt int
+
+// Endpoint options.
+const (
+	OptMinMultiRecv  Opt = 0 // FI_OPT_MIN_MULTI_RECV
+	OptCMDataSize    Opt = 1 // FI_OPT_CM_DATA_SIZE: the most private data Connect, Accept and Reject carry
+	OptBufferedMin   Opt = 2 // FI_OPT_BUFFERED_MIN
+	OptBufferedLimit Opt = 3 // FI_OPT_BUFFERED_LIMIT
+	OptSendBufSize   Opt = 4 // FI_OPT_SEND_BUF_SIZE
+	OptRecvBufSize   Opt = 5 // FI_OPT_RECV_BUF_SIZE
+	OptTxSize        Opt = 6 // FI_OPT_TX_SIZE
+	OptRxSize        Opt = 7 // FI_OPT_RX_SIZE
+)
 
 // OpenPassiveEndpoint opens a listening endpoint (fi_passive_ep).
 func (f *Fabric) OpenPassiveEndpoint(info *Info, context any) (PassiveEndpoint, error) {

@@ -7,21 +7,25 @@ import (
 
 // queue is what event and completion queues share: entries, error
 // entries (which readers must take with ReadErr first), and a channel
-// closed at every change, for waiters.
+// closed at every change, for waiters. The channel is made only when
+// someone waits, so that a queue nobody blocks on (a polled CQ) costs no
+// allocation per entry.
 type queue[T, E any] struct {
 	mu     sync.Mutex
 	items  []T
 	errs   []E
-	wake   chan struct{}
+	wake   chan struct{} // nil while nobody waits
 	closed bool
 }
 
-func newQueue[T, E any]() queue[T, E] { return queue[T, E]{wake: make(chan struct{})} }
+func newQueue[T, E any]() queue[T, E] { return queue[T, E]{} }
 
 // signal wakes the waiters. Called with mu held.
 func (q *queue[T, E]) signal() {
-	close(q.wake)
-	q.wake = make(chan struct{})
+	if q.wake != nil {
+		close(q.wake)
+		q.wake = nil
+	}
 }
 
 func (q *queue[T, E]) push(x T) {
@@ -74,6 +78,9 @@ func (q *queue[T, E]) takeErr() (E, error) {
 func (q *queue[T, E]) waiter() chan struct{} {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.wake == nil {
+		q.wake = make(chan struct{})
+	}
 	return q.wake
 }
 
@@ -82,11 +89,16 @@ func (q *queue[T, E]) waiter() chan struct{} {
 func (q *queue[T, E]) wait(ctx context.Context) error {
 	for {
 		q.mu.Lock()
-		n, w, closed := len(q.items)+len(q.errs), q.wake, q.closed
-		q.mu.Unlock()
+		n, closed := len(q.items)+len(q.errs), q.closed
 		if n > 0 || closed {
+			q.mu.Unlock()
 			return nil
 		}
+		if q.wake == nil {
+			q.wake = make(chan struct{})
+		}
+		w := q.wake
+		q.mu.Unlock()
 		select {
 		case <-w:
 		case <-ctx.Done():

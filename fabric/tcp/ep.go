@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -215,9 +217,12 @@ type rxEntry struct {
 
 // txEntry is a frame being sent, or waiting for its ACK.
 type txEntry struct {
-	bufs     [][]byte // what is left to write
-	partial  bool     // part of it was written
-	internal bool     // an ACK or read response, sent ahead of the program's
+	bufs     [][]byte  // what is left to write
+	one      [2][]byte // bufs' storage for a frame of one or two ranges
+	frame    []byte    // a small frame's bytes (kept when the entry is reused)
+	partial  bool      // part of it was written
+	internal bool      // an ACK or read response, sent ahead of the program's
+	reuse    bool      // the entry came from newTx and goes back with freeTx
 	ctx      any
 	flags    uint64 // completion flags
 	comp     bool   // report a completion
@@ -241,17 +246,23 @@ type ep struct {
 	eq    *fabric.EQ
 	comp  fabric.Completions // the CQs and counters operations report to
 	req   *connReq
-	conn  *net.TCPConn
-	rc    syscall.RawConn // nil once the connection is unusable
-	fd    int             // the socket, for I/O under mu while rc is set
+	fd    int    // the connection's socket, -1 before it is made and after it is closed
+	up    bool   // the socket carries frames (false after the stream ended or broke)
+	wt    *watch // the socket's registration with the waker
+	local netip.AddrPort
+	peer  netip.AddrPort
 	wg    sync.WaitGroup
 
 	kick chan struct{} // closed when a receive is posted or frames are queued
 	done chan struct{} // closed by Close
-	// lastPoll is when the program last progressed the endpoint (unix
-	// nanoseconds): while it polls, the background loops stay out of
-	// its way.
-	lastPoll atomic.Int64
+	// closing is canceled by Close, which so ends a dial or handshake in
+	// progress.
+	closing context.Context
+	cancel  context.CancelFunc
+	// polls counts the program's progress calls: while it keeps
+	// changing, the program polls and the background loop stays out of
+	// its way. (A counter, not a clock: reading one costs nothing.)
+	polls atomic.Uint64
 
 	rxq   []rxEntry
 	txq   []*txEntry // frames to write, in order; acks and read responses first
@@ -264,9 +275,14 @@ type ep struct {
 	hdrNeed  int
 	rbuf     []byte // staged bytes read from the socket: rbuf[rlo:rhi]
 	rlo, rhi int
+	drained  bool // the last read found the socket empty (or emptied it)
+	full     bool // the last write found the socket's buffer full (or filled it)
 	cur      *rxFrame
 	pend     *header // a message header waiting for a receive buffer
 	scratch  []byte
+	free     []*txEntry // sent entries, for reuse by the program's sends
+	msgFrame rxFrame    // the receipt of a message, reused
+	msgDone  func()     // e.finishMsg, made once
 }
 
 // rxFrame is where the payload of the frame being received goes.
@@ -275,6 +291,11 @@ type rxFrame struct {
 	dst     [][]byte // target ranges, in order
 	discard uint64   // bytes to read and drop after dst (truncation)
 	done    func()   // called when the whole payload is in
+
+	// For a message (ep.msgFrame):
+	one    [1][]byte
+	rx     rxEntry
+	got, n uint64 // bytes delivered, bytes sent
 }
 
 func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.Endpoint, error) {
@@ -284,7 +305,8 @@ func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabr
 	if info == nil || info.EPAttr == nil || info.EPAttr.Type != fabric.EPMsg {
 		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the tcp provider's endpoints are FI_EP_MSG and FI_EP_RDM")
 	}
-	e := &ep{d: d, info: info.Dup(), ctx: context, hdrNeed: baseHdrLen, kick: make(chan struct{}), done: make(chan struct{})}
+	e := &ep{d: d, info: info.Dup(), ctx: context, fd: -1, hdrNeed: baseHdrLen, kick: make(chan struct{}), done: make(chan struct{})}
+	e.closing, e.cancel = newClosing()
 	if r, ok := info.Handle.(*connReq); ok {
 		if !r.pep.take(r) {
 			return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the connection request was already answered")
@@ -348,7 +370,7 @@ func (e *ep) Connect(addr netip.AddrPort, param []byte) error {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		data, err := e.dial(addr, req)
+		data, err := e.dial(e.closing, addr, req) // Close cancels it
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if e.state != stConnecting {
@@ -371,18 +393,20 @@ func (e *ep) Connect(addr netip.AddrPort, param []byte) error {
 }
 
 // dial connects and exchanges CONNREQ and CONNRESP.
-func (e *ep) dial(addr netip.AddrPort, req []byte) ([]byte, error) {
+func (e *ep) dial(ctx context.Context, addr netip.AddrPort, req []byte) ([]byte, error) {
 	d := net.Dialer{Timeout: cmTimeout}
 	if src := e.info.SrcAddr; src.IsValid() && !src.Addr().IsUnspecified() {
 		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src.Addr(), 0))
 	}
-	c, err := d.Dial("tcp", addr.String())
+	c, err := d.DialContext(ctx, "tcp", addr.String())
 	if err != nil {
 		return nil, fabric.Errorf("fi_connect", errnoOf(err, fabric.ErrConnRefused), err.Error())
 	}
 	tc := c.(*net.TCPConn)
 	tc.SetNoDelay(true)
 	tc.SetDeadline(time.Now().Add(cmTimeout))
+	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Now()) })
+	defer stop()
 	if _, err := tc.Write(req); err != nil {
 		tc.Close()
 		return nil, fabric.Errorf("fi_connect", fabric.ErrConnReset, err.Error())
@@ -405,46 +429,81 @@ func (e *ep) dial(addr netip.AddrPort, req []byte) ([]byte, error) {
 }
 
 // attach makes c the endpoint's connection and starts its background
-// progress. Called without e.mu.
+// progress. Called without e.mu. The socket leaves the Go runtime's
+// poller (see waker.go): c is closed and a duplicate of its descriptor
+// kept.
 func (e *ep) attach(c *net.TCPConn) error {
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	peer := c.RemoteAddr().(*net.TCPAddr).AddrPort()
 	rc, err := c.SyscallConn()
 	if err != nil {
+		return fabric.Errorf("fi_connect", fabric.ErrIO, err.Error())
+	}
+	fd := -1
+	rc.Control(func(s uintptr) { fd, err = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) })
+	if err != nil {
+		return fabric.Errorf("fi_connect", fabric.ErrIO, err.Error())
+	}
+	c.Close()
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return fabric.Errorf("fi_connect", fabric.ErrIO, err.Error())
+	}
+	wt, err := watchSocket(fd)
+	if err != nil {
+		unix.Close(fd)
 		return fabric.Errorf("fi_connect", fabric.ErrIO, err.Error())
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.state == stClosed {
+		wt.close()
+		unix.Close(fd)
 		return fabric.Errorf("fi_connect", fabric.ErrBadFD, "endpoint closed")
 	}
-	rc.Control(func(fd uintptr) { e.fd = int(fd) })
-	e.conn, e.rc = c, rc
-	e.wg.Add(2)
-	go e.readLoop(rc)
-	go e.writeLoop(rc)
+	e.fd, e.up, e.wt = fd, true, wt
+	e.local, e.peer = local, peer
+	e.wg.Add(1)
+	go e.background()
 	return nil
+}
+
+func newClosing() (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.Background())
+}
+
+// closeSocket closes the connection's socket. Called with e.mu held.
+func (e *ep) closeSocket() {
+	e.up = false
+	if e.fd < 0 {
+		return
+	}
+	e.wt.close()
+	unix.Close(e.fd)
+	e.fd = -1
 }
 
 // The provider reports FI_PROGRESS_AUTO, as C's does: data moves even
 // while the program reads no CQ (a peer's RMA read is answered, a large
-// send drains). Two goroutines per connection do it, and only when the
-// program is not polling: they sleep until the socket is readable (or,
-// with frames queued, writable), then progress under the endpoint's lock
-// if no one holds it. A program that polls its CQ moves the data itself
-// and never waits for them.
+// send drains). One goroutine per connection does it, and only when the
+// program is not polling: it waits until the socket is readable (or, with
+// frames queued, writable), then progresses under the endpoint's lock. A
+// program that polls its CQ moves the data itself and never waits for it.
 
-// readLoop progresses when the socket has something to read.
-func (e *ep) readLoop(rc syscall.RawConn) {
+// background progresses the endpoint while the program does not poll.
+func (e *ep) background() {
 	defer e.wg.Done()
-	var b [1]byte
+	var seen uint64
+	// polling reports whether the program progressed the endpoint since
+	// the last look.
+	polling := func() bool {
+		n := e.polls.Load()
+		p := n != seen
+		seen = n
+		return p
+	}
 	for {
-		err := rc.Read(func(fd uintptr) bool {
-			_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			return err != syscall.EAGAIN
-		})
-		if err != nil {
-			return // closed
-		}
-		if e.polling() {
+		if polling() {
 			// The program polls and will take the data itself.
 			select {
 			case <-time.After(pollGrace):
@@ -453,69 +512,39 @@ func (e *ep) readLoop(rc syscall.RawConn) {
 			}
 			continue
 		}
-		if !e.mu.TryLock() {
-			// The program is progressing; let it.
-			select {
-			case <-time.After(20 * time.Microsecond):
-			case <-e.done:
-				return
-			}
-			continue
-		}
+		e.mu.Lock()
 		if e.state == stClosed {
 			e.mu.Unlock()
 			return
 		}
-		if e.pend != nil || e.rc == nil {
-			// Nothing can be taken until a receive is posted (or the
-			// stream has ended).
-			kick := e.kick
-			e.mu.Unlock()
-			select {
-			case <-kick:
-			case <-e.done:
-				return
+		var events uint32
+		if e.up {
+			if e.pend == nil {
+				// (With a message waiting for a receive buffer, nothing
+				// can be taken until the program posts one.)
+				events |= unix.EPOLLIN | unix.EPOLLRDHUP
 			}
-			continue
+			if len(e.txq) > 0 {
+				events |= unix.EPOLLOUT
+			}
 		}
-		e.progressLocked()
-		e.mu.Unlock()
-	}
-}
-
-// pollGrace is how long after the program's last poll the background
-// loops leave the endpoint to it.
-const pollGrace = time.Millisecond
-
-func (e *ep) polling() bool {
-	return time.Now().UnixNano()-e.lastPoll.Load() < int64(pollGrace)
-}
-
-// writeLoop drains queued frames when the socket takes them.
-func (e *ep) writeLoop(rc syscall.RawConn) {
-	defer e.wg.Done()
-	for {
-		e.mu.Lock()
-		pending := len(e.txq) > 0 && e.rc != nil
+		if events != 0 {
+			e.wt.arm(events)
+		}
 		kick := e.kick
 		e.mu.Unlock()
-		if !pending {
-			select {
-			case <-kick:
-				continue
-			case <-e.done:
-				return
-			}
+		var ready <-chan struct{}
+		if events != 0 {
+			ready = e.wt.C
 		}
-		// Wait until the socket takes more, then write under the lock.
-		err := rc.Write(func(fd uintptr) bool {
-			n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}, 0)
-			return n > 0
-		})
-		if err != nil {
+		select {
+		case <-ready:
+		case <-kick:
+			continue
+		case <-e.done:
 			return
 		}
-		if e.polling() {
+		if polling() {
 			select {
 			case <-time.After(pollGrace):
 			case <-e.done:
@@ -524,12 +553,18 @@ func (e *ep) writeLoop(rc syscall.RawConn) {
 			continue
 		}
 		e.mu.Lock()
-		if e.rc != nil {
-			e.flushTx()
+		if e.state == stClosed {
+			e.mu.Unlock()
+			return
 		}
+		e.progressLocked()
 		e.mu.Unlock()
 	}
 }
+
+// pollGrace is how long the program must not poll before the background
+// loop takes over.
+const pollGrace = time.Millisecond
 
 // kickLoops wakes the background loops. Called with e.mu held.
 func (e *ep) kickLoops() {
@@ -579,19 +614,19 @@ func (e *ep) Accept(param []byte) error {
 func (e *ep) Name() (netip.AddrPort, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.conn == nil {
+	if !e.local.IsValid() {
 		return e.info.SrcAddr, nil
 	}
-	return e.conn.LocalAddr().(*net.TCPAddr).AddrPort(), nil
+	return e.local, nil
 }
 
 func (e *ep) Peer() (netip.AddrPort, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.conn == nil {
+	if !e.peer.IsValid() {
 		return netip.AddrPort{}, fabric.Errorf("fi_getpeer", fabric.ErrNotConn, "")
 	}
-	return e.conn.RemoteAddr().(*net.TCPAddr).AddrPort(), nil
+	return e.peer, nil
 }
 
 // Shutdown closes the connection (fi_shutdown); the peer sees
@@ -604,7 +639,9 @@ func (e *ep) Shutdown() error {
 	}
 	e.flushTx()
 	e.state = stShutdown
-	e.conn.CloseWrite()
+	if e.fd >= 0 {
+		unix.Shutdown(e.fd, unix.SHUT_WR)
+	}
 	return nil
 }
 
@@ -618,8 +655,9 @@ func (e *ep) Close() error {
 	}
 	e.state = stClosed
 	close(e.done)
-	if e.conn != nil {
-		e.conn.Close()
+	e.cancel()
+	if e.fd >= 0 {
+		e.closeSocket()
 	} else if e.req != nil {
 		e.req.conn.Close()
 	}
@@ -654,6 +692,50 @@ func (e *ep) failAll(errno fabric.Errno) {
 }
 
 // ---- Posting ----
+
+func totalLen(bufs [][]byte) int {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	return n
+}
+
+// smallFrame is the largest payload copied into its frame's buffer (and
+// so written with its header in one system call).
+const smallFrame = 4096
+
+// newTx returns an unused entry. Called with e.mu held.
+func (e *ep) newTx() *txEntry {
+	if n := len(e.free); n > 0 {
+		t := e.free[n-1]
+		e.free = e.free[:n-1]
+		return t
+	}
+	return new(txEntry)
+}
+
+// freeTx takes back an entry the connection is done with. Called with
+// e.mu held.
+func (e *ep) freeTx(t *txEntry) {
+	if !t.reuse || len(e.free) >= 64 {
+		return
+	}
+	*t = txEntry{frame: t.frame[:0], reuse: true}
+	e.free = append(e.free, t)
+}
+
+// popFront removes q's first element, keeping the slice's storage when
+// it empties (so that a queue that never holds more than a few entries
+// does not reallocate).
+func popFront[T any](q []T) []T {
+	var zero T
+	q[0] = zero
+	if len(q) == 1 {
+		return q[:0]
+	}
+	return q[1:]
+}
 
 func (e *ep) live(op string) error {
 	switch e.state {
@@ -744,16 +826,16 @@ func (e *ep) sendFrame(buf []byte, data uint64, context any, flags uint64, tagge
 	if flags&(fabric.FlagTransmitComplete|fabric.FlagDeliveryComplete) != 0 {
 		h.flags |= flagDeliveryComplete
 	}
-	if flags&fabric.FlagInject != 0 {
+	if flags&fabric.FlagInject != 0 && len(buf) > smallFrame {
+		// (post copies a small payload into the frame.)
 		buf = append([]byte(nil), buf...)
 	}
-	t := &txEntry{ctx: context, flags: fabric.CompSend | fabric.CompMsg, comp: flags&fabric.FlagInject == 0, length: uint64(len(buf))}
-	return e.post("fi_send", &h, buf, t)
+	return e.post("fi_send", &h, buf, nil, txEntry{ctx: context, flags: fabric.CompSend | fabric.CompMsg, comp: flags&fabric.FlagInject == 0, length: uint64(len(buf))})
 }
 
 // post frames h and payload and queues them, writing at once what the
 // socket takes.
-func (e *ep) post(op string, h *header, payload []byte, t *txEntry, read ...rdEntry) error {
+func (e *ep) post(op string, h *header, payload []byte, read *rdEntry, te txEntry) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.live(op); err != nil {
@@ -765,17 +847,32 @@ func (e *ep) post(op string, h *header, payload []byte, t *txEntry, read ...rdEn
 			return fabric.ErrAgain
 		}
 	}
-	if len(payload) <= 4096 {
-		// Header and payload in one buffer: one allocation, one write.
-		b := make([]byte, maxHdrLen+len(payload))
+	t := e.newTx()
+	frame := t.frame
+	*t = te
+	if len(payload) <= smallFrame {
+		// Header and payload in one buffer, one write.
+		if cap(frame) < maxHdrLen+len(payload) {
+			frame = make([]byte, maxHdrLen+max(len(payload), 64))
+		}
+		b := frame[:cap(frame)]
 		n := marshalHeader(b, h, uint64(len(payload)))
-		t.bufs = [][]byte{b[:n+copy(b[n:], payload)]}
+		t.one[0] = b[:n+copy(b[n:], payload)]
+		t.bufs = t.one[:1]
 	} else {
-		hb := make([]byte, maxHdrLen)
-		t.bufs = [][]byte{hb[:marshalHeader(hb, h, uint64(len(payload)))], payload}
+		if cap(frame) < maxHdrLen {
+			frame = make([]byte, maxHdrLen+64)
+		}
+		b := frame[:cap(frame)]
+		t.one[0], t.one[1] = b[:marshalHeader(b, h, uint64(len(payload)))], payload
+		t.bufs = t.one[:2]
 	}
+	t.frame = frame
+	t.reuse = true
 	t.ack = h.flags&(flagDeliveryComplete|flagCommitComplete) != 0
-	e.readq = append(e.readq, read...)
+	if read != nil {
+		e.readq = append(e.readq, *read)
+	}
 	e.txq = append(e.txq, t)
 	e.flushTx()
 	if len(e.txq) > 0 {
@@ -786,18 +883,41 @@ func (e *ep) post(op string, h *header, payload []byte, t *txEntry, read ...rdEn
 
 func (e *ep) Write(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context any) error {
 	h := header{op: opWrite, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
-	return e.post("fi_write", &h, buf, &txEntry{ctx: context, flags: fabric.CompRMA | fabric.CompWrite, comp: true})
+	return e.post("fi_write", &h, buf, nil, txEntry{ctx: context, flags: fabric.CompRMA | fabric.CompWrite, comp: true})
+}
+
+// InjectWrite writes buf, which is copied into the frame at once, with
+// no completion (fi_inject_write).
+func (e *ep) InjectWrite(buf []byte, _ fabric.Addr, addr, key uint64) error {
+	if len(buf) > injectSize {
+		return fabric.Errorf("fi_inject_write", fabric.ErrMsgSize, "inject of more than 128 bytes")
+	}
+	h := header{op: opWrite, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
+	return e.post("fi_inject_write", &h, buf, nil, txEntry{flags: fabric.CompRMA | fabric.CompWrite})
+}
+
+// GetOpt has FI_OPT_CM_DATA_SIZE, as C's tcp endpoints do.
+func (e *ep) GetOpt(opt fabric.Opt) (int, error) {
+	if opt == fabric.OptCMDataSize {
+		return maxCMData, nil
+	}
+	return 0, fabric.Errorf("fi_getopt", fabric.ErrNoProtoOpt, "")
+}
+
+// SetOpt has no options to set, as C's tcp endpoints have none.
+func (e *ep) SetOpt(fabric.Opt, int) error {
+	return fabric.Errorf("fi_setopt", fabric.ErrNoProtoOpt, "")
 }
 
 func (e *ep) WriteData(buf []byte, desc any, data uint64, _ fabric.Addr, addr, key uint64, context any) error {
 	h := header{op: opWrite, flags: flagRemoteCQData, cqData: data, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
-	return e.post("fi_writedata", &h, buf, &txEntry{ctx: context, flags: fabric.CompRMA | fabric.CompWrite, comp: true})
+	return e.post("fi_writedata", &h, buf, nil, txEntry{ctx: context, flags: fabric.CompRMA | fabric.CompWrite, comp: true})
 }
 
 func (e *ep) Read(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context any) error {
 	h := header{op: opReadReq, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
 	// The request completes with its response, not when written.
-	return e.post("fi_read", &h, nil, &txEntry{}, rdEntry{buf: buf, ctx: context})
+	return e.post("fi_read", &h, nil, &rdEntry{buf: buf, ctx: context}, txEntry{})
 }
 
 // ---- Progress ----
@@ -806,7 +926,7 @@ func (e *ep) Read(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context
 // (fabric.Progressor): the program's CQ reads drive it, with the
 // background loops filling in when it does not poll.
 func (e *ep) Progress() {
-	e.lastPoll.Store(time.Now().UnixNano())
+	e.polls.Add(1)
 	e.mu.Lock()
 	e.progressLocked()
 	e.mu.Unlock()
@@ -824,27 +944,34 @@ func (e *ep) progressLocked() {
 // flushTx writes queued frames until the socket would block. Called with
 // e.mu held.
 func (e *ep) flushTx() {
-	for len(e.txq) > 0 && e.rc != nil {
+	for len(e.txq) > 0 && e.up {
 		t := e.txq[0]
 		for len(t.bufs) > 0 {
 			if len(t.bufs[0]) == 0 {
 				t.bufs = t.bufs[1:] // nothing to write (an empty range)
 				continue
 			}
+			if e.full && !ready(e.fd, unix.POLLOUT) {
+				// The socket's buffer was full and still is (asked
+				// without taking the socket's lock, as for reads).
+				return
+			}
 			var n int
 			var err error
 			if len(t.bufs) == 1 {
-				n, err = syscall.Write(e.fd, t.bufs[0])
+				n, err = rawIO(unix.SYS_WRITE, e.fd, t.bufs[0])
 			} else {
 				n, err = unix.Writev(e.fd, t.bufs)
 			}
 			if err == syscall.EAGAIN || err == syscall.EINTR {
+				e.full = true
 				return
 			}
 			if err != nil {
 				e.broken(fabric.ErrConnReset)
 				return
 			}
+			e.full = n < totalLen(t.bufs)
 			if n > 0 {
 				t.partial = true
 			}
@@ -858,15 +985,17 @@ func (e *ep) flushTx() {
 				}
 			}
 		}
-		e.txq = e.txq[1:]
+		e.txq = popFront(e.txq)
 		switch {
 		case t.ack:
 			e.ackq = append(e.ackq, t)
+			continue
 		case t.comp:
 			e.comp.Done(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
 		case t.flags != 0:
 			e.comp.Count(t.flags) // an inject: counted, not completed
 		}
+		e.freeTx(t)
 	}
 }
 
@@ -898,11 +1027,53 @@ func (e *ep) readSome(b []byte) (int, error) {
 	return e.readRaw(b)
 }
 
+// ready reports whether fd has one of events (or an error): whether a
+// read or write would not block. It is the spin of a polling program, so
+// it makes the system call raw: ppoll with a zero timeout returns at
+// once, and the runtime need not hear of it.
+func ready(fd int, events int16) bool {
+	fds := [1]unix.PollFd{{Fd: int32(fd), Events: events}}
+	var ts unix.Timespec
+	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	return errno != 0 || n != 0
+}
+
+// rawIO reads or writes the non-blocking socket fd. Up to a staging
+// buffer's worth it makes the system call raw, which costs the runtime
+// nothing and cannot block; more goes the usual way, so that a long copy
+// does not hold up the runtime.
+func rawIO(trap uintptr, fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	var r uintptr
+	var errno syscall.Errno
+	if len(b) <= stageLen {
+		r, _, errno = syscall.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	} else {
+		r, _, errno = syscall.Syscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	}
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(r), nil
+}
+
 // stageLen is the staging buffer's size.
 const stageLen = 16 << 10
 
 func (e *ep) readRaw(b []byte) (int, error) {
-	n, err := syscall.Read(e.fd, b)
+	if e.drained {
+		// The last read emptied the socket. Ask whether more came with
+		// poll, which does not take the socket's lock as read does: a
+		// program spinning on an empty socket would otherwise contend
+		// with the kernel delivering the very segment it waits for.
+		if !ready(e.fd, unix.POLLIN|unix.POLLRDHUP) {
+			return 0, nil
+		}
+	}
+	n, err := rawIO(unix.SYS_READ, e.fd, b)
+	e.drained = n < len(b)
 	if err == syscall.EAGAIN || err == syscall.EINTR {
 		return 0, nil
 	}
@@ -918,7 +1089,7 @@ func (e *ep) readRaw(b []byte) (int, error) {
 // receive takes in frames until the socket is empty or a message waits
 // for a receive buffer. Called with e.mu held.
 func (e *ep) receive() {
-	for e.rc != nil && (e.state == stConnected || e.state == stShutdown) {
+	for e.up && (e.state == stConnected || e.state == stShutdown) {
 		if e.cur == nil && e.pend != nil {
 			// A message waits for a receive buffer.
 			if len(e.rxq) == 0 {
@@ -1000,6 +1171,31 @@ func (e *ep) receive() {
 	}
 }
 
+// finishMsg completes the receipt of a message (e.msgFrame's). Called
+// with e.mu held.
+func (e *ep) finishMsg() {
+	f := &e.msgFrame
+	h, r, got, n := &f.h, f.rx, f.got, f.n
+	flags := fabric.CompRecv | fabric.CompMsg
+	if h.op == opTagged || h.flags&flagTagged != 0 {
+		flags = fabric.CompRecv | fabric.CompTagged
+	}
+	if h.flags&flagRemoteCQData != 0 {
+		flags |= fabric.CompRemoteCQData
+	}
+	entry := fabric.CQEntry{Context: r.ctx, Flags: flags, Len: got, Buf: r.buf[:got], Data: h.cqData, Tag: h.tag}
+	ack := h.flags&(flagDeliveryComplete|flagCommitComplete) != 0
+	*f = rxFrame{}
+	if n > got {
+		e.comp.Failed(fabric.CQErrEntry{CQEntry: entry, OLen: n - got, Err: fabric.ErrTrunc})
+	} else {
+		e.comp.Done(entry)
+	}
+	if ack {
+		e.queueFirst(&txEntry{bufs: [][]byte{ackFrame}})
+	}
+}
+
 // start sets up the receipt of the frame h heads. It returns false when
 // the endpoint broke. Called with e.mu held.
 func (e *ep) start(h header) bool {
@@ -1012,12 +1208,13 @@ func (e *ep) start(h header) bool {
 				return false
 			}
 			t := e.ackq[0]
-			e.ackq = e.ackq[1:]
+			e.ackq = popFront(e.ackq)
 			if t.comp {
 				e.comp.Done(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
 			} else if t.flags != 0 {
 				e.comp.Count(t.flags)
 			}
+			e.freeTx(t)
 			return true
 		}
 		if len(e.rxq) == 0 {
@@ -1025,27 +1222,16 @@ func (e *ep) start(h header) bool {
 			return true
 		}
 		r := e.rxq[0]
-		e.rxq = e.rxq[1:]
+		e.rxq = popFront(e.rxq)
 		got := min(n, uint64(len(r.buf)))
-		f := &rxFrame{h: h, dst: [][]byte{r.buf[:got]}, discard: n - got}
-		f.done = func() {
-			flags := fabric.CompRecv | fabric.CompMsg
-			if h.op == opTagged || h.flags&flagTagged != 0 {
-				flags = fabric.CompRecv | fabric.CompTagged
-			}
-			if h.flags&flagRemoteCQData != 0 {
-				flags |= fabric.CompRemoteCQData
-			}
-			entry := fabric.CQEntry{Context: r.ctx, Flags: flags, Len: got, Buf: r.buf[:got], Data: h.cqData, Tag: h.tag}
-			if n > got {
-				e.comp.Failed(fabric.CQErrEntry{CQEntry: entry, OLen: n - got, Err: fabric.ErrTrunc})
-			} else {
-				e.comp.Done(entry)
-			}
-			if h.flags&(flagDeliveryComplete|flagCommitComplete) != 0 {
-				e.queueFirst(&txEntry{bufs: [][]byte{ackFrame}})
-			}
+		f := &e.msgFrame
+		*f = rxFrame{h: h, discard: n - got, rx: r, got: got, n: n}
+		f.one[0] = r.buf[:got]
+		f.dst = f.one[:]
+		if e.msgDone == nil {
+			e.msgDone = e.finishMsg
 		}
+		f.done = e.msgDone
 		e.cur = f
 	case opWrite:
 		f := &rxFrame{h: h}
@@ -1139,7 +1325,7 @@ func (e *ep) peerGone(err error) {
 		return
 	}
 	e.state = stShutdown
-	e.rc = nil
+	e.up = false
 	if e.eq != nil {
 		e.eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
 	}
@@ -1153,8 +1339,7 @@ func (e *ep) broken(errno fabric.Errno) {
 		return
 	}
 	e.state = stShutdown
-	e.conn.Close()
-	e.rc = nil
+	e.closeSocket()
 	e.cur, e.pend = nil, nil
 	e.failAll(errno)
 	if e.eq != nil {

@@ -10,22 +10,28 @@
 //
 // The goroutine that reads a CQ moves the data of the endpoints bound to
 // it (reading the socket, writing what is queued) with no goroutine in
-// between; two goroutines per connection do the same in the background
-// whenever the program is not polling, so the provider's progress is
-// automatic, as C's reports. Messages sent with FlagTransmitComplete or
-// FlagDeliveryComplete complete when the peer acknowledges them, as in C.
-// A peer that closes raises FI_SHUTDOWN; one that sends a malformed frame
-// or touches memory it may not fails the connection: the operations
-// outstanding complete with an error, and the event queue gets an error
-// entry and FI_SHUTDOWN.
+// between, as libfabric's manual progress does inside fi_cq_read. The
+// sockets stay out of the Go runtime's network poller, which would wake
+// a thread for every segment even while the program polls; one goroutine
+// per connection, woken by a process-wide epoll instance only when the
+// program has not polled for a millisecond, moves the data in the
+// background, so the provider's progress is automatic, as C's reports.
+// Messages sent with FlagTransmitComplete or FlagDeliveryComplete
+// complete when the peer acknowledges them, as in C. A peer that closes
+// raises FI_SHUTDOWN; one that sends a malformed frame or touches memory
+// it may not fails the connection: the operations outstanding complete
+// with an error, and the event queue gets an error entry and FI_SHUTDOWN.
+// Close ends a connect in progress at once.
 //
 // Offered: FI_EP_MSG with FI_MSG (send, senddata, inject, sendmsg) and
-// FI_RMA (write, writedata, read), over IPv4 and IPv6; FI_EP_RDM as C's
-// "tcp;ofi_rxm" with FI_MSG and FI_TAGGED (rxm's connect data and packet
-// header, connections made on the first send, eager messages up to 16 KiB,
-// read-based rendezvous above, raw tagged frames), which pairs with C's
-// rxm. Not yet: RMA on FI_EP_RDM, rxm's write-based rendezvous
-// (FI_OFI_RXM_USE_RNDV_WRITE), FI_EP_DGRAM.
+// FI_RMA (write, writedata, inject_write, read), over IPv4 and IPv6, with
+// the option FI_OPT_CM_DATA_SIZE; FI_EP_RDM as C's "tcp;ofi_rxm" with
+// FI_MSG, FI_TAGGED and FI_RMA (rxm's connect data and packet header,
+// connections made on the first operation, eager messages up to 16 KiB,
+// read-based rendezvous above, raw tagged frames, RMA passed to the
+// connection), which pairs with C's rxm. Not offered: rxm's write-based
+// rendezvous (FI_OFI_RXM_USE_RNDV_WRITE, off by default in C) and
+// FI_EP_DGRAM, which C's tcp provider does not offer either.
 package tcp
 
 import (
@@ -129,13 +135,14 @@ func template(x iface) *fabric.Info {
 }
 
 // rdmTemplate is the fi_info of an FI_EP_RDM endpoint, as C's
-// tcp;ofi_rxm offers it (messages and tagged messages).
+// tcp;ofi_rxm offers it (messages, tagged messages and RMA).
 func rdmTemplate(x iface) *fabric.Info {
 	i := template(x)
-	caps := fabric.CapMsg | fabric.CapTagged | fabric.CapRecv | fabric.CapSend | fabric.CapLocalComm | fabric.CapRemoteComm
+	caps := fabric.CapMsg | fabric.CapTagged | fabric.CapRMA | fabric.CapRead | fabric.CapWrite | fabric.CapRecv | fabric.CapSend |
+		fabric.CapRemoteRead | fabric.CapRemoteWrite | fabric.CapLocalComm | fabric.CapRemoteComm
 	i.Caps = caps
-	i.TxAttr.Caps = fabric.CapMsg | fabric.CapTagged | fabric.CapSend
-	i.RxAttr.Caps = fabric.CapMsg | fabric.CapTagged | fabric.CapRecv
+	i.TxAttr.Caps = fabric.CapMsg | fabric.CapTagged | fabric.CapRMA | fabric.CapRead | fabric.CapWrite | fabric.CapSend
+	i.RxAttr.Caps = fabric.CapMsg | fabric.CapTagged | fabric.CapRMA | fabric.CapRecv | fabric.CapRemoteRead | fabric.CapRemoteWrite
 	i.TxAttr.InjectSize = rxmInjectSize
 	i.TxAttr.Size, i.RxAttr.Size = 2048, 2048
 	i.EPAttr.Type = fabric.EPRDM

@@ -349,6 +349,11 @@ func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr) *rconn {
 	r.nextIdx++
 	e.BindEQ(r.ieq)
 	e.BindCQ(r.icq, fabric.BindTransmit|fabric.BindRecv)
+	for _, b := range []uint64{fabric.BindRemoteRead, fabric.BindRemoteWrite} {
+		if cn := r.comp.Counter(b); cn != nil {
+			e.BindCounter(cn, b)
+		}
+	}
 	for i := 0; i < rxmBufs; i++ {
 		b := &rxBuf{c: c, buf: make([]byte, rxmPktLen+eagerLimit)}
 		e.Recv(b.buf, nil, fabric.AddrNotAvail, b)
@@ -478,6 +483,12 @@ func (r *rdm) completion(e fabric.CQEntry) {
 			r.comp.Done(fabric.CQEntry{Context: x.ctx, Flags: x.flags, Len: x.length})
 		} else {
 			r.comp.Count(x.flags) // an inject
+		}
+	case nil:
+		// A peer's RMA write with CQ data. (The connection counted it,
+		// into the counter newConn bound, as it counts the others.)
+		if e.Flags&fabric.CompRemoteCQData != 0 && r.comp.RxCQ != nil {
+			r.comp.RxCQ.Push(e)
 		}
 	case *rdOp:
 		// The rendezvous data is in: tell the sender, complete the receive.
@@ -642,14 +653,29 @@ func (r *rdm) TRecv(buf []byte, desc any, src fabric.Addr, tag, ignore uint64, c
 	return r.post(urecv{buf: buf, src: src, tagged: true, tag: tag, ignore: ignore, ctx: context})
 }
 
+// connFor returns the connection for an operation to dest. Called with
+// r.mu held.
+func (r *rdm) connFor(op string, dest fabric.Addr) (*rconn, error) {
+	if r.closed || !r.enabled {
+		return nil, fabric.Errorf(op, fabric.ErrOpBadState, "endpoint not enabled")
+	}
+	return r.conn(dest)
+}
+
+// queue sends p now if the connection is up, or when it comes up.
+func (c *rconn) queue(p pending) {
+	if c.ready {
+		p.send(c)
+	} else {
+		c.waiting = append(c.waiting, p)
+	}
+}
+
 // sendTo sends a message to dest: eager, raw tagged or rendezvous.
 func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, data uint64, context any, flags uint64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || !r.enabled {
-		return fabric.Errorf(op, fabric.ErrOpBadState, "endpoint not enabled")
-	}
-	c, err := r.conn(dest)
+	c, err := r.connFor(op, dest)
 	if err != nil {
 		return err
 	}
@@ -711,11 +737,7 @@ func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, 
 			c.ep.send(pkt, 0, &txInternal{}, fabric.FlagCompletion)
 		}
 	}
-	if c.ready {
-		p.send(c)
-	} else {
-		c.waiting = append(c.waiting, p)
-	}
+	c.queue(p)
 	return nil
 }
 
@@ -753,16 +775,78 @@ func (r *rdm) TInject(buf []byte, dest fabric.Addr, tag uint64) error {
 	return r.sendTo("fi_tinject", buf, dest, true, tag, 0, nil, fabric.FlagInject)
 }
 
-func (r *rdm) Write([]byte, any, fabric.Addr, uint64, uint64, any) error {
-	return fabric.Errorf("fi_write", fabric.ErrNotSupported, "RMA on FI_EP_RDM is not offered yet")
+// RMA on an RDM endpoint goes straight over the connection to the peer,
+// as rxm passes it to its MSG endpoints: the peer's tcp endpoint serves
+// it against the peer's registered regions, with no rxm header.
+
+// rma queues an RMA operation for dest's connection. Called without r.mu.
+func (r *rdm) rma(op string, dest fabric.Addr, t *txUser, do func(e *ep, t *txUser) error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.connFor(op, dest)
+	if err != nil {
+		return err
+	}
+	p := pending{ctx: t.ctx, flags: t.flags, comp: t.comp}
+	p.send = func(c *rconn) {
+		if err := do(c.ep, t); err != nil {
+			// The connection broke meanwhile: the operation fails as the
+			// connection's other operations do.
+			if t.comp {
+				r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: t.ctx, Flags: t.flags}, Err: errnoOf(err, fabric.ErrConnReset)})
+			}
+		}
+	}
+	c.queue(p)
+	return nil
 }
 
-func (r *rdm) WriteData([]byte, any, uint64, fabric.Addr, uint64, uint64, any) error {
-	return fabric.Errorf("fi_writedata", fabric.ErrNotSupported, "RMA on FI_EP_RDM is not offered yet")
+// Write writes buf to dest's region key at addr (fi_write).
+func (r *rdm) Write(buf []byte, desc any, dest fabric.Addr, addr, key uint64, context any) error {
+	t := &txUser{ctx: context, flags: fabric.CompRMA | fabric.CompWrite, length: uint64(len(buf)), comp: true}
+	return r.rma("fi_write", dest, t, func(e *ep, t *txUser) error {
+		return e.Write(buf, nil, fabric.AddrNotAvail, addr, key, t)
+	})
 }
 
-func (r *rdm) Read([]byte, any, fabric.Addr, uint64, uint64, any) error {
-	return fabric.Errorf("fi_read", fabric.ErrNotSupported, "RMA on FI_EP_RDM is not offered yet")
+// WriteData is Write with remote CQ data (fi_writedata).
+func (r *rdm) WriteData(buf []byte, desc any, data uint64, dest fabric.Addr, addr, key uint64, context any) error {
+	t := &txUser{ctx: context, flags: fabric.CompRMA | fabric.CompWrite, length: uint64(len(buf)), comp: true}
+	return r.rma("fi_writedata", dest, t, func(e *ep, t *txUser) error {
+		return e.WriteData(buf, nil, data, fabric.AddrNotAvail, addr, key, t)
+	})
+}
+
+// InjectWrite writes buf, copied at once, with no completion
+// (fi_inject_write).
+func (r *rdm) InjectWrite(buf []byte, dest fabric.Addr, addr, key uint64) error {
+	if len(buf) > rxmInjectSize {
+		return fabric.Errorf("fi_inject_write", fabric.ErrMsgSize, "inject of more than 64 bytes")
+	}
+	buf = append([]byte(nil), buf...)
+	t := &txUser{flags: fabric.CompRMA | fabric.CompWrite, length: uint64(len(buf))}
+	return r.rma("fi_inject_write", dest, t, func(e *ep, t *txUser) error {
+		return e.Write(buf, nil, fabric.AddrNotAvail, addr, key, t)
+	})
+}
+
+// Read reads len(buf) bytes of src's region key at addr (fi_read).
+func (r *rdm) Read(buf []byte, desc any, src fabric.Addr, addr, key uint64, context any) error {
+	t := &txUser{ctx: context, flags: fabric.CompRMA | fabric.CompRead, length: uint64(len(buf)), comp: true}
+	return r.rma("fi_read", src, t, func(e *ep, t *txUser) error {
+		return e.Read(buf, nil, fabric.AddrNotAvail, addr, key, t)
+	})
+}
+
+// GetOpt: an RDM endpoint has no options (it offers neither FI_MULTI_RECV
+// nor FI_BUFFERED_RECV, whose options rxm has).
+func (r *rdm) GetOpt(fabric.Opt) (int, error) {
+	return 0, fabric.Errorf("fi_getopt", fabric.ErrNoProtoOpt, "")
+}
+
+// SetOpt: see GetOpt.
+func (r *rdm) SetOpt(fabric.Opt, int) error {
+	return fabric.Errorf("fi_setopt", fabric.ErrNoProtoOpt, "")
 }
 
 func (r *rdm) Connect(netip.AddrPort, []byte) error {

@@ -12,12 +12,13 @@ import (
 
 // rdmSide is an FI_EP_RDM endpoint with its CQ and AV.
 type rdmSide struct {
-	ep fabric.Endpoint
-	cq *fabric.CQ
-	av *fabric.AV
+	dom *fabric.Domain
+	ep  fabric.Endpoint
+	cq  *fabric.CQ
+	av  *fabric.AV
 }
 
-func newRDM(t *testing.T) *rdmSide {
+func newRDM(t *testing.T, opts ...func(*rdmSide)) *rdmSide {
 	t.Helper()
 	hints := fabric.AllocInfo()
 	hints.FabricAttr.ProvName = "tcp"
@@ -31,13 +32,16 @@ func newRDM(t *testing.T) *rdmSide {
 	must(t, err)
 	dom, err := fab.OpenDomain(infos[0])
 	must(t, err)
-	s := &rdmSide{}
+	s := &rdmSide{dom: dom}
 	s.cq, _ = dom.OpenCQ(nil)
 	s.av, _ = dom.OpenAV(nil)
 	s.ep, err = dom.OpenEndpoint(infos[0], nil)
 	must(t, err)
 	must(t, s.ep.BindAV(s.av))
 	must(t, s.ep.BindCQ(s.cq, fabric.BindTransmit|fabric.BindRecv))
+	for _, o := range opts {
+		o(s)
+	}
 	must(t, s.ep.Enable())
 	t.Cleanup(func() { s.ep.Close() })
 	return s
@@ -141,5 +145,63 @@ func TestRDMTruncationAndClose(t *testing.T) {
 	}
 	if err := a.ep.Send(nil, nil, fabric.Addr(7), nil); err == nil {
 		t.Fatal("sent to an address not in the AV")
+	}
+}
+
+// RMA on RDM endpoints goes over the connection the first operation
+// makes: write, write with CQ data, inject write and read, each completed
+// (or counted) as on a MSG endpoint, and the target's remote counter
+// counting them.
+func TestRDMRMAWriteReadAndRemoteCounter(t *testing.T) {
+	var remote, wrote *fabric.Counter
+	b := newRDM(t, func(s *rdmSide) {
+		remote, _ = s.dom.OpenCounter()
+		must(t, s.ep.BindCounter(remote, fabric.BindRemoteWrite|fabric.BindRemoteRead))
+	})
+	a := newRDM(t, func(s *rdmSide) {
+		wrote, _ = s.dom.OpenCounter()
+		must(t, s.ep.BindCounter(wrote, fabric.BindWrite))
+	})
+	toB := a.peer(t, b)
+	region := make([]byte, 256)
+	mr, err := b.dom.RegMR(region, fabric.AccessRemoteRead|fabric.AccessRemoteWrite, 7)
+	must(t, err)
+
+	must(t, a.ep.Write([]byte("written"), nil, toB, 10, mr.Key(), "w"))
+	if e := a.ok(t); e.Context != "w" || e.Flags&fabric.CompWrite == 0 {
+		t.Fatalf("write completion %+v", e)
+	}
+	must(t, a.ep.WriteData([]byte("data"), nil, 0xabc, toB, 20, mr.Key(), "wd"))
+	if e := a.ok(t); e.Context != "wd" {
+		t.Fatalf("writedata completion %+v", e)
+	}
+	if e := b.ok(t); e.Flags&fabric.CompRemoteCQData == 0 || e.Data != 0xabc {
+		t.Fatalf("target's completion %+v, want remote CQ data 0xabc", e)
+	}
+	must(t, a.ep.InjectWrite([]byte("inj"), toB, 30, mr.Key()))
+	if err := a.ep.InjectWrite(make([]byte, 65), toB, 30, mr.Key()); !errors.Is(err, fabric.ErrMsgSize) {
+		t.Fatalf("65-byte inject write: %v, want ErrMsgSize", err)
+	}
+	got := make([]byte, 23)
+	must(t, a.ep.Read(got, nil, toB, 10, mr.Key(), "r"))
+	if e := a.ok(t); e.Context != "r" || e.Flags&fabric.CompRead == 0 {
+		t.Fatalf("read completion %+v", e)
+	}
+	if want := "written\x00\x00\x00data\x00\x00\x00\x00\x00\x00inj"; string(got) != want {
+		t.Fatalf("read %q, want %q", got, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	must(t, wrote.Wait(ctx, 3))
+	// Two writes, an inject write and a read reached b.
+	for remote.Read() < 4 && ctx.Err() == nil {
+		b.cq.Read(nil)
+		time.Sleep(time.Millisecond)
+	}
+	if n := remote.Read(); n != 4 {
+		t.Fatalf("remote counter %d, want 4", n)
+	}
+	if _, err := a.ep.GetOpt(fabric.OptMinMultiRecv); !errors.Is(err, fabric.ErrNoProtoOpt) {
+		t.Fatalf("GetOpt(FI_OPT_MIN_MULTI_RECV): %v, want ErrNoProtoOpt", err)
 	}
 }

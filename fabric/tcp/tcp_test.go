@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -324,14 +325,18 @@ func TestCountersCountEachKindOfOperation(t *testing.T) {
 	must(t, cli.ep.Send([]byte("a"), nil, fabric.AddrNotAvail, nil))
 	must(t, cli.ep.Inject([]byte("b"), fabric.AddrNotAvail)) // counted, not completed
 	must(t, cli.ep.Write([]byte("c"), nil, fabric.AddrNotAvail, 0, 5, nil))
-	must(t, cli.ep.Read(make([]byte, 1), nil, fabric.AddrNotAvail, 0, 5, nil))
+	must(t, cli.ep.InjectWrite([]byte("d"), fabric.AddrNotAvail, 1, 5)) // counted, not completed
+	must(t, cli.ep.Read(make([]byte, 2), nil, fabric.AddrNotAvail, 0, 5, nil))
 	must(t, sent.Wait(ctx, 2))
-	must(t, wrote.Wait(ctx, 1))
+	must(t, wrote.Wait(ctx, 2))
 	must(t, read.Wait(ctx, 1))
 	must(t, recvd.Wait(ctx, 2))
-	must(t, remote.Wait(ctx, 2))
-	if sent.Read() != 2 || recvd.Read() != 2 || remote.Read() != 2 || sent.ReadErr() != 0 {
-		t.Fatalf("counts: sent %d, received %d, remote %d, errors %d", sent.Read(), recvd.Read(), remote.Read(), sent.ReadErr())
+	must(t, remote.Wait(ctx, 3))
+	if string(region[:2]) != "cd" {
+		t.Fatalf("region %q, want the write and the inject write", region[:2])
+	}
+	if sent.Read() != 2 || wrote.Read() != 2 || recvd.Read() != 2 || remote.Read() != 3 || sent.ReadErr() != 0 {
+		t.Fatalf("counts: sent %d, wrote %d, received %d, remote %d, errors %d", sent.Read(), wrote.Read(), recvd.Read(), remote.Read(), sent.ReadErr())
 	}
 	short, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel2()
@@ -348,5 +353,50 @@ func TestCountersCountEachKindOfOperation(t *testing.T) {
 	recvd.Add(1)
 	if recvd.Read() != 11 || recvd.ReadErr() != 0 {
 		t.Fatalf("set/add: %d %d", recvd.Read(), recvd.ReadErr())
+	}
+}
+
+// FI_OPT_CM_DATA_SIZE is the one option a tcp MSG endpoint has, as in C.
+func TestOptionsCMDataSizeOnly(t *testing.T) {
+	cli, _ := connected(t, nil)
+	if n, err := cli.ep.GetOpt(fabric.OptCMDataSize); err != nil || n != 256 {
+		t.Fatalf("GetOpt(FI_OPT_CM_DATA_SIZE) = %d, %v; want 256", n, err)
+	}
+	if _, err := cli.ep.GetOpt(fabric.OptMinMultiRecv); !errors.Is(err, fabric.ErrNoProtoOpt) {
+		t.Fatalf("GetOpt(FI_OPT_MIN_MULTI_RECV): %v, want ErrNoProtoOpt", err)
+	}
+	if err := cli.ep.SetOpt(fabric.OptCMDataSize, 10); !errors.Is(err, fabric.ErrNoProtoOpt) {
+		t.Fatalf("SetOpt: %v, want ErrNoProtoOpt", err)
+	}
+}
+
+// Closing an endpoint whose connect waits on a silent peer (one that
+// accepts the TCP connection and never answers CONNREQ) returns at once,
+// not at the handshake's timeout.
+func TestCloseEndsAHandshakeInProgress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	info := loopbackInfo(t, 0, "127.0.0.1")
+	fab, err := fabric.OpenFabric(info)
+	must(t, err)
+	eq, err := fab.OpenEQ()
+	must(t, err)
+	cli := &side{t: t, info: info, fab: fab, eq: eq}
+	cli.open(info)
+	must(t, cli.ep.Connect(ln.Addr().(*net.TCPAddr).AddrPort(), nil))
+	c := <-accepted
+	defer c.Close()
+	start := time.Now()
+	must(t, cli.ep.Close())
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %v during the handshake", d)
 	}
 }
