@@ -33,18 +33,53 @@ type Domain struct {
 	Attr   DomainAttr
 	info   *Info
 
+	drv DomainDriver // the provider's side, or nil
+
 	mu      sync.Mutex
 	mrs     map[uint64]*MR
 	nextKey uint64
 	closed  bool
 }
 
+// DomainDriver is the provider's side of a domain, for a provider whose
+// domains own resources (a device context, a protection domain) and
+// register memory themselves. Such a provider implements DomainOpener.
+type DomainDriver interface {
+	// RegMR registers buf for access: it returns the key peers name the
+	// region by (requestedKey unless the provider picks keys), the
+	// address they name its first byte by (0 when they name offsets) and
+	// the provider's handle of the registration (MR.Driver).
+	RegMR(buf []byte, access, requestedKey uint64) (key, addr uint64, handle any, err error)
+	// DeregMR undoes RegMR.
+	DeregMR(handle any) error
+	// Close frees the domain's resources.
+	Close() error
+}
+
+// DomainOpener is implemented by providers whose domains have a
+// DomainDriver: OpenDomain calls it.
+type DomainOpener interface {
+	OpenDomain(d *Domain) (DomainDriver, error)
+}
+
+// Driver returns the provider's side of the domain (nil for a provider
+// without one); providers use it.
+func (d *Domain) Driver() DomainDriver { return d.drv }
+
 // OpenDomain opens the domain of info (fi_domain).
 func (f *Fabric) OpenDomain(info *Info) (*Domain, error) {
 	if info == nil || info.DomainAttr == nil {
 		return nil, Errorf("fi_domain", ErrInvalid, "no domain attributes")
 	}
-	return &Domain{Fabric: f, Attr: *info.DomainAttr, info: info.Dup(), mrs: map[uint64]*MR{}, nextKey: 1}, nil
+	d := &Domain{Fabric: f, Attr: *info.DomainAttr, info: info.Dup(), mrs: map[uint64]*MR{}, nextKey: 1}
+	if o, ok := f.prov.(DomainOpener); ok {
+		drv, err := o.OpenDomain(d)
+		if err != nil {
+			return nil, err
+		}
+		d.drv = drv
+	}
+	return d, nil
 }
 
 // Close closes the domain (fi_close); it fails with ErrBusy while memory
@@ -52,10 +87,16 @@ func (f *Fabric) OpenDomain(info *Info) (*Domain, error) {
 func (d *Domain) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
 	if len(d.mrs) > 0 {
 		return Errorf("fi_close", ErrBusy, "memory regions still registered")
 	}
 	d.closed = true
+	if d.drv != nil {
+		return d.drv.Close()
+	}
 	return nil
 }
 
@@ -65,6 +106,8 @@ type MR struct {
 	Buf    []byte
 	Access uint64
 	key    uint64
+	addr   uint64
+	handle any
 }
 
 // MR access flags (fi_mr_reg's access).
@@ -84,6 +127,15 @@ func (d *Domain) RegMR(buf []byte, access uint64, requestedKey uint64) (*MR, err
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, Errorf("fi_mr_reg", ErrBadFD, "domain closed")
+	}
+	if d.drv != nil {
+		key, addr, h, err := d.drv.RegMR(buf, access, requestedKey)
+		if err != nil {
+			return nil, err
+		}
+		m := &MR{d: d, Buf: buf, Access: access, key: key, addr: addr, handle: h}
+		d.mrs[key] = m
+		return m, nil
 	}
 	key := requestedKey
 	if d.Attr.MRMode&MRProvKey != 0 {
@@ -106,12 +158,26 @@ func (m *MR) Key() uint64 { return m.key }
 // Desc returns the region's local descriptor (fi_mr_desc).
 func (m *MR) Desc() any { return m }
 
+// Addr is the address peers name the region's first byte by in RMA
+// operations: its virtual address on a domain in FI_MR_VIRT_ADDR mode
+// (the verbs provider's), 0 where peers name offsets (the tcp
+// provider's).
+func (m *MR) Addr() uint64 { return m.addr }
+
+// Driver returns the provider's handle of the registration; providers
+// use it.
+func (m *MR) Driver() any { return m.handle }
+
 // Close deregisters the region (fi_close).
 func (m *MR) Close() error {
 	m.d.mu.Lock()
 	defer m.d.mu.Unlock()
-	if m.d.mrs[m.key] == m {
-		delete(m.d.mrs, m.key)
+	if m.d.mrs[m.key] != m {
+		return nil
+	}
+	delete(m.d.mrs, m.key)
+	if m.d.drv != nil {
+		return m.d.drv.DeregMR(m.handle)
 	}
 	return nil
 }

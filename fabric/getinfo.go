@@ -1,6 +1,9 @@
 package fabric
 
 import (
+	"net"
+	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -104,8 +107,17 @@ func matches(i, h *Info) bool {
 	if h.Caps != 0 && i.Caps&h.Caps != h.Caps {
 		return false
 	}
-	if h.Mode != 0 && i.Mode&^h.Mode != 0 {
-		return false
+	if h.Mode != 0 {
+		need := i.Mode
+		if h.Caps&CapRemoteCQData == 0 {
+			// FI_RX_CQ_DATA (remote CQ data consumes a receive) matters
+			// only to a program that asks for remote CQ data, and
+			// libfabric waives it for the others.
+			need &^= ModeRxCQData
+		}
+		if need&^h.Mode != 0 {
+			return false
+		}
 	}
 	if h.AddrFormat != FormatUnspec && h.AddrFormat != i.AddrFormat {
 		return false
@@ -179,4 +191,65 @@ func impliedCaps(c Caps) Caps {
 		out |= CapRead | CapWrite | CapRemoteRead | CapRemoteWrite
 	}
 	return out
+}
+
+// Addressing is what node, service, flags and hints of a GetInfo call
+// name, resolved, for providers' Infos.
+type Addressing struct {
+	Port uint16     // the service's port (0 if none)
+	Node netip.Addr // node, resolved (invalid if none)
+	// Dest is the peer: node and port without FlagSource, or the hints'
+	// DestAddr.
+	Dest netip.AddrPort
+	// RouteSrc is the local address the host's routing table picks to
+	// reach Dest (invalid if there is no Dest or no route).
+	RouteSrc netip.Addr
+}
+
+// ResolveAddressing resolves a GetInfo call's node and service (names
+// looked up, as getaddrinfo does) for a provider's Infos.
+func ResolveAddressing(node, service string, flags uint64, hints *Info) (Addressing, error) {
+	var a Addressing
+	if service != "" {
+		n, err := strconv.ParseUint(service, 10, 16)
+		if err != nil {
+			sp, err := net.LookupPort("tcp", service)
+			if err != nil {
+				return a, Errorf("fi_getinfo", ErrInvalid, "service "+service)
+			}
+			n = uint64(sp)
+		}
+		a.Port = uint16(n)
+	}
+	if node != "" {
+		ip, err := netip.ParseAddr(node)
+		if err != nil {
+			ips, lerr := net.LookupIP(node)
+			if lerr != nil || len(ips) == 0 {
+				return a, Errorf("fi_getinfo", ErrNoData, "node "+node)
+			}
+			ip, _ = netip.AddrFromSlice(ips[0])
+		}
+		a.Node = ip.Unmap()
+	}
+	if flags&FlagSource == 0 && a.Node.IsValid() {
+		a.Dest = netip.AddrPortFrom(a.Node, a.Port)
+	} else if hints != nil && hints.DestAddr.IsValid() {
+		a.Dest = hints.DestAddr
+	}
+	if a.Dest.IsValid() {
+		a.RouteSrc = routeSource(a.Dest.Addr())
+	}
+	return a, nil
+}
+
+// routeSource is the local address the host's routing table picks to
+// reach dst (it sends nothing); invalid if there is no route.
+func routeSource(dst netip.Addr) netip.Addr {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
+	if err != nil {
+		return netip.Addr{}
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
 }

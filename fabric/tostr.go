@@ -26,6 +26,8 @@ const (
 	OrderAtomicRAW                    // FI_ORDER_ATOMIC_RAW
 	OrderAtomicWAR                    // FI_ORDER_ATOMIC_WAR
 	OrderAtomicWAW                    // FI_ORDER_ATOMIC_WAW
+	// OrderData is FI_ORDER_DATA: data lands in the order sent.
+	OrderData uint64 = 1 << 62
 	// OrderStrict is FI_ORDER_STRICT, the completion order of a provider
 	// that completes in order.
 	OrderStrict uint64 = 1 << 63
@@ -64,7 +66,7 @@ var orderNames = []flagName{
 	{OrderSAS, "FI_ORDER_SAS"}, {OrderRMARAR, "FI_ORDER_RMA_RAR"}, {OrderRMARAW, "FI_ORDER_RMA_RAW"},
 	{OrderRMAWAR, "FI_ORDER_RMA_WAR"}, {OrderRMAWAW, "FI_ORDER_RMA_WAW"}, {OrderAtomicRAR, "FI_ORDER_ATOMIC_RAR"},
 	{OrderAtomicRAW, "FI_ORDER_ATOMIC_RAW"}, {OrderAtomicWAR, "FI_ORDER_ATOMIC_WAR"}, {OrderAtomicWAW, "FI_ORDER_ATOMIC_WAW"},
-	{OrderStrict, "FI_ORDER_STRICT"},
+	{OrderStrict, "FI_ORDER_STRICT"}, {OrderData, "FI_ORDER_DATA"},
 }
 
 var opFlagNames = []flagName{

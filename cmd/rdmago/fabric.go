@@ -8,6 +8,7 @@ import (
 	"os/signal"
 
 	_ "github.com/rdmago/rdmago/fabric/tcp" // the tcp provider
+	_ "github.com/rdmago/rdmago/fabric/vrb" // the verbs provider
 	"github.com/rdmago/rdmago/internal/fiinfo"
 	"github.com/rdmago/rdmago/internal/fipingpong"
 )

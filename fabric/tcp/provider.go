@@ -37,7 +37,6 @@ package tcp
 import (
 	"net"
 	"net/netip"
-	"strconv"
 
 	"github.com/rdmago/rdmago/fabric"
 )
@@ -162,41 +161,11 @@ const RDMName = "tcp;ofi_rxm"
 // name the local address (only its interface's entry is listed);
 // otherwise they name the peer, and each entry gets it as DestAddr.
 func (p provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([]*fabric.Info, error) {
-	var port uint16
-	if service != "" {
-		n, err := strconv.ParseUint(service, 10, 16)
-		if err != nil {
-			sp, err := net.LookupPort("tcp", service)
-			if err != nil {
-				return nil, fabric.Errorf("fi_getinfo", fabric.ErrInvalid, "service "+service)
-			}
-			n = uint64(sp)
-		}
-		port = uint16(n)
+	ad, err := fabric.ResolveAddressing(node, service, flags, hints)
+	if err != nil {
+		return nil, err
 	}
-	var nodeAddr netip.Addr
-	if node != "" {
-		a, err := netip.ParseAddr(node)
-		if err != nil {
-			ips, lerr := net.LookupIP(node)
-			if lerr != nil || len(ips) == 0 {
-				return nil, fabric.Errorf("fi_getinfo", fabric.ErrNoData, "node "+node)
-			}
-			a, _ = netip.AddrFromSlice(ips[0])
-		}
-		nodeAddr = a.Unmap()
-	}
-	// With a destination, only the address the host routes to it from.
-	dst := netip.AddrPort{}
-	if flags&fabric.FlagSource == 0 && nodeAddr.IsValid() {
-		dst = netip.AddrPortFrom(nodeAddr, port)
-	} else if hints != nil && hints.DestAddr.IsValid() {
-		dst = hints.DestAddr
-	}
-	var routeSrc netip.Addr
-	if dst.IsValid() {
-		routeSrc = routeSource(dst.Addr())
-	}
+	port, nodeAddr, dst, routeSrc := ad.Port, ad.Node, ad.Dest, ad.RouteSrc
 	var out, rdms []*fabric.Info
 	for _, x := range interfaces() {
 		if routeSrc.IsValid() && x.addr.WithZone("") != routeSrc.WithZone("") {
@@ -237,15 +206,4 @@ func (p provider) Infos(node, service string, flags uint64, hints *fabric.Info) 
 	}
 	// C lists the RDM entries (tcp;ofi_rxm) before the MSG ones.
 	return append(rdms, out...), nil
-}
-
-// routeSource is the local address the host's routing table picks to
-// reach dst (it sends nothing); invalid if there is no route.
-func routeSource(dst netip.Addr) netip.Addr {
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
-	if err != nil {
-		return netip.Addr{}
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	_ "github.com/rdmago/rdmago/fabric/tcp"
+	_ "github.com/rdmago/rdmago/fabric/vrb"
+	_ "github.com/rdmago/rdmago/rxe" // the software device the verbs provider runs on
 )
 
 func TestRowsPrintAsFiPingpongPrintsThem(t *testing.T) {
@@ -177,6 +179,15 @@ func TestGoPingpongOverTCP(t *testing.T) {
 	pingpong(t, true, false, "-p tcp -e msg -I 5 -c -S all", 46)
 	pingpong(t, true, false, "-p tcp -e rdm -I 50 -c", 6)
 	pingpong(t, true, false, "-p tcp -e rdm -m tagged -I 50 -c", 6)
+}
+
+// The verbs provider on the software device, rdmago against rdmago: the
+// sizes around the inject size (256) and the largest of -S all.
+func TestGoPingpongOverVerbs(t *testing.T) {
+	pingpong(t, true, false, "-p verbs -e msg -I 20 -c", 6)
+	pingpong(t, true, false, "-p verbs -e msg -I 10 -c -S 255", 1)
+	pingpong(t, true, false, "-p verbs -e msg -I 10 -c -S 256", 1)
+	pingpong(t, true, false, "-p verbs -e msg -I 2 -c -S 6291456", 1)
 }
 
 // TestDatagramEndpointsAreNotOffered: fi_pingpong's default endpoint

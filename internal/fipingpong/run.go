@@ -30,6 +30,8 @@ type session struct {
 	peer fabric.Addr // the peer's AV handle (FI_EP_RDM)
 
 	tx, rx     []byte
+	mr         *fabric.MR // the buffers' registration (FI_MR_LOCAL providers)
+	desc       any
 	injectSize int
 	filled     int // buffers filled with the -c pattern
 	checked    int // buffers checked
@@ -207,8 +209,18 @@ func (s *session) open(info *fabric.Info) error {
 	for _, n := range s.o.Sizes {
 		maxSize = max(maxSize, n)
 	}
-	s.tx = make([]byte, max(maxSize, 64))
-	s.rx = make([]byte, max(maxSize, 64))
+	n := max(maxSize, 64)
+	buf := make([]byte, 2*n)
+	s.tx, s.rx = buf[:n:n], buf[n:]
+	if info.DomainAttr != nil && info.DomainAttr.MRMode&fabric.MRLocal != 0 {
+		// As fi_pingpong: the whole buffer registered once, key 0xC0DE
+		// asked for (the provider's key is used).
+		mr, err := s.dom.RegMR(buf, fabric.AccessSend|fabric.AccessRecv, 0xC0DE)
+		if err != nil {
+			return fmt.Errorf("fi_mr_reg(): %w", err)
+		}
+		s.mr, s.desc = mr, mr.Desc()
+	}
 	s.injectSize = info.TxAttr.InjectSize
 	return s.postRecv()
 }
@@ -218,9 +230,9 @@ const pingpongTag = 1234
 
 func (s *session) postRecv() error {
 	if s.o.Tagged {
-		return s.ep.TRecv(s.rx, nil, fabric.AddrNotAvail, pingpongTag, 0, nil)
+		return s.ep.TRecv(s.rx, s.desc, fabric.AddrNotAvail, pingpongTag, 0, nil)
 	}
-	return s.ep.Recv(s.rx, nil, fabric.AddrNotAvail, nil)
+	return s.ep.Recv(s.rx, s.desc, fabric.AddrNotAvail, nil)
 }
 
 // event waits for an event of type want.
@@ -320,9 +332,9 @@ func (s *session) send(ctx context.Context, size int) error {
 	for {
 		var err error
 		if s.o.Tagged {
-			err = s.ep.TSend(b, nil, s.peer, pingpongTag, nil)
+			err = s.ep.TSend(b, s.desc, s.peer, pingpongTag, nil)
 		} else {
-			err = s.ep.Send(b, nil, s.peer, nil)
+			err = s.ep.Send(b, s.desc, s.peer, nil)
 		}
 		if err == nil {
 			break
@@ -387,7 +399,7 @@ func (s *session) pingpong(ctx context.Context, size int) error {
 func (s *session) finalize(ctx context.Context) error {
 	fin := s.tx[:4]
 	copy(fin, "fin\x00")
-	msg := &fabric.Msg{Buf: fin, Addr: s.peer}
+	msg := &fabric.Msg{Buf: fin, Desc: s.desc, Addr: s.peer}
 	flags := fabric.FlagTransmitComplete | fabric.FlagCompletion
 	var err error
 	if s.o.Tagged {
@@ -424,6 +436,15 @@ func (s *session) close() {
 	}
 	if s.eq != nil {
 		s.eq.Close()
+	}
+	if s.mr != nil {
+		s.mr.Close()
+	}
+	if s.av != nil {
+		s.av.Close()
+	}
+	if s.dom != nil {
+		s.dom.Close()
 	}
 }
 

@@ -1,0 +1,879 @@
+package vrb
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/rdmacm"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// resolveTimeout bounds address and route resolution, as C's provider's
+// rdma_getaddrinfo and rdma_resolve_* do.
+const resolveTimeout = 2 * time.Second
+
+// withHdr puts C's one-byte length in front of the program's private data.
+func withHdr(op string, param []byte) ([]byte, error) {
+	if len(param) > maxCMData {
+		return nil, fabric.Errorf(op, fabric.ErrInvalid, "private data over 55 bytes")
+	}
+	return append([]byte{byte(len(param))}, param...), nil
+}
+
+// stripHdr takes the program's private data out of what the CM carried
+// (padded by the IB CM; the first byte says how much is real).
+func stripHdr(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	n := int(b[0])
+	if n > len(b)-1 {
+		n = len(b) - 1
+	}
+	if n == 0 {
+		return nil
+	}
+	return append([]byte(nil), b[1:1+n]...)
+}
+
+// ---- Passive endpoint ----
+
+type pep struct {
+	info *fabric.Info
+	ctx  any
+
+	mu     sync.Mutex
+	eq     *fabric.EQ
+	ch     *rdmacm.EventChannel
+	id     *rdmacm.ID
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed bool
+}
+
+// connReq is a connection request: the new ID, the Handle of the
+// FI_CONNREQ event's info.
+type connReq struct {
+	id    *rdmacm.ID
+	taken atomic.Bool
+}
+
+func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any) (fabric.PassiveEndpoint, error) {
+	ch, err := rdmacm.CreateEventChannel()
+	if err != nil {
+		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrNoMemory, err.Error())
+	}
+	id, err := rdmacm.CreateID(ch, nil, rdmacm.PSTCP)
+	if err != nil {
+		ch.Close()
+		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrNoMemory, err.Error())
+	}
+	return &pep{info: info.Dup(), ctx: context, ch: ch, id: id}, nil
+}
+
+func (p *pep) Bind(eq *fabric.EQ) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.eq = eq
+	return nil
+}
+
+// Listen binds the info's source address and listens (rdma_bind_addr,
+// rdma_listen).
+func (p *pep) Listen() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.eq == nil {
+		return fabric.Errorf("fi_listen", fabric.ErrNoEQ, "bind an EQ first")
+	}
+	if p.cancel != nil {
+		return fabric.Errorf("fi_listen", fabric.ErrOpBadState, "already listening")
+	}
+	src := p.info.SrcAddr
+	if !src.IsValid() {
+		src = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
+	}
+	if err := p.id.BindAddr(src); err != nil {
+		return fabric.Errorf("fi_listen", errnoOf(err, fabric.ErrAddrNotAvail), err.Error())
+	}
+	if err := p.id.Listen(128); err != nil {
+		return fabric.Errorf("fi_listen", errnoOf(err, fabric.ErrAddrInUse), err.Error())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	p.wg.Add(1)
+	go p.loop(ctx)
+	return nil
+}
+
+// loop turns CONNECT_REQUEST events into FI_CONNREQ.
+func (p *pep) loop(ctx context.Context) {
+	defer p.wg.Done()
+	for {
+		ev, err := p.ch.GetEvent(ctx)
+		if err != nil {
+			return
+		}
+		if ev.Type != rdmacm.EventConnectRequest {
+			ev.Ack()
+			continue
+		}
+		id := ev.ID
+		data := stripHdr(ev.Param.PrivateData)
+		ev.Ack()
+		info := p.info.Dup()
+		info.Handle = &connReq{id: id}
+		info.DestAddr = id.PeerAddr()
+		info.SrcAddr = id.LocalAddr()
+		if v := id.Verbs(); v != nil {
+			info.DomainAttr.Name = v.Device().Name()
+		}
+		p.mu.Lock()
+		eq := p.eq
+		p.mu.Unlock()
+		eq.Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
+	}
+}
+
+func (p *pep) Name() (netip.AddrPort, error) {
+	return p.id.LocalAddr(), nil
+}
+
+// Reject refuses the request (rdma_reject) with private data.
+func (p *pep) Reject(handle any, param []byte) error {
+	r, ok := handle.(*connReq)
+	if !ok || !r.taken.CompareAndSwap(false, true) {
+		return fabric.Errorf("fi_reject", fabric.ErrInvalid, "not a pending connection request")
+	}
+	data, err := withHdr("fi_reject", param)
+	if err != nil {
+		return err
+	}
+	defer r.id.Destroy()
+	if err := r.id.Reject(data); err != nil {
+		return fabric.Errorf("fi_reject", fabric.ErrIO, err.Error())
+	}
+	return nil
+}
+
+func (p *pep) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	cancel := p.cancel
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	p.wg.Wait()
+	p.id.Destroy()
+	p.ch.Close()
+	return nil
+}
+
+// ---- Endpoint ----
+
+type epState int
+
+const (
+	stIdle epState = iota
+	stAccepting
+	stConnecting
+	stConnected
+	stShutdown
+	stClosed
+)
+
+// op is an outstanding work request.
+type op struct {
+	ctx   any
+	flags uint64 // completion flags
+	len   uint64
+	buf   []byte // a receive's buffer
+	comp  bool   // report a completion (not an inject)
+}
+
+type ep struct {
+	d    *fabric.Domain
+	dom  *domain
+	info *fabric.Info
+	ctx  any
+
+	mu      sync.Mutex
+	state   epState
+	eq      *fabric.EQ
+	comp    fabric.Completions
+	ch      *rdmacm.EventChannel
+	id      *rdmacm.ID
+	req     *connReq
+	cq      *verbs.CQ
+	qp      *verbs.QP
+	bounce  *verbs.MR // inject's registered staging buffer
+	ops     map[uint64]op
+	nextID  uint64
+	txOut   int // sends outstanding
+	rxOut   int
+	txSize  int
+	rxSize  int
+	inline  int
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	polls   atomic.Uint64
+	wc      [16]verbs.WC
+	started bool
+}
+
+func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.Endpoint, error) {
+	if info == nil || info.EPAttr == nil || info.EPAttr.Type != fabric.EPMsg {
+		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the verbs provider's endpoints are FI_EP_MSG")
+	}
+	dom, err := driverOf(d)
+	if err != nil {
+		return nil, err
+	}
+	e := &ep{d: d, dom: dom, info: info.Dup(), ctx: context, ops: map[uint64]op{}, txSize: defaultSize, rxSize: defaultSize, inline: injectSize}
+	if info.TxAttr != nil && info.TxAttr.Size > 0 {
+		e.txSize = info.TxAttr.Size
+	}
+	if info.RxAttr != nil && info.RxAttr.Size > 0 {
+		e.rxSize = info.RxAttr.Size
+	}
+	if info.TxAttr != nil && info.TxAttr.InjectSize > 0 && info.TxAttr.InjectSize < injectSize {
+		e.inline = info.TxAttr.InjectSize
+	}
+	if e.ch, err = rdmacm.CreateEventChannel(); err != nil {
+		return nil, fabric.Errorf("fi_endpoint", fabric.ErrNoMemory, err.Error())
+	}
+	if r, ok := info.Handle.(*connReq); ok {
+		if !r.taken.CompareAndSwap(false, true) {
+			e.ch.Close()
+			return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the connection request was already answered")
+		}
+		if err := r.id.Migrate(e.ch); err != nil {
+			e.ch.Close()
+			return nil, fabric.Errorf("fi_endpoint", fabric.ErrIO, err.Error())
+		}
+		e.id, e.req, e.state = r.id, r, stAccepting
+		return e, nil
+	}
+	if e.id, err = rdmacm.CreateID(e.ch, e, rdmacm.PSTCP); err != nil {
+		e.ch.Close()
+		return nil, fabric.Errorf("fi_endpoint", fabric.ErrNoMemory, err.Error())
+	}
+	if info.DestAddr.IsValid() {
+		// As C's provider does (rdma_create_ep): the route is known when
+		// fi_endpoint returns, so the QP can be made at fi_enable.
+		if err := e.resolve(info.DestAddr); err != nil {
+			e.id.Destroy()
+			e.ch.Close()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// resolve resolves the address and route to dst, waiting for the events
+// on the endpoint's channel (before its event loop runs).
+func (e *ep) resolve(dst netip.AddrPort) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*resolveTimeout+time.Second)
+	defer cancel()
+	wait := func(want rdmacm.EventType) error {
+		ev, err := e.ch.GetEvent(ctx)
+		if err != nil {
+			return fabric.Errorf("fi_endpoint", fabric.ErrTimedOut, err.Error())
+		}
+		defer ev.Ack()
+		if ev.Type != want {
+			return fabric.Errorf("fi_endpoint", fabric.ErrHostUnreach, ev.Type.String())
+		}
+		return nil
+	}
+	src := e.info.SrcAddr
+	if src.IsValid() && src.Addr().IsUnspecified() {
+		src = netip.AddrPort{}
+	}
+	if src.IsValid() {
+		src = netip.AddrPortFrom(src.Addr(), 0)
+	}
+	if err := e.id.ResolveAddr(src, dst, resolveTimeout); err != nil {
+		return fabric.Errorf("fi_endpoint", fabric.ErrHostUnreach, err.Error())
+	}
+	if err := wait(rdmacm.EventAddrResolved); err != nil {
+		return err
+	}
+	if err := e.id.ResolveRoute(resolveTimeout); err != nil {
+		return fabric.Errorf("fi_endpoint", fabric.ErrHostUnreach, err.Error())
+	}
+	return wait(rdmacm.EventRouteResolved)
+}
+
+func (e *ep) BindEQ(eq *fabric.EQ) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.eq = eq
+	return nil
+}
+
+func (e *ep) BindCQ(cq *fabric.CQ, flags uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.comp.BindCQ(cq, flags, e)
+}
+
+func (e *ep) BindCounter(c *fabric.Counter, flags uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.comp.BindCounter(c, flags, e)
+}
+
+func (e *ep) BindAV(*fabric.AV) error { return nil }
+
+// Enable creates the QP (rdma_create_qp) with a CQ of its own.
+func (e *ep) Enable() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.qp != nil {
+		return nil
+	}
+	if e.eq == nil || e.comp.TxCQ == nil || e.comp.RxCQ == nil {
+		return fabric.Errorf("fi_enable", fabric.ErrNoCQ, "bind an EQ and CQs first")
+	}
+	if e.id.Verbs() == nil {
+		return fabric.Errorf("fi_enable", fabric.ErrOpBadState, "the endpoint has no route (open it with a destination address)")
+	}
+	cq, err := e.dom.ctx.CreateCQ(e.txSize+e.rxSize, nil, 0)
+	if err != nil {
+		return fabric.Errorf("fi_enable", fabric.ErrNoMemory, err.Error())
+	}
+	attr := verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC, Cap: verbs.QPCap{
+		MaxSendWR: uint32(e.txSize), MaxRecvWR: uint32(e.rxSize), MaxSendSGE: maxIOV, MaxRecvSGE: maxIOV, MaxInlineData: uint32(e.inline)}}
+	if err := e.id.CreateQP(e.dom.pd, &attr); err != nil {
+		cq.Destroy()
+		return fabric.Errorf("fi_enable", fabric.ErrNoMemory, err.Error())
+	}
+	e.inline = min(e.inline, int(attr.Cap.MaxInlineData))
+	bounce, err := e.dom.pd.RegMR(make([]byte, max(e.inline, 1)), verbs.AccessLocalWrite)
+	if err != nil {
+		e.id.DestroyQP()
+		cq.Destroy()
+		return fabric.Errorf("fi_enable", fabric.ErrNoMemory, err.Error())
+	}
+	e.cq, e.qp, e.bounce = cq, e.id.QP(), bounce
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.wg.Add(1)
+	go e.background(ctx)
+	return nil
+}
+
+// connParam is what C's provider offers in connect and accept.
+func (e *ep) connParam(data []byte) *rdmacm.ConnParam {
+	p := &rdmacm.ConnParam{PrivateData: data, FlowControl: 1, RetryCount: 7, RNRRetryCount: 7}
+	if a, err := e.dom.ctx.QueryDevice(); err == nil {
+		p.ResponderResources = uint8(min(a.MaxQPRdAtom, 255))
+		p.InitiatorDepth = uint8(min(a.MaxQPInitRdAtom, 255))
+	}
+	return p
+}
+
+// Connect sends the connection request (rdma_connect); FI_CONNECTED or an
+// error entry follows on the EQ. addr must be where the endpoint was
+// opened to (its info's DestAddr), as C's provider resolves it then.
+func (e *ep) Connect(addr netip.AddrPort, param []byte) error {
+	data, err := withHdr("fi_connect", param)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.qp == nil:
+		return fabric.Errorf("fi_connect", fabric.ErrOpBadState, "enable the endpoint first")
+	case e.state != stIdle:
+		return fabric.Errorf("fi_connect", fabric.ErrIsConn, "the endpoint is connecting or connected")
+	}
+	if peer := e.id.PeerAddr(); addr.IsValid() && peer.IsValid() && addr.Addr().Unmap() != peer.Addr().Unmap() {
+		return fabric.Errorf("fi_connect", fabric.ErrInvalid, "the endpoint was opened to "+peer.String())
+	}
+	if err := e.id.Connect(e.connParam(data)); err != nil {
+		return fabric.Errorf("fi_connect", errnoOf(err, fabric.ErrConnRefused), err.Error())
+	}
+	e.state = stConnecting
+	e.startEvents()
+	return nil
+}
+
+// Accept accepts the request the endpoint was opened on (rdma_accept);
+// FI_CONNECTED follows.
+func (e *ep) Accept(param []byte) error {
+	data, err := withHdr("fi_accept", param)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.state != stAccepting:
+		return fabric.Errorf("fi_accept", fabric.ErrOpBadState, "the endpoint was not opened on a connection request")
+	case e.qp == nil:
+		return fabric.Errorf("fi_accept", fabric.ErrOpBadState, "enable the endpoint first")
+	}
+	if err := e.id.Accept(e.connParam(data)); err != nil {
+		return fabric.Errorf("fi_accept", errnoOf(err, fabric.ErrConnReset), err.Error())
+	}
+	e.state = stConnecting
+	e.startEvents()
+	return nil
+}
+
+// startEvents starts the CM event loop. Called with e.mu held.
+func (e *ep) startEvents() {
+	if e.started {
+		return
+	}
+	e.started = true
+	ctx, cancel := context.WithCancel(context.Background())
+	prev := e.cancel
+	e.cancel = func() { prev(); cancel() }
+	e.wg.Add(1)
+	go e.events(ctx)
+}
+
+// events turns the ID's CM events into EQ events.
+func (e *ep) events(ctx context.Context) {
+	defer e.wg.Done()
+	for {
+		ev, err := e.ch.GetEvent(ctx)
+		if err != nil {
+			return
+		}
+		typ, status, data := ev.Type, ev.Status, stripHdr(ev.Param.PrivateData)
+		ev.Ack()
+		e.mu.Lock()
+		if e.state == stClosed {
+			e.mu.Unlock()
+			return
+		}
+		eq := e.eq
+		switch typ {
+		case rdmacm.EventEstablished:
+			e.state = stConnected
+			e.mu.Unlock()
+			eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e, Data: data})
+			continue
+		case rdmacm.EventRejected:
+			e.state = stShutdown
+			e.mu.Unlock()
+			eq.WriteErr(fabric.EQErrEntry{FID: e, Err: fabric.ErrConnRefused, ErrData: data})
+			continue
+		case rdmacm.EventUnreachable, rdmacm.EventConnectError:
+			e.state = stShutdown
+			e.mu.Unlock()
+			errno := fabric.ErrConnRefused
+			if status == -110 {
+				errno = fabric.ErrTimedOut
+			}
+			eq.WriteErr(fabric.EQErrEntry{FID: e, Err: errno})
+			continue
+		case rdmacm.EventDisconnected, rdmacm.EventDeviceRemoval:
+			was := e.state
+			e.state = stShutdown
+			e.mu.Unlock()
+			if was == stConnected || was == stShutdown {
+				eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
+			}
+			continue
+		}
+		e.mu.Unlock()
+	}
+}
+
+func (e *ep) Shutdown() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.state != stConnected {
+		return nil
+	}
+	e.state = stShutdown
+	e.id.Disconnect()
+	return nil
+}
+
+func (e *ep) Name() (netip.AddrPort, error) { return e.id.LocalAddr(), nil }
+
+func (e *ep) Peer() (netip.AddrPort, error) {
+	p := e.id.PeerAddr()
+	if !p.IsValid() {
+		return p, fabric.Errorf("fi_getpeer", fabric.ErrNotConn, "")
+	}
+	return p, nil
+}
+
+// Close disconnects, completes what is outstanding with ErrCanceled and
+// frees the QP, CQ and ID.
+func (e *ep) Close() error {
+	e.mu.Lock()
+	if e.state == stClosed {
+		e.mu.Unlock()
+		return nil
+	}
+	was := e.state
+	e.state = stClosed
+	cancel := e.cancel
+	e.mu.Unlock()
+	if was == stConnected {
+		e.id.Disconnect()
+	}
+	if cancel != nil {
+		cancel()
+	}
+	e.wg.Wait()
+	e.mu.Lock()
+	for _, o := range e.ops {
+		if o.comp {
+			e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: o.ctx, Flags: o.flags}, Err: fabric.ErrCanceled})
+		}
+	}
+	e.ops = map[uint64]op{}
+	e.mu.Unlock()
+	if e.qp != nil {
+		e.id.DestroyQP()
+	}
+	e.id.Destroy()
+	if e.cq != nil {
+		e.cq.Destroy()
+	}
+	if e.bounce != nil {
+		e.bounce.Dereg()
+	}
+	e.ch.Close()
+	e.comp.Detach(e)
+	return nil
+}
+
+// ---- Data ----
+
+func (e *ep) live(op string) error {
+	switch e.state {
+	case stConnected:
+		return nil
+	case stIdle, stAccepting, stConnecting:
+		if e.qp != nil && op == "fi_recv" {
+			return nil // receives may be posted before the connection is up
+		}
+		return fabric.Errorf(op, fabric.ErrOpBadState, "not connected")
+	}
+	return fabric.Errorf(op, fabric.ErrShutdown, "the connection is closed")
+}
+
+// sge finds buf in the region desc names.
+func sge(op string, buf []byte, desc any) ([]verbs.SGE, error) {
+	if len(buf) == 0 {
+		return nil, nil
+	}
+	m, ok := desc.(*fabric.MR)
+	if !ok || m == nil {
+		return nil, fabric.Errorf(op, fabric.ErrInvalid, "no memory descriptor: the verbs provider needs FI_MR_LOCAL buffers (MR.Desc)")
+	}
+	vm, ok := m.Driver().(*verbs.MR)
+	if !ok || len(m.Buf) == 0 {
+		return nil, fabric.Errorf(op, fabric.ErrInvalid, "the descriptor is not a verbs region")
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(m.Buf)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	if p < base || p+uintptr(len(buf)) > base+uintptr(len(m.Buf)) {
+		return nil, fabric.Errorf(op, fabric.ErrInvalid, "the buffer is not inside the region its descriptor names")
+	}
+	return []verbs.SGE{vm.SGE(int(p-base), len(buf))}, nil
+}
+
+// track records an outstanding request and returns its wr_id. Called
+// with e.mu held.
+func (e *ep) track(o op) uint64 {
+	e.nextID++
+	e.ops[e.nextID] = o
+	return e.nextID
+}
+
+func (e *ep) Recv(buf []byte, desc any, _ fabric.Addr, context any) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.live("fi_recv"); err != nil {
+		return err
+	}
+	sg, err := sge("fi_recv", buf, desc)
+	if err != nil {
+		return err
+	}
+	if e.rxOut >= e.rxSize {
+		return fabric.ErrAgain
+	}
+	id := e.track(op{ctx: context, flags: fabric.CompRecv | fabric.CompMsg, buf: buf, comp: true})
+	if err := e.qp.PostRecv([]verbs.RecvWR{{WRID: id, SGList: sg}}); err != nil {
+		delete(e.ops, id)
+		return fabric.Errorf("fi_recv", fabric.ErrInvalid, err.Error())
+	}
+	e.rxOut++
+	return nil
+}
+
+// post posts one send work request. Called without e.mu.
+func (e *ep) post(name string, wr verbs.SendWR, buf []byte, desc any, o op, inject bool) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.live(name); err != nil {
+		return err
+	}
+	if inject {
+		if len(buf) > e.inline {
+			return fabric.Errorf(name, fabric.ErrMsgSize, "inject of more than the inline size")
+		}
+		n := copy(e.bounce.Buf(), buf)
+		if n > 0 {
+			wr.SGList = []verbs.SGE{e.bounce.SGE(0, n)}
+		}
+		wr.SendFlags |= verbs.SendInline
+	} else {
+		sg, err := sge(name, buf, desc)
+		if err != nil {
+			return err
+		}
+		wr.SGList = sg
+	}
+	if e.txOut >= e.txSize {
+		e.progressLocked()
+		if e.txOut >= e.txSize {
+			return fabric.ErrAgain
+		}
+	}
+	wr.SendFlags |= verbs.SendSignaled
+	o.len = uint64(len(buf))
+	wr.WRID = e.track(o)
+	if err := e.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+		delete(e.ops, wr.WRID)
+		return fabric.Errorf(name, fabric.ErrInvalid, err.Error())
+	}
+	e.txOut++
+	return nil
+}
+
+var sendOp = op{flags: fabric.CompSend | fabric.CompMsg}
+
+func (e *ep) Send(buf []byte, desc any, _ fabric.Addr, context any) error {
+	o := sendOp
+	o.ctx, o.comp = context, true
+	return e.post("fi_send", verbs.SendWR{Opcode: verbs.WRSend}, buf, desc, o, false)
+}
+
+// SendData sends buf with data in the immediate (IBV_WR_SEND_WITH_IMM).
+func (e *ep) SendData(buf []byte, desc any, data uint64, _ fabric.Addr, context any) error {
+	o := sendOp
+	o.ctx, o.comp = context, true
+	return e.post("fi_senddata", verbs.SendWR{Opcode: verbs.WRSendWithImm, ImmData: uint32(data)}, buf, desc, o, false)
+}
+
+// Inject sends buf inline with no completion (fi_inject).
+func (e *ep) Inject(buf []byte, _ fabric.Addr) error {
+	return e.post("fi_inject", verbs.SendWR{Opcode: verbs.WRSend}, buf, nil, sendOp, true)
+}
+
+// SendMsg sends with flags: FlagInject posts inline, FlagRemoteCQData
+// carries Data in the immediate. Verbs sends complete when the peer has
+// them, so FlagTransmitComplete and FlagDeliveryComplete hold anyway.
+func (e *ep) SendMsg(m *fabric.Msg, flags uint64) error {
+	wr := verbs.SendWR{Opcode: verbs.WRSend}
+	if flags&fabric.FlagRemoteCQData != 0 {
+		wr.Opcode, wr.ImmData = verbs.WRSendWithImm, uint32(m.Data)
+	}
+	o := sendOp
+	inject := flags&fabric.FlagInject != 0
+	o.ctx, o.comp = m.Context, !inject
+	return e.post("fi_sendmsg", wr, m.Buf, m.Desc, o, inject)
+}
+
+func (e *ep) TRecv([]byte, any, fabric.Addr, uint64, uint64, any) error {
+	return fabric.Errorf("fi_trecv", fabric.ErrNotSupported, "the verbs provider's MSG endpoints have no FI_TAGGED")
+}
+
+func (e *ep) TSend([]byte, any, fabric.Addr, uint64, any) error {
+	return fabric.Errorf("fi_tsend", fabric.ErrNotSupported, "the verbs provider's MSG endpoints have no FI_TAGGED")
+}
+
+func (e *ep) TSendMsg(*fabric.Msg, uint64, uint64) error {
+	return fabric.Errorf("fi_tsendmsg", fabric.ErrNotSupported, "the verbs provider's MSG endpoints have no FI_TAGGED")
+}
+
+func (e *ep) TInject([]byte, fabric.Addr, uint64) error {
+	return fabric.Errorf("fi_tinject", fabric.ErrNotSupported, "the verbs provider's MSG endpoints have no FI_TAGGED")
+}
+
+var writeOp = op{flags: fabric.CompRMA | fabric.CompWrite}
+
+// Write writes buf to the peer's region key at virtual address addr
+// (IBV_WR_RDMA_WRITE).
+func (e *ep) Write(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context any) error {
+	o := writeOp
+	o.ctx, o.comp = context, true
+	return e.post("fi_write", verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: addr, RKey: uint32(key)}, buf, desc, o, false)
+}
+
+// WriteData is Write with data in the immediate
+// (IBV_WR_RDMA_WRITE_WITH_IMM): it consumes a receive at the peer.
+func (e *ep) WriteData(buf []byte, desc any, data uint64, _ fabric.Addr, addr, key uint64, context any) error {
+	o := writeOp
+	o.ctx, o.comp = context, true
+	return e.post("fi_writedata", verbs.SendWR{Opcode: verbs.WRRDMAWriteWithImm, RemoteAddr: addr, RKey: uint32(key), ImmData: uint32(data)}, buf, desc, o, false)
+}
+
+// InjectWrite writes buf inline with no completion (fi_inject_write).
+func (e *ep) InjectWrite(buf []byte, _ fabric.Addr, addr, key uint64) error {
+	return e.post("fi_inject_write", verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: addr, RKey: uint32(key)}, buf, nil, writeOp, true)
+}
+
+// Read reads the peer's region key at virtual address addr into buf
+// (IBV_WR_RDMA_READ).
+func (e *ep) Read(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context any) error {
+	o := op{ctx: context, flags: fabric.CompRMA | fabric.CompRead, comp: true}
+	return e.post("fi_read", verbs.SendWR{Opcode: verbs.WRRDMARead, RemoteAddr: addr, RKey: uint32(key)}, buf, desc, o, false)
+}
+
+// GetOpt has FI_OPT_CM_DATA_SIZE (55, as C's provider).
+func (e *ep) GetOpt(opt fabric.Opt) (int, error) {
+	if opt == fabric.OptCMDataSize {
+		return maxCMData, nil
+	}
+	return 0, fabric.Errorf("fi_getopt", fabric.ErrNoProtoOpt, "")
+}
+
+func (e *ep) SetOpt(fabric.Opt, int) error {
+	return fabric.Errorf("fi_setopt", fabric.ErrNoProtoOpt, "")
+}
+
+// ---- Progress ----
+
+// Progress moves the verbs CQ's completions to the fabric CQs and
+// counters (fabric.Progressor).
+func (e *ep) Progress() {
+	e.polls.Add(1)
+	e.mu.Lock()
+	e.progressLocked()
+	e.mu.Unlock()
+}
+
+// progressLocked reports the verbs CQ's completions and returns how many
+// there were. Called with e.mu held.
+func (e *ep) progressLocked() int {
+	if e.cq == nil {
+		return 0
+	}
+	total := 0
+	for {
+		n, err := e.cq.Poll(e.wc[:])
+		if err != nil || n == 0 {
+			return total
+		}
+		total += n
+		for i := range e.wc[:n] {
+			e.complete(&e.wc[i])
+		}
+		if n < len(e.wc) {
+			return total
+		}
+	}
+}
+
+// complete reports one work completion. Called with e.mu held.
+func (e *ep) complete(wc *verbs.WC) {
+	o, ok := e.ops[wc.WRID]
+	if !ok {
+		return
+	}
+	delete(e.ops, wc.WRID)
+	recv := wc.Opcode&verbs.WCRecv != 0
+	if recv {
+		e.rxOut--
+	} else {
+		e.txOut--
+	}
+	if wc.Status != verbs.WCSuccess {
+		errno := fabric.ErrIO
+		if wc.Status == verbs.WCWRFlushErr {
+			errno = fabric.ErrCanceled
+		}
+		if o.comp {
+			e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: o.ctx, Flags: o.flags}, Err: errno, ProvErrno: int(wc.Status)})
+		}
+		return
+	}
+	if !recv {
+		if o.comp {
+			e.comp.Done(fabric.CQEntry{Context: o.ctx, Flags: o.flags, Len: o.len})
+		} else {
+			e.comp.Count(o.flags)
+		}
+		return
+	}
+	entry := fabric.CQEntry{Context: o.ctx, Flags: o.flags, Len: uint64(wc.ByteLen)}
+	if wc.Opcode == verbs.WCRecvRDMAWithImm {
+		// A peer's fi_writedata: the receive carries only the data.
+		entry.Flags, entry.Len = fabric.CompRMA|fabric.CompRemoteWrite, 0
+	} else if int(wc.ByteLen) <= len(o.buf) {
+		entry.Buf = o.buf[:wc.ByteLen]
+	}
+	if wc.WCFlags&verbs.WCWithImm != 0 {
+		entry.Flags |= fabric.CompRemoteCQData
+		entry.Data = uint64(wc.ImmData)
+	}
+	e.comp.Done(entry)
+}
+
+// pollGrace is how long the program must not poll before the background
+// goroutine takes completions.
+const pollGrace = time.Millisecond
+
+// background takes the completions while the program does not poll: the
+// provider's progress is automatic.
+func (e *ep) background(ctx context.Context) {
+	defer e.wg.Done()
+	var seen uint64
+	for {
+		if n := e.polls.Load(); n != seen {
+			seen = n
+			select {
+			case <-time.After(pollGrace):
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		if err := e.cq.Wait(ctx); err != nil {
+			return
+		}
+		if e.polls.Load() != seen {
+			continue
+		}
+		e.mu.Lock()
+		e.progressLocked()
+		e.mu.Unlock()
+	}
+}
+
+// errnoOf maps a verbs or CM error to an errno, or def.
+func errnoOf(err error, def fabric.Errno) fabric.Errno {
+	switch {
+	case errors.Is(err, verbs.ErrAddrInUse):
+		return fabric.ErrAddrInUse
+	case errors.Is(err, verbs.ErrTimedOut):
+		return fabric.ErrTimedOut
+	}
+	return def
+}

@@ -1,0 +1,285 @@
+package vrb_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/fabric"
+	_ "github.com/rdmago/rdmago/fabric/vrb"
+	_ "github.com/rdmago/rdmago/rxe" // the software device
+)
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// side is one endpoint with its fabric objects and a registered buffer.
+type side struct {
+	t   *testing.T
+	fab *fabric.Fabric
+	eq  *fabric.EQ
+	dom *fabric.Domain
+	cq  *fabric.CQ
+	ep  fabric.Endpoint
+	buf []byte
+	mr  *fabric.MR
+}
+
+// loopback is the verbs entry for 127.0.0.1 (the software device on lo).
+func loopback(t *testing.T, flags uint64, node string) *fabric.Info {
+	t.Helper()
+	hints := fabric.AllocInfo()
+	hints.FabricAttr.ProvName = "verbs"
+	hints.EPAttr.Type = fabric.EPMsg
+	infos, err := fabric.GetInfo(node, "0", flags, hints)
+	if err != nil {
+		t.Fatalf("no verbs entry for %s: %v", node, err)
+	}
+	return infos[0]
+}
+
+func (s *side) open(info *fabric.Info) {
+	t := s.t
+	var err error
+	s.dom, err = s.fab.OpenDomain(info)
+	must(t, err)
+	s.cq, err = s.dom.OpenCQ(&fabric.CQAttr{Format: fabric.CQFormatData})
+	must(t, err)
+	s.ep, err = s.dom.OpenEndpoint(info, nil)
+	must(t, err)
+	must(t, s.ep.BindEQ(s.eq))
+	must(t, s.ep.BindCQ(s.cq, fabric.BindTransmit|fabric.BindRecv))
+	must(t, s.ep.Enable())
+	s.buf = make([]byte, 1<<16)
+	s.mr, err = s.dom.RegMR(s.buf, fabric.AccessSend|fabric.AccessRecv|fabric.AccessRemoteRead|fabric.AccessRemoteWrite, 0)
+	must(t, err)
+	t.Cleanup(func() {
+		s.ep.Close()
+		s.mr.Close()
+		if err := s.dom.Close(); err != nil {
+			t.Errorf("domain close: %v", err)
+		}
+	})
+}
+
+func (s *side) event(want fabric.EventType) fabric.EQEntry {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e, err := s.eq.SRead(ctx)
+	if errors.Is(err, fabric.ErrAvail) {
+		ee, _ := s.eq.ReadErr()
+		s.t.Fatalf("waiting for %s: error entry %v", want, ee.Err)
+	}
+	if err != nil {
+		s.t.Fatalf("waiting for %s: %v", want, err)
+	}
+	if e.Event != want {
+		s.t.Fatalf("event %s, want %s", e.Event, want)
+	}
+	return e
+}
+
+func (s *side) comp() fabric.CQEntry {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var e [1]fabric.CQEntry
+	_, err := s.cq.SRead(ctx, e[:])
+	if errors.Is(err, fabric.ErrAvail) {
+		ee, _ := s.cq.ReadErr()
+		s.t.Fatalf("error completion %v (%+v)", ee.Err, ee)
+	}
+	if err != nil {
+		s.t.Fatalf("no completion: %v", err)
+	}
+	return e[0]
+}
+
+// connected returns a client and a server connected over 127.0.0.1, the
+// client's private data checked at the server and the server's at the
+// client.
+func connected(t *testing.T) (cli, srv *side) {
+	sinfo := loopback(t, fabric.FlagSource, "127.0.0.1")
+	fab, err := fabric.OpenFabric(sinfo)
+	must(t, err)
+	eq, err := fab.OpenEQ()
+	must(t, err)
+	pep, err := fab.OpenPassiveEndpoint(sinfo, nil)
+	must(t, err)
+	t.Cleanup(func() { pep.Close() })
+	must(t, pep.Bind(eq))
+	must(t, pep.Listen())
+	name, err := pep.Name()
+	must(t, err)
+
+	hints := fabric.AllocInfo()
+	hints.FabricAttr.ProvName = "verbs"
+	hints.EPAttr.Type = fabric.EPMsg
+	hints.DestAddr = name
+	infos, err := fabric.GetInfo("", "", 0, hints)
+	must(t, err)
+	cfab, err := fabric.OpenFabric(infos[0])
+	must(t, err)
+	ceq, err := cfab.OpenEQ()
+	must(t, err)
+	cli = &side{t: t, fab: cfab, eq: ceq}
+	cli.open(infos[0])
+	must(t, cli.ep.Connect(name, []byte("hello")))
+
+	srv = &side{t: t, fab: fab, eq: eq}
+	req := srv.event(fabric.EventConnReq)
+	if string(req.Data) != "hello" {
+		t.Fatalf("CONNREQ private data %q, want %q", req.Data, "hello")
+	}
+	srv.open(req.Info)
+	must(t, srv.ep.Accept([]byte("welcome")))
+	srv.event(fabric.EventConnected)
+	if e := cli.event(fabric.EventConnected); string(e.Data) != "welcome" {
+		t.Fatalf("CONNECTED private data %q, want %q", e.Data, "welcome")
+	}
+	return cli, srv
+}
+
+// Every data operation of the MSG endpoint, as C's verbs provider maps
+// them: send and receive, CQ data in the immediate, RDMA write (with
+// immediate: it consumes a receive), read, inject and inject write.
+func TestMsgEndpointOperations(t *testing.T) {
+	cli, srv := connected(t)
+
+	// Send / receive, and senddata with its data.
+	must(t, srv.ep.Recv(srv.buf[:100], srv.mr.Desc(), fabric.AddrNotAvail, "r1"))
+	copy(cli.buf, "ping")
+	must(t, cli.ep.Send(cli.buf[:4], cli.mr.Desc(), fabric.AddrNotAvail, "s1"))
+	if e := cli.comp(); e.Context != "s1" || e.Flags&fabric.CompSend == 0 {
+		t.Fatalf("send completion %+v", e)
+	}
+	if e := srv.comp(); e.Context != "r1" || string(e.Buf) != "ping" || e.Flags&fabric.CompRecv == 0 {
+		t.Fatalf("receive completion %+v", e)
+	}
+	must(t, srv.ep.Recv(srv.buf[:100], srv.mr.Desc(), fabric.AddrNotAvail, "r2"))
+	must(t, cli.ep.SendData(cli.buf[:4], cli.mr.Desc(), 0xdeadbeef, fabric.AddrNotAvail, "s2"))
+	cli.comp()
+	if e := srv.comp(); e.Flags&fabric.CompRemoteCQData == 0 || e.Data != 0xdeadbeef {
+		t.Fatalf("senddata at the receiver %+v", e)
+	}
+
+	// Inject: no completion, the data arrives.
+	must(t, srv.ep.Recv(srv.buf[:100], srv.mr.Desc(), fabric.AddrNotAvail, "r3"))
+	must(t, cli.ep.Inject([]byte("injected"), fabric.AddrNotAvail))
+	if e := srv.comp(); string(e.Buf) != "injected" {
+		t.Fatalf("inject arrived as %q", e.Buf)
+	}
+	if err := cli.ep.Inject(make([]byte, 300), fabric.AddrNotAvail); !errors.Is(err, fabric.ErrMsgSize) {
+		t.Fatalf("300-byte inject: %v, want ErrMsgSize", err)
+	}
+
+	// RDMA write and read against the server's region, by its virtual
+	// address and key.
+	copy(cli.buf[100:], "written by RDMA")
+	must(t, cli.ep.Write(cli.buf[100:115], cli.mr.Desc(), fabric.AddrNotAvail, srv.mr.Addr()+1000, srv.mr.Key(), "w"))
+	if e := cli.comp(); e.Context != "w" || e.Flags&fabric.CompWrite == 0 {
+		t.Fatalf("write completion %+v", e)
+	}
+	if got := string(srv.buf[1000:1015]); got != "written by RDMA" {
+		t.Fatalf("server memory %q after the write", got)
+	}
+	must(t, cli.ep.InjectWrite([]byte("!"), fabric.AddrNotAvail, srv.mr.Addr()+1015, srv.mr.Key()))
+	must(t, cli.ep.Read(cli.buf[200:216], cli.mr.Desc(), fabric.AddrNotAvail, srv.mr.Addr()+1000, srv.mr.Key(), "rd"))
+	if e := cli.comp(); e.Context != "rd" || e.Flags&fabric.CompRead == 0 {
+		t.Fatalf("read completion %+v", e)
+	}
+	if got := string(cli.buf[200:216]); got != "written by RDMA!" {
+		t.Fatalf("read %q", got)
+	}
+
+	// Write with CQ data: the server's posted receive completes with it.
+	must(t, srv.ep.Recv(srv.buf[:100], srv.mr.Desc(), fabric.AddrNotAvail, "r4"))
+	must(t, cli.ep.WriteData(cli.buf[100:103], cli.mr.Desc(), 77, fabric.AddrNotAvail, srv.mr.Addr()+2000, srv.mr.Key(), "wd"))
+	cli.comp()
+	if e := srv.comp(); e.Context != "r4" || e.Data != 77 || e.Flags&(fabric.CompRemoteWrite|fabric.CompRemoteCQData) != fabric.CompRemoteWrite|fabric.CompRemoteCQData {
+		t.Fatalf("writedata at the target %+v", e)
+	}
+	if !bytes.Equal(srv.buf[2000:2003], []byte("wri")) {
+		t.Fatalf("writedata's bytes %q", srv.buf[2000:2003])
+	}
+}
+
+// Bad work requests fail at the call: no descriptor for a non-inject
+// send, a buffer outside its region, private data over 55 bytes.
+func TestMsgEndpointRefusesBadRequests(t *testing.T) {
+	cli, _ := connected(t)
+	if err := cli.ep.Send(cli.buf[:4], nil, fabric.AddrNotAvail, nil); !errors.Is(err, fabric.ErrInvalid) {
+		t.Fatalf("send without a descriptor: %v", err)
+	}
+	if err := cli.ep.Send(make([]byte, 4), cli.mr.Desc(), fabric.AddrNotAvail, nil); !errors.Is(err, fabric.ErrInvalid) {
+		t.Fatalf("send of a buffer outside the region: %v", err)
+	}
+	if n, err := cli.ep.GetOpt(fabric.OptCMDataSize); err != nil || n != 55 {
+		t.Fatalf("FI_OPT_CM_DATA_SIZE = %d, %v; want 55", n, err)
+	}
+}
+
+// A disconnect reaches the peer as FI_SHUTDOWN; closing an endpoint
+// cancels its posted receives.
+func TestShutdownAndCloseCancel(t *testing.T) {
+	cli, srv := connected(t)
+	must(t, srv.ep.Recv(srv.buf[:100], srv.mr.Desc(), fabric.AddrNotAvail, "pending"))
+	must(t, cli.ep.Shutdown())
+	srv.event(fabric.EventShutdown)
+	must(t, srv.ep.Close())
+	var e [1]fabric.CQEntry
+	if _, err := srv.cq.Read(e[:]); !errors.Is(err, fabric.ErrAvail) {
+		t.Fatalf("after close: %v, want an error entry", err)
+	}
+	ee, _ := srv.cq.ReadErr()
+	if ee.Context != "pending" || (ee.Err != fabric.ErrCanceled) {
+		t.Fatalf("error entry %+v, want the receive canceled", ee)
+	}
+}
+
+// A rejected request reaches the client as an error entry carrying the
+// server's private data.
+func TestRejectCarriesPrivateData(t *testing.T) {
+	sinfo := loopback(t, fabric.FlagSource, "127.0.0.1")
+	fab, err := fabric.OpenFabric(sinfo)
+	must(t, err)
+	eq, _ := fab.OpenEQ()
+	pep, err := fab.OpenPassiveEndpoint(sinfo, nil)
+	must(t, err)
+	defer pep.Close()
+	must(t, pep.Bind(eq))
+	must(t, pep.Listen())
+	name, _ := pep.Name()
+	hints := fabric.AllocInfo()
+	hints.FabricAttr.ProvName = "verbs"
+	hints.DestAddr = name
+	infos, err := fabric.GetInfo("", "", 0, hints)
+	must(t, err)
+	cfab, _ := fabric.OpenFabric(infos[0])
+	ceq, _ := cfab.OpenEQ()
+	cli := &side{t: t, fab: cfab, eq: ceq}
+	cli.open(infos[0])
+	must(t, cli.ep.Connect(name, nil))
+	srv := &side{t: t, fab: fab, eq: eq}
+	req := srv.event(fabric.EventConnReq)
+	must(t, pep.Reject(req.Info.Handle, []byte("go away")))
+	if err := pep.Reject(req.Info.Handle, nil); err == nil {
+		t.Fatal("a request rejected twice")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := ceq.SRead(ctx); !errors.Is(err, fabric.ErrAvail) {
+		t.Fatalf("client's event: %v, want an error entry", err)
+	}
+	ee, _ := ceq.ReadErr()
+	if ee.Err != fabric.ErrConnRefused || string(ee.ErrData) != "go away" {
+		t.Fatalf("error entry %v %q, want ECONNREFUSED with the server's data", ee.Err, ee.ErrData)
+	}
+}
