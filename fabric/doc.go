@@ -3,7 +3,9 @@
 // regions, passive and active endpoints), over providers that register
 // themselves as verbs providers do. Package fabric/tcp is the tcp
 // provider, wire-compatible with libfabric 1.17's, so a Go program and a
-// C libfabric program (fi_pingpong -p tcp -e msg) talk to each other.
+// C libfabric program (fi_pingpong -p tcp -e msg) talk to each other;
+// package fabric/vrb is the verbs provider, RDMA over rdma_cm on any
+// verbs device, wire-compatible with libfabric's verbs provider.
 //
 // The flow is libfabric's:
 //
@@ -65,6 +67,9 @@
 //	fi_recv                       Endpoint.Recv
 //	fi_write, fi_writedata        Endpoint.Write, WriteData
 //	fi_read                       Endpoint.Read
+//	fi_inject_write               Endpoint.InjectWrite
+//	fi_getopt, fi_setopt          Endpoint.GetOpt, SetOpt
+//	fi_mr_reg's address (VIRT_ADDR) (*MR).Addr
 //	fi_close                      Close
 //	fi_strerror                   StrError, Errno.Error
 //	fi_tostr(FI_TYPE_INFO)        (*Info).String
@@ -80,5 +85,5 @@
 //	fi_tsend, fi_trecv            Endpoint.TSend, TRecv
 //	fi_tinject, fi_tsendmsg       Endpoint.TInject, TSendMsg
 //
-// Not yet here: FI_EP_DGRAM, RMA on FI_EP_RDM endpoints, and atomics.
+// Not yet here: FI_EP_DGRAM, the verbs provider's FI_EP_RDM, and atomics.
 package fabric

@@ -1,8 +1,9 @@
 // Command fabric_client is the client of seed 000's flow over a libfabric
 // provider, in Go: fi_getinfo → fi_fabric → fi_domain → fi_av_open →
 // fi_av_insert → fi_eq_open → fi_endpoint → fi_connect → fi_mr_reg →
-// fi_recv / fi_send → fi_write → fi_close. See fabric_server; the seed's
-// sockets provider is deprecated upstream in favour of tcp, used here.
+// fi_recv / fi_send → fi_write → fi_close, over the provider -p names
+// (tcp, the default, or verbs). See fabric_server; the seed's sockets
+// provider is deprecated upstream in favour of tcp.
 package main
 
 import (
@@ -17,10 +18,12 @@ import (
 
 	"github.com/rdmago/rdmago/fabric"
 	_ "github.com/rdmago/rdmago/fabric/tcp" // the tcp provider
+	_ "github.com/rdmago/rdmago/fabric/vrb" // the verbs provider
+	_ "github.com/rdmago/rdmago/rxe"        // the software RoCEv2 device verbs runs on
 )
 
 var (
-	prov = flag.String("p", "tcp", "provider")
+	prov = flag.String("p", "tcp", "provider: tcp or verbs")
 	addr = flag.String("a", "127.0.0.1", "server address")
 	port = flag.Int("port", 9228, "server port")
 )
@@ -89,13 +92,15 @@ func run(ctx context.Context) error {
 			return err
 		}
 	}
+	// One registered buffer: the key message comes into its start, what
+	// is sent and written goes from further on.
 	buf := make([]byte, 256)
 	mr, err := dom.RegMR(buf, fabric.AccessSend|fabric.AccessRecv, 1) // fi_mr_reg
 	if err != nil {
 		return err
 	}
 	defer mr.Close()
-	if err := ep.Recv(buf, mr.Desc(), fabric.AddrNotAvail, "key"); err != nil { // fi_recv
+	if err := ep.Recv(buf[:64], mr.Desc(), fabric.AddrNotAvail, "key"); err != nil { // fi_recv
 		return err
 	}
 	to, err := av.Lookup(server) // fi_av_lookup
@@ -118,28 +123,32 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.Len != 12 {
+	if c.Len != 20 {
 		return fmt.Errorf("key message of %d bytes", c.Len)
 	}
 	key := binary.LittleEndian.Uint64(buf)
 	size := binary.LittleEndian.Uint32(buf[8:])
-	fmt.Printf("server region: key %#x, %d bytes\n", key, size)
+	addr := binary.LittleEndian.Uint64(buf[12:])
+	fmt.Printf("server region: %d bytes\n", size)
 
-	if err := ep.Send([]byte("hello over the fabric"), mr.Desc(), fabric.AddrNotAvail, "send"); err != nil { // fi_send
+	out := buf[64:]
+	n := copy(out, "hello over the fabric")
+	if err := ep.Send(out[:n], mr.Desc(), fabric.AddrNotAvail, "send"); err != nil { // fi_send
 		return err
 	}
 	if _, err := next(ctx, cq); err != nil {
 		return err
 	}
-	data := []byte("RDMA WRITE over tcp")
-	if err := ep.Write(data, nil, fabric.AddrNotAvail, 0, key, "write"); err != nil { // fi_write
+	n = copy(out, "RDMA WRITE over "+info.FabricAttr.ProvName)
+	if err := ep.Write(out[:n], mr.Desc(), fabric.AddrNotAvail, addr, key, "write"); err != nil { // fi_write
 		return err
 	}
 	if _, err := next(ctx, cq); err != nil {
 		return err
 	}
-	fmt.Printf("wrote %d bytes\n", len(data))
-	if err := ep.SendMsg(&fabric.Msg{Buf: []byte("written"), Context: "done"}, fabric.FlagDeliveryComplete); err != nil {
+	fmt.Printf("wrote %d bytes\n", n)
+	n = copy(out, "written")
+	if err := ep.SendMsg(&fabric.Msg{Buf: out[:n], Desc: mr.Desc(), Context: "done"}, fabric.FlagDeliveryComplete); err != nil {
 		return err
 	}
 	if _, err := next(ctx, cq); err != nil {

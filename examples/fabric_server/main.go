@@ -4,12 +4,18 @@
 // fi_mr_reg → fi_accept → fi_send / fi_recv, and it lets the client
 // fi_write into its registered memory → fi_close.
 //
-// The seed names libfabric's sockets provider; upstream libfabric has
-// deprecated sockets in favour of tcp, which is the provider here (-p
-// tcp, the default). It pairs with fabric_client:
+// The provider is chosen at run time: -p tcp (the default) or -p verbs
+// (rdma_cm and RDMA on a verbs device: rdmago's software RoCEv2 device
+// here, a NIC with the rdmacore build tag). The seed names libfabric's
+// sockets provider; upstream libfabric has deprecated sockets in favour of
+// tcp. The program is written for both: its buffers lie in registered
+// memory whose descriptor every call gets (verbs needs FI_MR_LOCAL), and
+// it tells the client the region's address as well as its key (verbs
+// names remote memory by virtual address, tcp by offset, MR.Addr is 0).
+// It pairs with fabric_client:
 //
-//	fabric_server -a 127.0.0.1 -port 9228 &
-//	fabric_client -a 127.0.0.1 -port 9228
+//	fabric_server -a 127.0.0.1 -port 9228 -p verbs &
+//	fabric_client -a 127.0.0.1 -port 9228 -p verbs
 package main
 
 import (
@@ -25,10 +31,12 @@ import (
 
 	"github.com/rdmago/rdmago/fabric"
 	_ "github.com/rdmago/rdmago/fabric/tcp" // the tcp provider
+	_ "github.com/rdmago/rdmago/fabric/vrb" // the verbs provider
+	_ "github.com/rdmago/rdmago/rxe"        // the software RoCEv2 device verbs runs on
 )
 
 var (
-	prov = flag.String("p", "tcp", "provider")
+	prov = flag.String("p", "tcp", "provider: tcp or verbs")
 	addr = flag.String("a", "127.0.0.1", "address to listen on")
 	port = flag.Int("port", 9228, "port to listen on")
 )
@@ -118,13 +126,15 @@ func serve(ctx context.Context) error {
 			return err
 		}
 	}
-	region := make([]byte, 4096)
-	mr, err := dom.RegMR(region, fabric.AccessRemoteWrite|fabric.AccessRemoteRead, 0xbeef) // fi_mr_reg
+	// One registration for everything: the region the client writes,
+	// the receive buffer and the key message.
+	mem := make([]byte, 4096+256+20)
+	region, msg, keyMsg := mem[:4096], mem[4096:4096+256], mem[4096+256:]
+	mr, err := dom.RegMR(mem, fabric.AccessSend|fabric.AccessRecv|fabric.AccessRemoteWrite|fabric.AccessRemoteRead, 0xbeef) // fi_mr_reg
 	if err != nil {
 		return err
 	}
 	defer mr.Close()
-	msg := make([]byte, 256)
 	if err := ep.Recv(msg, mr.Desc(), fabric.AddrNotAvail, "recv"); err != nil { // fi_recv, before the peer can send
 		return err
 	}
@@ -135,11 +145,12 @@ func serve(ctx context.Context) error {
 		return fmt.Errorf("waiting for FI_CONNECTED: %v %v", ev.Event, err)
 	}
 
-	// Tell the client where it may write: the region's key and length.
-	var keyMsg [12]byte
-	binary.LittleEndian.PutUint64(keyMsg[:], mr.Key())
+	// Tell the client where it may write: the region's key, length and
+	// address (fi_mr_key; the address is 0 where peers name offsets).
+	binary.LittleEndian.PutUint64(keyMsg, mr.Key())
 	binary.LittleEndian.PutUint32(keyMsg[8:], uint32(len(region)))
-	if err := ep.Send(keyMsg[:], nil, fabric.AddrNotAvail, "key"); err != nil { // fi_send
+	binary.LittleEndian.PutUint64(keyMsg[12:], mr.Addr())
+	if err := ep.Send(keyMsg, mr.Desc(), fabric.AddrNotAvail, "key"); err != nil { // fi_send
 		return err
 	}
 	for sent, written := false, false; !sent || !written; {
@@ -162,7 +173,19 @@ func serve(ctx context.Context) error {
 			}
 		}
 	}
-	return ep.Shutdown() // fi_shutdown; fi_close follows with the defers
+	if err := ep.Shutdown(); err != nil { // fi_shutdown
+		return err
+	}
+	// Wait for the connection to be down at both ends (FI_SHUTDOWN here
+	// too) before fi_close tears down what carries the disconnect.
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		ev, err := eq.SRead(wait)
+		if err != nil || ev.Event == fabric.EventShutdown {
+			return nil
+		}
+	}
 }
 
 // next waits for one completion (fi_cq_sread), reporting an error entry

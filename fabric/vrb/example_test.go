@@ -1,0 +1,96 @@
+package vrb_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/rdmago/rdmago/fabric"
+	_ "github.com/rdmago/rdmago/fabric/vrb" // the verbs provider
+	_ "github.com/rdmago/rdmago/rxe"        // the software RoCEv2 device it runs on
+)
+
+// A server and a client in one program, over the verbs provider on the
+// software device bound to 127.0.0.1: fi_listen, fi_connect with
+// private data, fi_accept, then an RDMA WRITE into the server's
+// registered memory, named by its virtual address and key.
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	check := func(err error) {
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	hints := fabric.AllocInfo()
+	hints.FabricAttr.ProvName = "verbs"
+	hints.EPAttr.Type = fabric.EPMsg
+
+	// The server listens (fi_getinfo with FI_SOURCE, fi_passive_ep).
+	infos, err := fabric.GetInfo("127.0.0.1", "0", fabric.FlagSource, hints)
+	check(err)
+	fab, _ := fabric.OpenFabric(infos[0])
+	eq, _ := fab.OpenEQ()
+	pep, err := fab.OpenPassiveEndpoint(infos[0], nil)
+	check(err)
+	defer pep.Close()
+	check(pep.Bind(eq))
+	check(pep.Listen())
+	name, _ := pep.Name()
+
+	// open makes a domain, CQ, endpoint and registered buffer.
+	type side struct {
+		dom *fabric.Domain
+		cq  *fabric.CQ
+		ep  fabric.Endpoint
+		buf []byte
+		mr  *fabric.MR
+	}
+	open := func(fab *fabric.Fabric, eq *fabric.EQ, info *fabric.Info) *side {
+		s := &side{buf: make([]byte, 64)}
+		s.dom, err = fab.OpenDomain(info)
+		check(err)
+		s.cq, _ = s.dom.OpenCQ(nil)
+		s.ep, err = s.dom.OpenEndpoint(info, nil)
+		check(err)
+		check(s.ep.BindEQ(eq))
+		check(s.ep.BindCQ(s.cq, fabric.BindTransmit|fabric.BindRecv))
+		check(s.ep.Enable())
+		s.mr, err = s.dom.RegMR(s.buf, fabric.AccessSend|fabric.AccessRecv|fabric.AccessRemoteWrite, 0)
+		check(err)
+		return s
+	}
+
+	// The client connects to the server's name.
+	hints.DestAddr = name
+	cinfos, err := fabric.GetInfo("", "", 0, hints)
+	check(err)
+	cfab, _ := fabric.OpenFabric(cinfos[0])
+	ceq, _ := cfab.OpenEQ()
+	cli := open(cfab, ceq, cinfos[0])
+	defer cli.ep.Close()
+	check(cli.ep.Connect(name, []byte("hi")))
+
+	req, err := eq.SRead(ctx) // FI_CONNREQ
+	check(err)
+	fmt.Printf("%s with %q\n", req.Event, req.Data)
+	srv := open(fab, eq, req.Info)
+	defer srv.ep.Close()
+	check(srv.ep.Accept(nil))
+	ev, err := ceq.SRead(ctx)
+	check(err)
+	fmt.Println("client:", ev.Event)
+
+	// fi_write into the server's region; fi_cq_sread for its completion.
+	n := copy(cli.buf, "written remotely")
+	check(cli.ep.Write(cli.buf[:n], cli.mr.Desc(), fabric.AddrNotAvail, srv.mr.Addr(), srv.mr.Key(), "w"))
+	var c [1]fabric.CQEntry
+	_, err = cli.cq.SRead(ctx, c[:])
+	check(err)
+	fmt.Printf("completion %v; server memory: %q\n", c[0].Context, srv.buf[:n])
+	// Output:
+	// FI_CONNREQ with "hi"
+	// client: FI_CONNECTED
+	// completion w; server memory: "written remotely"
+}
