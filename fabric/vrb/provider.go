@@ -29,7 +29,10 @@
 // Progress: a CQ read polls the endpoints' verbs CQs with no goroutine in
 // between; one goroutine per endpoint waits on its verbs CQ and takes the
 // completions when the program does not poll, so progress is automatic,
-// as C's reports.
+// as C's reports. On rdmago's software device the data moves on the
+// device's goroutines in the program's own process: a program that spins
+// on CQ.Read (fi_cq_read) needs a second P (GOMAXPROCS ≥ 2) for them,
+// while CQ.SRead (fi_cq_sread) waits without spinning and needs none.
 //
 // Not offered yet: FI_ATOMIC, FI_EP_RDM (C's verbs;ofi_rxm) and
 // FI_EP_DGRAM (UD); shared receive contexts.

@@ -12,7 +12,7 @@ import (
 	_ "github.com/rdmago/rdmago/rxe" // the software device
 )
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -21,7 +21,7 @@ func must(t *testing.T, err error) {
 
 // side is one endpoint with its fabric objects and a registered buffer.
 type side struct {
-	t   *testing.T
+	t   testing.TB
 	fab *fabric.Fabric
 	eq  *fabric.EQ
 	dom *fabric.Domain
@@ -32,7 +32,7 @@ type side struct {
 }
 
 // loopback is the verbs entry for 127.0.0.1 (the software device on lo).
-func loopback(t *testing.T, flags uint64, node string) *fabric.Info {
+func loopback(t testing.TB, flags uint64, node string) *fabric.Info {
 	t.Helper()
 	hints := fabric.AllocInfo()
 	hints.FabricAttr.ProvName = "verbs"
@@ -105,7 +105,7 @@ func (s *side) comp() fabric.CQEntry {
 // connected returns a client and a server connected over 127.0.0.1, the
 // client's private data checked at the server and the server's at the
 // client.
-func connected(t *testing.T) (cli, srv *side) {
+func connected(t testing.TB) (cli, srv *side) {
 	sinfo := loopback(t, fabric.FlagSource, "127.0.0.1")
 	fab, err := fabric.OpenFabric(sinfo)
 	must(t, err)

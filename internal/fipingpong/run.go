@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"runtime"
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
@@ -40,6 +41,11 @@ type session struct {
 
 // Run runs fi_pingpong: a server without o.Server, a client with it.
 func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
+	if runtime.GOMAXPROCS(0) < 2 {
+		// fi_pingpong spins on fi_cq_read; the software device's
+		// goroutines need a P of their own beside the spinning one.
+		runtime.GOMAXPROCS(2)
+	}
 	c, err := openCtrl(ctx, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "[error] %v\n", err)
