@@ -26,37 +26,20 @@ func TestInteropVerbsWithLinuxSoftRoCE(t *testing.T) {
 			name := fmt.Sprintf("%s/go-serves=%v", c.flags, goServes)
 			t.Run(name, func(t *testing.T) {
 				flags := "-p verbs -c " + c.flags
-				host := func(args string) *exec.Cmd {
-					return exec.Command(vm, append([]string{"host", "env", "RDMAGO_RXE_ADDR=10.77.0.1", "timeout", vmtest.Timeout, bin, "fi_pingpong"}, strings.Fields(args)...)...)
-				}
-				guest := func(args string) *exec.Cmd {
-					return exec.Command(vm, "exec", "1", "pkill -x fi_pingpong; timeout "+vmtest.Timeout+" fi_pingpong "+args)
-				}
-				var srv, cli *exec.Cmd
-				if goServes {
-					srv, cli = host(flags), guest(flags+" 10.77.0.1")
-				} else {
+				host := func(args string) *exec.Cmd { return vmtest.Host(vm, bin, "fi_pingpong", strings.Fields(args)...) }
+				guest := func(args string) *exec.Cmd { return vmtest.Guest(vm, "fi_pingpong", "fi_pingpong "+args) }
+				srv, cli := host(flags), guest(flags+" 10.77.0.1")
+				if !goServes {
 					srv, cli = guest(flags), host(flags+" 10.77.0.11")
 				}
-				var srvOut, cliOut strings.Builder
-				srv.Stdout, srv.Stderr = &srvOut, &srvOut
-				cli.Stdout, cli.Stderr = &cliOut, &cliOut
-				if err := srv.Start(); err != nil {
-					t.Fatal(err)
-				}
-				defer srv.Process.Kill()
-				time.Sleep(3 * time.Second) // the server's control listener (the guest is slow)
-				cliErr := cli.Run()
-				srvErr := srv.Wait()
-				if cliErr != nil || srvErr != nil {
-					t.Fatalf("client %v, server %v\nserver:\n%s\nclient:\n%s", cliErr, srvErr, srvOut.String(), cliOut.String())
-				}
-				sr, cr := rows(srvOut.String()), rows(cliOut.String())
+				// (The guest is emulated and slow to start listening.)
+				srvOut, cliOut := vmtest.RunPair(t, srv, cli, 3*time.Second)
+				sr, cr := rows(srvOut), rows(cliOut)
 				if len(sr) != 1 || fmt.Sprint(sr) != fmt.Sprint(cr) {
-					t.Fatalf("rows differ\nserver:\n%s\nclient:\n%s", srvOut.String(), cliOut.String())
+					t.Fatalf("rows differ\nserver:\n%s\nclient:\n%s", srvOut, cliOut)
 				}
-				t.Logf("server: %s", strings.TrimSpace(srvOut.String()))
-				t.Logf("client: %s", strings.TrimSpace(cliOut.String()))
+				t.Logf("server: %s", strings.TrimSpace(srvOut))
+				t.Logf("client: %s", strings.TrimSpace(cliOut))
 			})
 		}
 	}

@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Timeout bounds each side of one interop run, in seconds as timeout(1)
@@ -71,4 +73,36 @@ func (b *ReadyBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Host is a command on the harness's host side: rdmago's bin running
+// tool with args, its software device on 10.77.0.1.
+func Host(vm, bin, tool string, args ...string) *exec.Cmd {
+	return exec.Command(vm, append([]string{"host", "env", "RDMAGO_RXE_ADDR=10.77.0.1", "timeout", Timeout, bin, tool}, args...)...)
+}
+
+// Guest is a shell command line run in vm1, after killing any leftover
+// process named prog, bounded by Timeout.
+func Guest(vm, prog, cmdline string) *exec.Cmd {
+	return exec.Command(vm, "exec", "1", "pkill -x "+prog+"; timeout "+Timeout+" "+cmdline)
+}
+
+// RunPair starts srv, gives it settle to listen, runs cli, waits for
+// srv, and returns both outputs; it fails the test if either fails.
+func RunPair(t *testing.T, srv, cli *exec.Cmd, settle time.Duration) (srvOut, cliOut string) {
+	t.Helper()
+	var so, co strings.Builder
+	srv.Stdout, srv.Stderr = &so, &so
+	cli.Stdout, cli.Stderr = &co, &co
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Kill()
+	time.Sleep(settle)
+	cliErr := cli.Run()
+	srvErr := srv.Wait()
+	if cliErr != nil || srvErr != nil {
+		t.Fatalf("client %v, server %v\nserver:\n%s\nclient:\n%s", cliErr, srvErr, so.String(), co.String())
+	}
+	return so.String(), co.String()
 }

@@ -1,0 +1,271 @@
+package perftest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// Version is the perftest version this engine speaks, as perftest 4.5's
+// tools send it.
+const Version = "6.06"
+
+// minVersion is the oldest peer perftest accepts.
+const minVersion = 5.70
+
+// ctrl is the out-of-band TCP connection. Every exchange is one write and
+// one read of the same fixed size; the client writes first, the server
+// reads first.
+type ctrl struct {
+	c      net.Conn
+	server bool
+}
+
+// dialCtrl connects to the server, or listens for one client.
+func dialCtrl(ctx context.Context, o *Options) (*ctrl, error) {
+	addr := net.JoinHostPort(o.Server, strconv.Itoa(o.Port))
+	if o.Server == "" {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp4", ":"+strconv.Itoa(o.Port))
+		if err != nil {
+			return nil, fmt.Errorf("couldn't listen to port %d: %w", o.Port, err)
+		}
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		defer stop()
+		c, err := ln.Accept()
+		ln.Close() // perftest takes one client
+		if err != nil {
+			return nil, fmt.Errorf("accept: %w", err)
+		}
+		return &ctrl{c: c, server: true}, nil
+	}
+	var d net.Dialer
+	var c net.Conn
+	var err error
+	// perftest's client gives up at once; retrying briefly spares scripts
+	// that start both sides together.
+	for try := 0; ; try++ {
+		c, err = d.DialContext(ctx, "tcp4", addr)
+		if err == nil || try == 20 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("couldn't connect to %s: %w", addr, err)
+	}
+	return &ctrl{c: c}, nil
+}
+
+func (c *ctrl) Close() error { return c.c.Close() }
+
+// xchg sends mine and returns the peer's message of the same size.
+func (c *ctrl) xchg(mine []byte) ([]byte, error) {
+	peer := make([]byte, len(mine))
+	write := func() error {
+		_, err := c.c.Write(mine)
+		return err
+	}
+	read := func() error {
+		_, err := io.ReadFull(c.c, peer)
+		return err
+	}
+	first, second := write, read
+	if c.server {
+		first, second = read, write
+	}
+	if err := first(); err != nil {
+		return nil, fmt.Errorf("out-of-band exchange: %w", err)
+	}
+	if err := second(); err != nil {
+		return nil, fmt.Errorf("out-of-band exchange: %w", err)
+	}
+	return peer, nil
+}
+
+// hello exchanges the version, the system data and the MTU, as perftest
+// does before the keys; it returns the MTU both use.
+func (c *ctrl) hello(mtu verbs.MTU) (verbs.MTU, error) {
+	v := make([]byte, 16)
+	copy(v, Version)
+	peer, err := c.xchg(v)
+	if err != nil {
+		return 0, err
+	}
+	pv, _ := strconv.ParseFloat(strings.TrimRight(string(peer), "\x00"), 64)
+	if pv < minVersion {
+		return 0, fmt.Errorf("current implementation is not compatible with the peer's perftest version %q", strings.TrimRight(string(peer), "\x00"))
+	}
+	// System data: the cycle buffer (the page size) and the cache line
+	// size, big-endian; both take the larger. Nothing here depends on
+	// them.
+	for _, v := range []uint32{4096, 64} {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], v)
+		if _, err := c.xchg(b[:]); err != nil {
+			return 0, err
+		}
+	}
+	m := []byte(strconv.Itoa(int(mtu)))
+	m = append(m, 0)
+	if len(m) != 2 {
+		return 0, fmt.Errorf("MTU enum %d", mtu)
+	}
+	pm, err := c.xchg(m)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimRight(string(pm), "\x00"))
+	if err != nil || n < 1 || n > 5 {
+		return 0, fmt.Errorf("the peer sent MTU %q", pm)
+	}
+	return min(mtu, verbs.MTU(n)), nil
+}
+
+// dest is perftest's pingpong_dest: what a side tells the other of its QP
+// and memory.
+type dest struct {
+	lid      uint16
+	outReads int
+	qpn      uint32
+	psn      uint32
+	rkey     uint32
+	vaddr    uint64
+	gid      verbs.GID
+	srqn     uint32
+}
+
+// keyLen is the key message's size with a GID (KEY_MSG_SIZE_GID).
+const keyLen = 108
+
+// marshal formats the key message: lowercase hex fields, the GID's bytes
+// each as two hex digits, each followed by a colon but the sixth's is
+// the GID's first, NUL-terminated: 107 characters and the NUL.
+func (d *dest) marshal() []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%04x:%04x:%06x:%06x:%08x:%016x:", d.lid, d.outReads, d.qpn, d.psn, d.rkey, d.vaddr)
+	for _, x := range d.gid {
+		fmt.Fprintf(&b, "%02x:", x)
+	}
+	fmt.Fprintf(&b, "%08x:", d.srqn)
+	out := append([]byte(b.String()), 0)
+	return out
+}
+
+var errKey = errors.New("malformed key message")
+
+// parseDest reads a key message.
+func parseDest(b []byte) (dest, error) {
+	var d dest
+	if len(b) != keyLen || b[keyLen-1] != 0 {
+		return d, errKey
+	}
+	f := strings.Split(string(b[:keyLen-1]), ":")
+	if len(f) != 6+16+2 || f[23] != "" {
+		return d, errKey
+	}
+	// Each field has its fixed width of hex digits.
+	hex := func(s string, digits int) (uint64, error) {
+		if len(s) != digits {
+			return 0, errKey
+		}
+		v, err := strconv.ParseUint(s, 16, 64)
+		if err != nil {
+			return 0, errKey
+		}
+		return v, nil
+	}
+	var vals [6]uint64
+	for i, digits := range []int{4, 4, 6, 6, 8, 16} {
+		v, err := hex(f[i], digits)
+		if err != nil {
+			return d, err
+		}
+		vals[i] = v
+	}
+	d.lid, d.outReads, d.qpn, d.psn, d.rkey, d.vaddr = uint16(vals[0]), int(vals[1]), uint32(vals[2]), uint32(vals[3]), uint32(vals[4]), vals[5]
+	for i := range d.gid {
+		v, err := hex(f[6+i], 2)
+		if err != nil {
+			return d, err
+		}
+		d.gid[i] = byte(v)
+	}
+	v, err := hex(f[22], 8)
+	if err != nil {
+		return d, err
+	}
+	d.srqn = uint32(v)
+	return d, nil
+}
+
+// handshake exchanges the key message (every synchronization point of
+// perftest is one).
+func (c *ctrl) handshake(my *dest) (dest, error) {
+	b, err := c.xchg(my.marshal())
+	if err != nil {
+		return dest{}, err
+	}
+	return parseDest(b)
+}
+
+// bwReport is what xchg_bw_reports carries.
+type bwReport struct {
+	size    uint64
+	iters   uint64
+	peak    float64
+	avg     float64
+	msgRate float64
+}
+
+// xchgReport exchanges bandwidth reports, each value on its own:
+// big-endian integers and IEEE-754 doubles.
+func (c *ctrl) xchgReport(r bwReport) (bwReport, error) {
+	var out bwReport
+	u := func(v uint64) (uint64, error) {
+		var b [8]byte
+		binary.BigEndian.PutUint64(b[:], v)
+		p, err := c.xchg(b[:])
+		if err != nil {
+			return 0, err
+		}
+		return binary.BigEndian.Uint64(p), nil
+	}
+	var err error
+	if out.size, err = u(r.size); err != nil {
+		return out, err
+	}
+	if out.iters, err = u(r.iters); err != nil {
+		return out, err
+	}
+	for _, p := range []struct {
+		v   float64
+		dst *float64
+	}{{r.peak, &out.peak}, {r.avg, &out.avg}, {r.msgRate, &out.msgRate}} {
+		v, err := u(math.Float64bits(p.v))
+		if err != nil {
+			return out, err
+		}
+		*p.dst = math.Float64frombits(v)
+	}
+	return out, nil
+}
+
+// closeConn is ctx_close_connection: a last handshake, then "done" (never
+// read) and close.
+func (c *ctrl) closeConn(my *dest) error {
+	if _, err := c.handshake(my); err != nil {
+		return err
+	}
+	c.c.Write([]byte("done\x00"))
+	return c.c.Close()
+}

@@ -1,0 +1,240 @@
+// Package perftest is the engine of `rdmago ib_send_bw`, `ib_send_lat`,
+// `ib_write_bw`, `ib_read_bw` and `ib_read_lat`: perftest 4.5's tools
+// (version string "6.06") on the verbs API, with perftest's flags, its
+// out-of-band TCP exchange (version, system data, MTU, the key messages
+// and their handshakes, the bandwidth reports), its banner, table header
+// and rows, so that either side may be perftest's C program and scripts
+// that parse perftest parse these.
+//
+// Offered: RC, one QP, the TCP exchange with GIDs (RoCE). Not yet: the
+// other transports, -q > 1, -b, -D, -R/-z, events (-e), post lists,
+// ib_write_lat and the atomic tests.
+package perftest
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/rdmago/rdmago/internal/getopt"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// Verb is the operation a tool measures.
+type Verb int
+
+// Verbs, in perftest's order.
+const (
+	Send Verb = iota
+	Write
+	Read
+)
+
+var verbNames = [...]string{"Send", "RDMA_Write", "RDMA_Read"}
+
+// Tool is one perftest program.
+type Tool struct {
+	Verb Verb
+	Lat  bool
+}
+
+// Name is the program's name ("ib_write_bw").
+func (t Tool) Name() string {
+	v := [...]string{"send", "write", "read"}[t.Verb]
+	if t.Lat {
+		return "ib_" + v + "_lat"
+	}
+	return "ib_" + v + "_bw"
+}
+
+// Tools are the programs offered.
+var Tools = []Tool{{Send, false}, {Send, true}, {Write, false}, {Read, false}, {Read, true}}
+
+// ToolByName finds a program by name.
+func ToolByName(name string) (Tool, bool) {
+	for _, t := range Tools {
+		if t.Name() == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+// Options are a run's parameters, perftest's user_param.
+type Options struct {
+	Tool        Tool
+	Server      string // the server to connect to; empty: be the server
+	Port        int
+	Device      string
+	IBPort      uint8
+	GIDIndex    int // -1: the port's first RoCEv2 IPv4 GID, as perftest picks for RoCE
+	Size        int
+	Iters       int
+	All         bool // -a: sizes 2 … 2^23
+	TxDepth     int
+	RxDepth     int
+	Inline      int // -1: the tool's default
+	CQMod       int
+	OutReads    int // -o; 0: the device's maximum
+	MTU         verbs.MTU
+	ReportGbits bool
+	NoPeak      bool
+}
+
+// MaxSize is perftest's largest message (-a's last size).
+const MaxSize = 1 << 23
+
+// DefaultPort is perftest's TCP port.
+const DefaultPort = 18515
+
+// Defaults returns t's defaults.
+func Defaults(t Tool) Options {
+	o := Options{Tool: t, Port: DefaultPort, IBPort: 1, GIDIndex: -1, Iters: 1000, Inline: -1, CQMod: 100, TxDepth: 128, RxDepth: 512}
+	if t.Verb == Write && !t.Lat {
+		o.Iters = 5000
+	}
+	o.Size = 65536
+	if t.Lat {
+		o.Size, o.TxDepth = 2, 1
+	}
+	return o
+}
+
+func specs(t Tool) []getopt.Spec {
+	d := Defaults(t)
+	s := []getopt.Spec{
+		{Short: 'a', Long: "all", Usage: "run sizes from 2 till 2^23"},
+		{Short: 'c', Long: "connection", Arg: "RC", Usage: "connection type (RC only here)", Default: "RC"},
+		{Short: 'd', Long: "ib-dev", Arg: "DEV", Usage: "use IB device", Default: "first device found"},
+		{Short: 'F', Long: "CPU-freq", Usage: "do not fail on CPU frequency differences (accepted, no effect)"},
+		{Short: 'h', Long: "help", Usage: "show this help"},
+		{Short: 'i', Long: "ib-port", Arg: "PORT", Usage: "use port of IB device", Default: "1"},
+		{Short: 'm', Long: "mtu", Arg: "MTU", Usage: "MTU size: 256 - 4096", Default: "port's active MTU"},
+		{Short: 'n', Long: "iters", Arg: "ITERS", Usage: "number of exchanges (at least 5)", Default: strconv.Itoa(d.Iters)},
+		{Short: 'p', Long: "port", Arg: "PORT", Usage: "listen on/connect to TCP port", Default: strconv.Itoa(DefaultPort)},
+		{Short: 'q', Long: "qp", Arg: "NUM", Usage: "number of QPs (1 here)", Default: "1"},
+		{Short: 's', Long: "size", Arg: "SIZE", Usage: "size of message to exchange", Default: strconv.Itoa(d.Size)},
+		{Short: 'x', Long: "gid-index", Arg: "INDEX", Usage: "GID index", Default: "the port's RoCEv2 IPv4 GID"},
+		{Long: "report_gbits", Usage: "report bandwidth in Gb/sec (1e9 bits) instead of MB/sec (2^20 bytes)"},
+	}
+	if t.Verb != Read {
+		s = append(s, getopt.Spec{Short: 'I', Long: "inline_size", Arg: "SIZE", Usage: "max size of message to be sent inline"})
+	} else {
+		s = append(s, getopt.Spec{Short: 'o', Long: "outs", Arg: "NUM", Usage: "outstanding reads/atomics", Default: "device's maximum"})
+	}
+	if !t.Lat {
+		s = append(s,
+			getopt.Spec{Short: 't', Long: "tx-depth", Arg: "DEPTH", Usage: "size of tx queue", Default: strconv.Itoa(d.TxDepth)},
+			getopt.Spec{Short: 'Q', Long: "cq-mod", Arg: "NUM", Usage: "generate a completion every NUM sends", Default: "100"},
+			getopt.Spec{Short: 'N', Long: "noPeak", Usage: "skip the peak bandwidth calculation"},
+		)
+	}
+	if t.Verb == Send {
+		s = append(s, getopt.Spec{Short: 'r', Long: "rx-depth", Arg: "DEPTH", Usage: "size of rx queue", Default: strconv.Itoa(d.RxDepth)})
+	}
+	return s
+}
+
+// Usage prints t's options.
+func Usage(t Tool, w io.Writer) {
+	fmt.Fprintf(w, " Usage:\n   %s            start a server and wait for connection\n   %s <host>     connect to server at <host>\n\n Options:\n", t.Name(), t.Name())
+	getopt.PrintUsage(w, specs(t))
+}
+
+// ErrHelp is returned by ParseArgs for -h.
+var ErrHelp = fmt.Errorf("help requested")
+
+// ParseArgs parses t's command line.
+func ParseArgs(t Tool, args []string) (*Options, error) {
+	o := Defaults(t)
+	opts, operands, err := getopt.ParseSpecs(args, specs(t))
+	if err != nil {
+		return nil, err
+	}
+	txSet, rxSet, cqSet := false, false, false
+	for _, op := range opts {
+		var err error
+		switch op.Key() {
+		case "a":
+			o.All = true
+		case "c":
+			if !strings.EqualFold(op.Arg, "RC") {
+				return nil, fmt.Errorf("connection type %s is not offered yet (RC only)", op.Arg)
+			}
+		case "d":
+			o.Device = op.Arg
+		case "F", "N":
+			o.NoPeak = o.NoPeak || op.Key() == "N"
+		case "h":
+			return nil, ErrHelp
+		case "i":
+			var n int
+			n, err = op.Int(1, 254)
+			o.IBPort = uint8(n)
+		case "m":
+			var n int
+			if n, err = op.Int(256, 4096); err == nil {
+				if o.MTU = verbs.MTUFromBytes(n); o.MTU.Bytes() != n {
+					err = fmt.Errorf("invalid MTU %d (256, 512, 1024, 2048 or 4096)", n)
+				}
+			}
+		case "n":
+			o.Iters, err = op.Int(5, 1<<30)
+		case "p":
+			o.Port, err = op.Int(1, 65535)
+		case "q":
+			if _, err = op.Int(1, 1); err != nil {
+				err = fmt.Errorf("only one QP is offered yet")
+			}
+		case "s":
+			o.Size, err = op.Int(1, MaxSize)
+		case "x":
+			o.GIDIndex, err = op.Int(0, 255)
+		case "report_gbits":
+			o.ReportGbits = true
+		case "I":
+			o.Inline, err = op.Int(0, 912)
+		case "o":
+			o.OutReads, err = op.Int(1, 256)
+		case "t":
+			o.TxDepth, err = op.Int(1, 1<<15)
+			txSet = true
+		case "Q":
+			o.CQMod, err = op.Int(1, 1<<15)
+			cqSet = true
+		case "r":
+			o.RxDepth, err = op.Int(1, 1<<15)
+			rxSet = true
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	switch len(operands) {
+	case 0:
+	case 1:
+		o.Server = operands[0]
+	default:
+		return nil, fmt.Errorf("too many arguments: %q", operands[1:])
+	}
+	// perftest's adjustments: queues no deeper than the run is long, the
+	// CQ moderation no larger than the tx depth.
+	if !t.Lat {
+		if !txSet || o.TxDepth > o.Iters {
+			o.TxDepth = min(o.TxDepth, o.Iters)
+		}
+		if !cqSet || o.CQMod > o.TxDepth {
+			o.CQMod = min(o.CQMod, o.TxDepth)
+		}
+	}
+	if t.Verb == Send {
+		if !rxSet || o.RxDepth > o.Iters {
+			o.RxDepth = min(o.RxDepth, o.Iters)
+		}
+		if t.Lat {
+			o.RxDepth = min(o.Iters+1, 512) // the receives a side keeps posted
+		}
+	}
+	return &o, nil
+}

@@ -1,0 +1,136 @@
+package perftest
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/rdmago/rdmago/rxe" // the software device
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// The key message is perftest's KEY_PRINT_FMT_GID: 107 characters and a
+// NUL, lowercase hex, a colon after every field.
+func TestKeyMessageIsPerftests(t *testing.T) {
+	d := dest{lid: 0, outReads: 1, qpn: 0x14, psn: 0x73fabd, rkey: 0x584, vaddr: 0x563ef4397000,
+		gid: verbs.GIDFromAddr(netipMust("10.77.0.11"))}
+	b := d.marshal()
+	want := "0000:0001:000014:73fabd:00000584:0000563ef4397000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:4d:00:0b:00000000:\x00"
+	if string(b) != want || len(b) != keyLen {
+		t.Fatalf("key message\n%q (%d bytes)\nwant\n%q", b, len(b), want)
+	}
+	got, err := parseDest(b)
+	if err != nil || got != d {
+		t.Fatalf("parsed back %+v, %v", got, err)
+	}
+	for _, bad := range [][]byte{b[:keyLen-1], append(bytes.Clone(b[:keyLen-1]), 'x'), bytes.Replace(b, []byte("73fabd"), []byte("73fabg"), 1)} {
+		if _, err := parseDest(bad); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}
+
+// Latency statistics as perftest's: deltas of successive stamps, sorted,
+// the two largest left out of the average; the median as the typical
+// figure; send latencies halved.
+func TestLatencyStatistics(t *testing.T) {
+	base := time.Unix(0, 0)
+	var stamps []time.Time
+	at := base
+	for _, d := range []int{10, 20, 30, 40, 1000, 2000} { // µs of round trip
+		stamps = append(stamps, at)
+		at = at.Add(time.Duration(d) * time.Microsecond)
+	}
+	stamps = append(stamps, at)
+	l := latStats(stamps, 2)
+	// Deltas 5 10 15 20 500 1000 (halved); four counted.
+	if l.min != 5 || l.max != 500 || l.typical != 12.5 || l.avg != 12.5 {
+		t.Fatalf("stats %+v", l)
+	}
+	if l.stdev < 5.59 || l.stdev > 5.60 {
+		t.Fatalf("stdev %v, want √31.25", l.stdev)
+	}
+}
+
+func TestArgsDefaultsAndRefusals(t *testing.T) {
+	o, err := ParseArgs(Tool{Write, false}, nil)
+	if err != nil || o.Iters != 5000 || o.Size != 65536 || o.TxDepth != 128 || o.CQMod != 100 || o.Port != DefaultPort {
+		t.Fatalf("ib_write_bw defaults %+v, %v", o, err)
+	}
+	o, err = ParseArgs(Tool{Send, true}, []string{"-n", "50", "-s", "8", "host"})
+	if err != nil || o.Iters != 50 || o.Size != 8 || o.Server != "host" || o.TxDepth != 1 {
+		t.Fatalf("ib_send_lat %+v, %v", o, err)
+	}
+	for _, args := range [][]string{{"-n", "4"}, {"-c", "UD"}, {"-q", "2"}, {"-m", "300"}, {"-s", "9000000"}, {"a", "b"}, {"--bogus"}} {
+		if _, err := ParseArgs(Tool{Write, false}, args); err == nil {
+			t.Errorf("accepted %q", args)
+		}
+	}
+	if _, err := ParseArgs(Tool{Read, true}, []string{"-h"}); err != ErrHelp {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// Every tool, server and client in one process over the software device
+// on 127.0.0.1: both finish and print their rows.
+func TestToolsRunAgainstThemselves(t *testing.T) {
+	for _, tool := range Tools {
+		t.Run(tool.Name(), func(t *testing.T) {
+			args := []string{"-d", "rxe_lo", "-n", "20", "-s", "1024", "-p", ""}
+			port := freePort(t)
+			args[len(args)-1] = itoa(port)
+			so, err := ParseArgs(tool, args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			co, _ := ParseArgs(tool, append(args, "127.0.0.1"))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var sout, cout syncBuf
+			done := make(chan error, 1)
+			go func() { done <- Run(ctx, so, &sout, &sout) }()
+			time.Sleep(200 * time.Millisecond)
+			if err := Run(ctx, co, &cout, &cout); err != nil {
+				t.Fatalf("client: %v\n%s", err, cout.String())
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("server: %v\n%s", err, sout.String())
+			}
+			for side, out := range map[string]string{"client": cout.String(), "server": sout.String()} {
+				if tool.Lat && tool.Verb == Read && side == "server" {
+					continue
+				}
+				if !strings.Contains(out, "\n 1024 ") {
+					t.Errorf("%s printed no row:\n%s", side, out)
+				}
+			}
+		})
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -1,0 +1,528 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// res are a run's verbs objects: one RC QP, its CQ and a buffer of two
+// halves, the local half the source of sends and writes (and the target
+// of reads), the remote half what the peer writes into or reads.
+type res struct {
+	o      *Options
+	ctx    *verbs.Context
+	pd     *verbs.PD
+	cq     *verbs.CQ
+	qp     *verbs.QP
+	mr     *verbs.MR
+	buf    []byte
+	half   int
+	port   verbs.PortAttr
+	inline int
+	my     dest
+	rem    dest
+	mtu    verbs.MTU
+	wc     []verbs.WC
+	// rxPosted counts the receives outstanding.
+	rxPosted int
+}
+
+func openDevice(name string) (*verbs.Device, error) {
+	if name != "" {
+		d, err := verbs.DeviceByName(name)
+		if err != nil {
+			return nil, fmt.Errorf("IB device %s not found", name)
+		}
+		return d, nil
+	}
+	devs, err := verbs.Devices()
+	if err != nil || len(devs) == 0 {
+		return nil, errors.New("no IB devices found")
+	}
+	return devs[0], nil
+}
+
+func (r *res) close() {
+	if r.qp != nil {
+		r.qp.Destroy()
+	}
+	if r.cq != nil {
+		r.cq.Destroy()
+	}
+	if r.mr != nil {
+		r.mr.Dereg()
+	}
+	if r.pd != nil {
+		r.pd.Dealloc()
+	}
+	if r.ctx != nil {
+		r.ctx.Close()
+	}
+}
+
+// setup opens the device and makes the QP (in INIT), the CQ and the
+// buffer.
+func setup(o *Options) (*res, error) {
+	r := &res{o: o}
+	dev, err := openDevice(o.Device)
+	if err != nil {
+		return nil, err
+	}
+	if o.Device == "" {
+		o.Device = dev.Name()
+	}
+	if r.ctx, err = dev.Open(); err != nil {
+		return nil, fmt.Errorf("couldn't get context for the device: %w", err)
+	}
+	fail := func(err error) (*res, error) {
+		r.close()
+		return nil, err
+	}
+	if r.port, err = r.ctx.QueryPort(o.IBPort); err != nil {
+		return fail(fmt.Errorf("unable to query port %d: %w", o.IBPort, err))
+	}
+	if r.port.State != verbs.PortActive {
+		return fail(fmt.Errorf("port %d is not active", o.IBPort))
+	}
+	if o.GIDIndex < 0 {
+		o.GIDIndex = 0
+		for i := 0; i < r.port.GIDTblLen; i++ {
+			if g, err := r.ctx.QueryGID(o.IBPort, i); err == nil && g.Addr().Is4() {
+				o.GIDIndex = i
+				break
+			}
+		}
+	}
+	gid, err := r.ctx.QueryGID(o.IBPort, o.GIDIndex)
+	if err != nil {
+		return fail(fmt.Errorf("couldn't read GID index %d: %w", o.GIDIndex, err))
+	}
+	if o.MTU == 0 {
+		o.MTU = r.port.ActiveMTU
+	}
+	r.mtu = min(o.MTU, r.port.ActiveMTU)
+	attr, err := r.ctx.QueryDevice()
+	if err != nil {
+		return fail(err)
+	}
+	if o.Tool.Verb == Read && o.OutReads == 0 {
+		o.OutReads = attr.MaxQPRdAtom
+	}
+	if o.Inline < 0 {
+		o.Inline = 0
+		if o.Tool.Lat && o.Tool.Verb != Read {
+			o.Inline = min(236, attr.MaxInlineData) // perftest's default for latency
+		}
+	}
+	maxSize := o.Size
+	if o.All {
+		maxSize = MaxSize
+	}
+	if r.pd, err = r.ctx.AllocPD(); err != nil {
+		return fail(fmt.Errorf("couldn't allocate PD: %w", err))
+	}
+	r.half = max(maxSize, 64)
+	r.buf = make([]byte, 2*r.half)
+	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	if r.mr, err = r.pd.RegMR(r.buf, acc); err != nil {
+		return fail(fmt.Errorf("couldn't allocate MR: %w", err))
+	}
+	depth := o.TxDepth + o.RxDepth
+	if r.cq, err = r.ctx.CreateCQ(depth+1, nil, 0); err != nil {
+		return fail(fmt.Errorf("couldn't create CQ: %w", err))
+	}
+	init := verbs.QPInitAttr{SendCQ: r.cq, RecvCQ: r.cq, QPType: verbs.QPTRC, Cap: verbs.QPCap{
+		MaxSendWR: uint32(o.TxDepth + 8), MaxRecvWR: uint32(max(o.RxDepth, 1)), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(o.Inline)}}
+	if r.qp, err = r.pd.CreateQP(&init); err != nil {
+		return fail(fmt.Errorf("couldn't create QP: %w", err))
+	}
+	if int(init.Cap.MaxInlineData) < o.Inline {
+		o.Inline = int(init.Cap.MaxInlineData)
+	}
+	r.inline = o.Inline
+	qa := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: o.IBPort, QPAccessFlags: acc}
+	if err := r.qp.Modify(&qa, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		return fail(fmt.Errorf("failed to modify QP to INIT: %w", err))
+	}
+	out := 1
+	if o.Tool.Verb == Read {
+		out = o.OutReads
+	}
+	r.my = dest{lid: r.port.LID, outReads: out, qpn: r.qp.Num(), psn: rand.Uint32() & 0xffffff, rkey: r.mr.RKey(),
+		vaddr: r.mr.Addr() + uint64(r.half), gid: gid}
+	r.wc = make([]verbs.WC, 64)
+	return r, nil
+}
+
+// connect brings the QP to RTS towards the peer (ctx_connect).
+func (r *res) connect() error {
+	o := r.o
+	ah := verbs.AHAttr{DLID: r.rem.lid, PortNum: o.IBPort, IsGlobal: true,
+		GRH: verbs.GlobalRoute{DGID: r.rem.gid, SGIDIndex: uint8(o.GIDIndex), HopLimit: 0xff}}
+	attr := verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: r.mtu, DestQPNum: r.rem.qpn, RQPSN: r.rem.psn, AHAttr: ah,
+		MaxDestRdAtomic: uint8(max(r.my.outReads, 1)), MinRNRTimer: 12}
+	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+	if err := r.qp.Modify(&attr, mask); err != nil {
+		return fmt.Errorf("failed to modify QP to RTR: %w", err)
+	}
+	attr = verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: r.my.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+		MaxRdAtomic: uint8(max(min(r.my.outReads, r.rem.outReads), 1))}
+	mask = verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	if err := r.qp.Modify(&attr, mask); err != nil {
+		return fmt.Errorf("failed to modify QP to RTS: %w", err)
+	}
+	return nil
+}
+
+// poll takes completions, waiting (without spinning: the software
+// device's goroutines share the process) until at least one is there.
+func (r *res) poll(ctx context.Context) ([]verbs.WC, error) {
+	for {
+		n, err := r.cq.Poll(r.wc)
+		if err != nil {
+			return nil, fmt.Errorf("poll CQ failed: %w", err)
+		}
+		if n > 0 {
+			for _, wc := range r.wc[:n] {
+				if wc.Status != verbs.WCSuccess {
+					return nil, fmt.Errorf("completion with error: %s (wr_id %d, vendor error %#x)", wc.Status, wc.WRID, wc.VendorErr)
+				}
+			}
+			return r.wc[:n], nil
+		}
+		if err := r.cq.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("waiting for completions: %w", err)
+		}
+	}
+}
+
+// sizes is the list of message sizes of the run.
+func (o *Options) sizes() []int {
+	if !o.All {
+		return []int{o.Size}
+	}
+	var s []int
+	for n := 2; n <= MaxSize; n *= 2 {
+		s = append(s, n)
+	}
+	return s
+}
+
+// sendWR is the work request of one iteration of size bytes.
+func (r *res) sendWR(size int, signaled bool) verbs.SendWR {
+	wr := verbs.SendWR{SGList: []verbs.SGE{r.mr.SGE(0, size)}}
+	switch r.o.Tool.Verb {
+	case Send:
+		wr.Opcode = verbs.WRSend
+	case Write:
+		wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRDMAWrite, r.rem.vaddr, r.rem.rkey
+	case Read:
+		wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRDMARead, r.rem.vaddr, r.rem.rkey
+	}
+	if signaled {
+		wr.SendFlags |= verbs.SendSignaled
+	}
+	if size <= r.inline && r.o.Tool.Verb != Read {
+		wr.SendFlags |= verbs.SendInline
+	}
+	return wr
+}
+
+// Run runs the tool: a server without o.Server, a client with it.
+func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
+	if o.Server == "" {
+		fmt.Fprint(stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+	}
+	c, err := dialCtrl(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	r, err := setup(o)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	if r.mtu, err = c.hello(r.mtu); err != nil {
+		return err
+	}
+	t := o.Tool
+	printBanner(stdout, o, r)
+	// Before the test: perftest's handshakes, in its order and number
+	// (N = 1 QP): the keys, ctx_connect, then the others.
+	if r.rem, err = c.handshake(&r.my); err != nil {
+		return err
+	}
+	extraFirst := t.Lat && t.Verb != Send // write_lat, read_lat: 2N+2
+	if extraFirst {
+		// Their first handshake is before the keys; the key message is
+		// the same every time, so the second carries what the first did.
+		if r.rem, err = c.handshake(&r.my); err != nil {
+			return err
+		}
+	}
+	printAddrs(stdout, o, &r.my, &r.rem)
+	if err := r.connect(); err != nil {
+		return err
+	}
+	for range 2 {
+		if _, err := c.handshake(&r.my); err != nil {
+			return err
+		}
+	}
+	switch {
+	case !t.Lat && t.Verb != Send:
+		return runRDMABW(ctx, c, r, stdout)
+	case !t.Lat:
+		return runSendBW(ctx, c, r, stdout)
+	case t.Verb == Send:
+		return runSendLat(ctx, c, r, stdout)
+	default:
+		return runReadLat(ctx, c, r, stdout)
+	}
+}
+
+// runRDMABW is ib_write_bw and ib_read_bw: the client moves the data and
+// reports; the server waits, then prints the client's report.
+func runRDMABW(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
+	o := r.o
+	printBWHeader(w, o)
+	var last bwReport
+	if !c.server {
+		for _, size := range o.sizes() {
+			rep, err := r.bwIterations(ctx, size)
+			if err != nil {
+				return err
+			}
+			printBWRow(w, o, rep)
+			last = rep
+		}
+	}
+	if _, err := c.handshake(&r.my); err != nil {
+		return err
+	}
+	peer, err := c.xchgReport(last)
+	if err != nil {
+		return err
+	}
+	if c.server {
+		printBWRow(w, o, peer)
+	}
+	fmt.Fprint(w, resultLine)
+	return c.closeConn(&r.my)
+}
+
+// bwIterations posts o.Iters operations of size bytes, o.TxDepth at most
+// outstanding, every o.CQMod-th (and the last) signaled, and measures
+// when each was posted and completed.
+func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
+	o := r.o
+	n := o.Iters
+	posted := make([]time.Time, n)
+	completed := make([]time.Time, n)
+	scnt, ccnt := 0, 0
+	for ccnt < n {
+		for scnt < n && scnt-ccnt < o.TxDepth {
+			signaled := (scnt+1)%o.CQMod == 0 || scnt == n-1
+			wr := r.sendWR(size, signaled)
+			wr.WRID = uint64(scnt)
+			posted[scnt] = time.Now()
+			if err := r.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+				return bwReport{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+			}
+			scnt++
+		}
+		wcs, err := r.poll(ctx)
+		if err != nil {
+			return bwReport{}, err
+		}
+		now := time.Now()
+		for _, wc := range wcs {
+			// A signaled completion completes every request up to it.
+			for last := int(wc.WRID); ccnt <= last && ccnt < n; ccnt++ {
+				completed[ccnt] = now
+			}
+		}
+	}
+	return bwReportOf(o, size, posted, completed), nil
+}
+
+// runSendBW is ib_send_bw: per size, the server posts receives, a
+// handshake starts the run, and each side prints its own row.
+func runSendBW(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
+	o := r.o
+	printBWHeader(w, o)
+	sizes := o.sizes()
+	for i, size := range sizes {
+		if c.server {
+			if err := r.fillRecvs(min(o.RxDepth, o.Iters)); err != nil {
+				return err
+			}
+		}
+		if _, err := c.handshake(&r.my); err != nil {
+			return err
+		}
+		var rep bwReport
+		var err error
+		if c.server {
+			rep, err = r.recvIterations(ctx, size)
+		} else {
+			rep, err = r.bwIterations(ctx, size)
+		}
+		if err != nil {
+			return err
+		}
+		rep.size = uint64(size)
+		printBWRow(w, o, rep)
+		if o.All && i < len(sizes)-1 {
+			if _, err := c.handshake(&r.my); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprint(w, resultLine)
+	return c.closeConn(&r.my)
+}
+
+// fillRecvs posts receives (each of the largest size) until n are
+// outstanding.
+func (r *res) fillRecvs(n int) error {
+	for r.rxPosted < n {
+		if err := r.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(r.rxPosted), SGList: []verbs.SGE{r.mr.SGE(r.half, r.half)}}}); err != nil {
+			return fmt.Errorf("couldn't post receive: %w", err)
+		}
+		r.rxPosted++
+	}
+	return nil
+}
+
+// recvIterations takes o.Iters receives, reposting as they complete.
+func (r *res) recvIterations(ctx context.Context, size int) (bwReport, error) {
+	o := r.o
+	n := o.Iters
+	posted := make([]time.Time, n)
+	completed := make([]time.Time, n)
+	got := 0
+	for got < n {
+		wcs, err := r.poll(ctx)
+		if err != nil {
+			return bwReport{}, err
+		}
+		now := time.Now()
+		for _, wc := range wcs {
+			if wc.Opcode&verbs.WCRecv == 0 {
+				continue
+			}
+			if got == 0 {
+				for i := range posted {
+					posted[i] = now
+				}
+			}
+			completed[got] = now
+			got++
+			r.rxPosted--
+		}
+		if err := r.fillRecvs(min(o.RxDepth, n-got)); err != nil {
+			return bwReport{}, err
+		}
+	}
+	rep := bwReportOf(o, size, posted, completed)
+	rep.peak = 0 // perftest's server computes no peak for receives
+	return rep, nil
+}
+
+// runSendLat is ib_send_lat: per size a handshake, then the ping-pong
+// (the client sends first, the server answers each message); each side
+// prints its own row.
+func runSendLat(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
+	o := r.o
+	printLatHeader(w)
+	for _, size := range o.sizes() {
+		if err := r.fillRecvs(o.RxDepth); err != nil {
+			return err
+		}
+		if _, err := c.handshake(&r.my); err != nil {
+			return err
+		}
+		stamps := make([]time.Time, o.Iters)
+		for i := 0; i < o.Iters; i++ {
+			if c.server {
+				if err := r.waitRecv(ctx); err != nil {
+					return err
+				}
+			}
+			stamps[i] = time.Now()
+			if err := r.qp.PostSend([]verbs.SendWR{r.sendWR(size, true)}); err != nil {
+				return fmt.Errorf("couldn't post send: %w", err)
+			}
+			if !c.server {
+				if err := r.waitRecv(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		printLatRow(w, size, o.Iters, latStats(stamps, 2))
+	}
+	fmt.Fprint(w, resultLine)
+	return c.closeConn(&r.my)
+}
+
+// waitRecv waits for one receive (passing over send completions) and
+// keeps the receive queue full.
+func (r *res) waitRecv(ctx context.Context) error {
+	for {
+		n, err := r.cq.Poll(r.wc[:1])
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			if err := r.cq.Wait(ctx); err != nil {
+				return fmt.Errorf("waiting for a receive: %w", err)
+			}
+			continue
+		}
+		wc := r.wc[0]
+		if wc.Status != verbs.WCSuccess {
+			return fmt.Errorf("completion with error: %s", wc.Status)
+		}
+		if wc.Opcode&verbs.WCRecv == 0 {
+			continue
+		}
+		r.rxPosted--
+		return r.fillRecvs(r.o.RxDepth)
+	}
+}
+
+// runReadLat is ib_read_lat: the client reads the server's memory, one
+// read at a time, and prints; the server only waits for it to finish.
+func runReadLat(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
+	o := r.o
+	printLatHeader(w)
+	if !c.server {
+		for _, size := range o.sizes() {
+			stamps := make([]time.Time, o.Iters)
+			for i := 0; i < o.Iters; i++ {
+				stamps[i] = time.Now()
+				wr := r.sendWR(size, true)
+				if err := r.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+					return fmt.Errorf("couldn't post read: %w", err)
+				}
+				if _, err := r.poll(ctx); err != nil {
+					return err
+				}
+			}
+			printLatRow(w, size, o.Iters, latStats(stamps, 1))
+		}
+	}
+	fmt.Fprint(w, resultLine)
+	return c.closeConn(&r.my)
+}
