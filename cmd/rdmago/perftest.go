@@ -40,7 +40,7 @@ func perftestCommand(t perftest.Tool) func([]string, io.Writer, io.Writer) int {
 
 func init() {
 	for _, t := range perftest.Tools {
-		verb := map[perftest.Verb]string{perftest.Send: "SEND", perftest.Write: "RDMA WRITE", perftest.Read: "RDMA READ"}[t.Verb]
+		verb := map[perftest.Verb]string{perftest.Send: "SEND", perftest.Write: "RDMA WRITE", perftest.Read: "RDMA READ", perftest.Atomic: "atomic"}[t.Verb]
 		what := "bandwidth"
 		if t.Lat {
 			what = "latency"

@@ -92,43 +92,51 @@ func (c *ctrl) xchg(mine []byte) ([]byte, error) {
 	return peer, nil
 }
 
+// cycleBuffer is the cycle buffer this side announces: the span of
+// remote memory a bandwidth test's posts move through. perftest announces
+// its page size; this side offers 64 KiB, the largest page size Linux
+// has, so that it holds any peer's.
+const cycleBuffer = 64 << 10
+
 // hello exchanges the version, the system data and the MTU, as perftest
-// does before the keys; it returns the MTU both use.
-func (c *ctrl) hello(mtu verbs.MTU) (verbs.MTU, error) {
+// does before the keys; it returns the MTU both use and the peer's cycle
+// buffer.
+func (c *ctrl) hello(mtu verbs.MTU) (verbs.MTU, int, error) {
 	v := make([]byte, 16)
 	copy(v, Version)
 	peer, err := c.xchg(v)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	pv, _ := strconv.ParseFloat(strings.TrimRight(string(peer), "\x00"), 64)
 	if pv < minVersion {
-		return 0, fmt.Errorf("current implementation is not compatible with the peer's perftest version %q", strings.TrimRight(string(peer), "\x00"))
+		return 0, 0, fmt.Errorf("current implementation is not compatible with the peer's perftest version %q", strings.TrimRight(string(peer), "\x00"))
 	}
-	// System data: the cycle buffer (the page size) and the cache line
-	// size, big-endian; both take the larger. Nothing here depends on
-	// them.
-	for _, v := range []uint32{4096, 64} {
+	// System data: the cycle buffer and the cache line size, big-endian.
+	var sys [2]uint32
+	for i, v := range []uint32{cycleBuffer, 64} {
 		var b [4]byte
 		binary.BigEndian.PutUint32(b[:], v)
-		if _, err := c.xchg(b[:]); err != nil {
-			return 0, err
+		p, err := c.xchg(b[:])
+		if err != nil {
+			return 0, 0, err
 		}
+		sys[i] = binary.BigEndian.Uint32(p)
 	}
 	m := []byte(strconv.Itoa(int(mtu)))
 	m = append(m, 0)
 	if len(m) != 2 {
-		return 0, fmt.Errorf("MTU enum %d", mtu)
+		return 0, 0, fmt.Errorf("MTU enum %d", mtu)
 	}
 	pm, err := c.xchg(m)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	n, err := strconv.Atoi(strings.TrimRight(string(pm), "\x00"))
 	if err != nil || n < 1 || n > 5 {
-		return 0, fmt.Errorf("the peer sent MTU %q", pm)
+		return 0, 0, fmt.Errorf("the peer sent MTU %q", pm)
 	}
-	return min(mtu, verbs.MTU(n)), nil
+	return min(mtu, verbs.MTU(n)), int(sys[0]), nil
 }
 
 // dest is perftest's pingpong_dest: what a side tells the other of its QP

@@ -1,5 +1,6 @@
 // Package perftest is the engine of `rdmago ib_send_bw`, `ib_send_lat`,
-// `ib_write_bw`, `ib_read_bw` and `ib_read_lat`: perftest 4.5's tools
+// `ib_write_bw`, `ib_read_bw`, `ib_read_lat`, `ib_atomic_bw` and
+// `ib_atomic_lat` (-A CMP_AND_SWAP|FETCH_AND_ADD): perftest 4.5's tools
 // (version string "6.06") on the verbs API, with perftest's flags, its
 // out-of-band TCP exchange (version, system data, MTU, the key messages
 // and their handshakes, the bandwidth reports), its banner, table header
@@ -8,7 +9,7 @@
 //
 // Offered: RC, one QP, the TCP exchange with GIDs (RoCE). Not yet: the
 // other transports, -q > 1, -b, -D, -R/-z, events (-e), post lists,
-// ib_write_lat and the atomic tests.
+// ib_write_lat.
 package perftest
 
 import (
@@ -29,9 +30,21 @@ const (
 	Send Verb = iota
 	Write
 	Read
+	Atomic
 )
 
-var verbNames = [...]string{"Send", "RDMA_Write", "RDMA_Read"}
+var verbNames = [...]string{"Send", "RDMA_Write", "RDMA_Read", "Atomic"}
+
+// AtomicType is -A's operation.
+type AtomicType int
+
+// Atomic operations, perftest's names.
+const (
+	CmpAndSwap AtomicType = iota
+	FetchAndAdd
+)
+
+var atomicNames = [...]string{"CMP_AND_SWAP", "FETCH_AND_ADD"}
 
 // Tool is one perftest program.
 type Tool struct {
@@ -41,7 +54,7 @@ type Tool struct {
 
 // Name is the program's name ("ib_write_bw").
 func (t Tool) Name() string {
-	v := [...]string{"send", "write", "read"}[t.Verb]
+	v := [...]string{"send", "write", "read", "atomic"}[t.Verb]
 	if t.Lat {
 		return "ib_" + v + "_lat"
 	}
@@ -49,7 +62,7 @@ func (t Tool) Name() string {
 }
 
 // Tools are the programs offered.
-var Tools = []Tool{{Send, false}, {Send, true}, {Write, false}, {Read, false}, {Read, true}}
+var Tools = []Tool{{Send, false}, {Send, true}, {Write, false}, {Read, false}, {Read, true}, {Atomic, false}, {Atomic, true}}
 
 // ToolByName finds a program by name.
 func ToolByName(name string) (Tool, bool) {
@@ -80,6 +93,7 @@ type Options struct {
 	MTU         verbs.MTU
 	ReportGbits bool
 	NoPeak      bool
+	AtomicType  AtomicType
 }
 
 // MaxSize is perftest's largest message (-a's last size).
@@ -97,6 +111,9 @@ func Defaults(t Tool) Options {
 	o.Size = 65536
 	if t.Lat {
 		o.Size, o.TxDepth = 2, 1
+	}
+	if t.Verb == Atomic {
+		o.Size, o.AtomicType = 8, FetchAndAdd // an atomic is 8 bytes
 	}
 	return o
 }
@@ -118,7 +135,10 @@ func specs(t Tool) []getopt.Spec {
 		{Short: 'x', Long: "gid-index", Arg: "INDEX", Usage: "GID index", Default: "the port's RoCEv2 IPv4 GID"},
 		{Long: "report_gbits", Usage: "report bandwidth in Gb/sec (1e9 bits) instead of MB/sec (2^20 bytes)"},
 	}
-	if t.Verb != Read {
+	if t.Verb == Atomic {
+		s = append(s, getopt.Spec{Short: 'A', Long: "atomic_type", Arg: "TYPE", Usage: "type of atomic operation from {CMP_AND_SWAP,FETCH_AND_ADD}", Default: "FETCH_AND_ADD"})
+	}
+	if t.Verb != Read && t.Verb != Atomic {
 		s = append(s, getopt.Spec{Short: 'I', Long: "inline_size", Arg: "SIZE", Usage: "max size of message to be sent inline"})
 	} else {
 		s = append(s, getopt.Spec{Short: 'o', Long: "outs", Arg: "NUM", Usage: "outstanding reads/atomics", Default: "device's maximum"})
@@ -191,6 +211,15 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			o.Size, err = op.Int(1, MaxSize)
 		case "x":
 			o.GIDIndex, err = op.Int(0, 255)
+		case "A":
+			switch op.Arg {
+			case atomicNames[CmpAndSwap]:
+				o.AtomicType = CmpAndSwap
+			case atomicNames[FetchAndAdd]:
+				o.AtomicType = FetchAndAdd
+			default:
+				err = fmt.Errorf("unknown atomic type %q (CMP_AND_SWAP or FETCH_AND_ADD)", op.Arg)
+			}
 		case "report_gbits":
 			o.ReportGbits = true
 		case "I":
@@ -210,6 +239,10 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
+	}
+	if t.Verb == Atomic {
+		// perftest's atomic tests move 8 bytes whatever -s and -a say.
+		o.Size, o.All = 8, false
 	}
 	switch len(operands) {
 	case 0:

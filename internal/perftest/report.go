@@ -30,7 +30,11 @@ func printBanner(w io.Writer, o *Options, r *res) {
 		kind = "Latency "
 	}
 	fmt.Fprint(w, resultLine)
-	fmt.Fprintf(w, "                    %s %sTest\n", verbNames[t.Verb], kind)
+	name := verbNames[t.Verb]
+	if t.Verb == Atomic {
+		name += " " + atomicNames[o.AtomicType]
+	}
+	fmt.Fprintf(w, "                    %s %sTest\n", name, kind)
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", o.Device)
 	fmt.Fprintf(w, " Number of qps   : 1\t\tTransport type : IB\n")
 	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
@@ -52,7 +56,7 @@ func printBanner(w io.Writer, o *Options, r *res) {
 	}
 	fmt.Fprintf(w, " Link type       : %s\n", link)
 	fmt.Fprintf(w, " GID index       : %d\n", o.GIDIndex)
-	if t.Verb != Read {
+	if t.Verb == Send || t.Verb == Write {
 		fmt.Fprintf(w, " Max inline data : %d[B]\n", o.Inline)
 	} else {
 		fmt.Fprintf(w, " Outstand reads  : %d\n", o.OutReads)
@@ -70,10 +74,12 @@ func printAddrs(w io.Writer, o *Options, my, rem *dest) {
 	}{{"local", my}, {"remote", rem}} {
 		d := x.d
 		fmt.Fprintf(w, " %s address: LID %s QPN %s PSN %s", x.name, cHex(uint64(d.lid), 4), cHex(uint64(d.qpn), 6), cHex(uint64(d.psn), 6))
+		// As perftest: reads show their outstanding reads and RDMA
+		// operations their memory; atomics show neither.
 		if o.Tool.Verb == Read {
 			fmt.Fprintf(w, " OUT %s", cHex(uint64(d.outReads), 4))
 		}
-		if o.Tool.Verb != Send {
+		if o.Tool.Verb == Read || o.Tool.Verb == Write {
 			fmt.Fprintf(w, " RKey %s VAddr %s", cHex(uint64(d.rkey), 8), cHex(d.vaddr, 16))
 		}
 		fmt.Fprint(w, "\n GID: ")

@@ -111,12 +111,12 @@ func setup(o *Options) (*res, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if o.Tool.Verb == Read && o.OutReads == 0 {
+	if (o.Tool.Verb == Read || o.Tool.Verb == Atomic) && o.OutReads == 0 {
 		o.OutReads = attr.MaxQPRdAtom
 	}
 	if o.Inline < 0 {
 		o.Inline = 0
-		if o.Tool.Lat && o.Tool.Verb != Read {
+		if o.Tool.Lat && (o.Tool.Verb == Send || o.Tool.Verb == Write) {
 			o.Inline = min(236, attr.MaxInlineData) // perftest's default for latency
 		}
 	}
@@ -127,9 +127,12 @@ func setup(o *Options) (*res, error) {
 	if r.pd, err = r.ctx.AllocPD(); err != nil {
 		return fail(fmt.Errorf("couldn't allocate PD: %w", err))
 	}
-	r.half = max(maxSize, 64)
+	// Each half is at least cycleBuffer long: perftest's bandwidth tests
+	// move their remote address through the peer's cycle buffer (its page
+	// size, exchanged in the system data) as they post.
+	r.half = max(maxSize, cycleBuffer)
 	r.buf = make([]byte, 2*r.half)
-	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	if r.mr, err = r.pd.RegMR(r.buf, acc); err != nil {
 		return fail(fmt.Errorf("couldn't allocate MR: %w", err))
 	}
@@ -151,7 +154,7 @@ func setup(o *Options) (*res, error) {
 		return fail(fmt.Errorf("failed to modify QP to INIT: %w", err))
 	}
 	out := 1
-	if o.Tool.Verb == Read {
+	if o.Tool.Verb == Read || o.Tool.Verb == Atomic {
 		out = o.OutReads
 	}
 	r.my = dest{lid: r.port.LID, outReads: out, qpn: r.qp.Num(), psn: rand.Uint32() & 0xffffff, rkey: r.mr.RKey(),
@@ -225,11 +228,17 @@ func (r *res) sendWR(size int, signaled bool) verbs.SendWR {
 		wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRDMAWrite, r.rem.vaddr, r.rem.rkey
 	case Read:
 		wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRDMARead, r.rem.vaddr, r.rem.rkey
+	case Atomic:
+		// perftest's operands: add 1, or compare with 1 and swap in 0.
+		wr.Opcode, wr.RemoteAddr, wr.RKey, wr.CompareAdd = verbs.WRAtomicFetchAndAdd, r.rem.vaddr, r.rem.rkey, 1
+		if r.o.AtomicType == CmpAndSwap {
+			wr.Opcode, wr.Swap = verbs.WRAtomicCmpAndSwp, 0
+		}
 	}
 	if signaled {
 		wr.SendFlags |= verbs.SendSignaled
 	}
-	if size <= r.inline && r.o.Tool.Verb != Read {
+	if size <= r.inline && (r.o.Tool.Verb == Send || r.o.Tool.Verb == Write) {
 		wr.SendFlags |= verbs.SendInline
 	}
 	return wr
@@ -252,8 +261,12 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer r.close()
-	if r.mtu, err = c.hello(r.mtu); err != nil {
+	var peerCycle int
+	if r.mtu, peerCycle, err = c.hello(r.mtu); err != nil {
 		return err
+	}
+	if peerCycle > r.half {
+		return fmt.Errorf("the peer's cycle buffer (%d bytes) is larger than this side's %d", peerCycle, r.half)
 	}
 	t := o.Tool
 	printBanner(stdout, o, r)
@@ -262,7 +275,7 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	if r.rem, err = c.handshake(&r.my); err != nil {
 		return err
 	}
-	extraFirst := t.Lat && t.Verb != Send // write_lat, read_lat: 2N+2
+	extraFirst := t.Lat && t.Verb != Send // write_lat, read_lat, atomic_lat: 2N+2
 	if extraFirst {
 		// Their first handshake is before the keys; the key message is
 		// the same every time, so the second carries what the first did.
@@ -502,8 +515,9 @@ func (r *res) waitRecv(ctx context.Context) error {
 	}
 }
 
-// runReadLat is ib_read_lat: the client reads the server's memory, one
-// read at a time, and prints; the server only waits for it to finish.
+// runReadLat is ib_read_lat and ib_atomic_lat: the client reads (or
+// operates atomically on) the server's memory, one operation at a time,
+// and prints; the server only waits for it to finish.
 func runReadLat(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
 	o := r.o
 	printLatHeader(w)
