@@ -94,6 +94,8 @@ type Options struct {
 	ReportGbits bool
 	NoPeak      bool
 	AtomicType  AtomicType
+	Out         string // --out: "text" (perftest's table) or "json"
+	Plot        string // --plot: an SVG file to draw the rows in
 }
 
 // MaxSize is perftest's largest message (-a's last size).
@@ -134,6 +136,8 @@ func specs(t Tool) []getopt.Spec {
 		{Short: 's', Long: "size", Arg: "SIZE", Usage: "size of message to exchange", Default: strconv.Itoa(d.Size)},
 		{Short: 'x', Long: "gid-index", Arg: "INDEX", Usage: "GID index", Default: "the port's RoCEv2 IPv4 GID"},
 		{Long: "report_gbits", Usage: "report bandwidth in Gb/sec (1e9 bits) instead of MB/sec (2^20 bytes)"},
+		{Long: "out", Arg: "FORMAT", Usage: "text (perftest's table) or json (one object per size on stdout, the banner on stderr)", Default: "text"},
+		{Long: "plot", Arg: "FILE.svg", Usage: "draw bandwidth (or latency) against message size, for -a runs"},
 	}
 	if t.Verb == Atomic {
 		s = append(s, getopt.Spec{Short: 'A', Long: "atomic_type", Arg: "TYPE", Usage: "type of atomic operation from {CMP_AND_SWAP,FETCH_AND_ADD}", Default: "FETCH_AND_ADD"})
@@ -222,6 +226,13 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			}
 		case "report_gbits":
 			o.ReportGbits = true
+		case "out":
+			if op.Arg != "text" && op.Arg != "json" {
+				err = fmt.Errorf("want text or json")
+			}
+			o.Out = op.Arg
+		case "plot":
+			o.Plot = op.Arg
 		case "I":
 			o.Inline, err = op.Int(0, 912)
 		case "o":

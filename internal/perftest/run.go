@@ -246,8 +246,12 @@ func (r *res) sendWR(size int, signaled bool) verbs.SendWR {
 
 // Run runs the tool: a server without o.Server, a client with it.
 func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
+	out, err := newOutput(o, stdout, stderr)
+	if err != nil {
+		return err
+	}
 	if o.Server == "" {
-		fmt.Fprint(stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+		fmt.Fprint(out.table, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 	}
 	c, err := dialCtrl(ctx, o)
 	if err != nil {
@@ -269,7 +273,7 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 		return fmt.Errorf("the peer's cycle buffer (%d bytes) is larger than this side's %d", peerCycle, r.half)
 	}
 	t := o.Tool
-	printBanner(stdout, o, r)
+	printBanner(out.table, o, r)
 	// Before the test: perftest's handshakes, in its order and number
 	// (N = 1 QP): the keys, ctx_connect, then the others.
 	if r.rem, err = c.handshake(&r.my); err != nil {
@@ -283,7 +287,7 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	printAddrs(stdout, o, &r.my, &r.rem)
+	printAddrs(out.table, o, &r.my, &r.rem)
 	if err := r.connect(); err != nil {
 		return err
 	}
@@ -294,21 +298,25 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case !t.Lat && t.Verb != Send:
-		return runRDMABW(ctx, c, r, stdout)
+		err = runRDMABW(ctx, c, r, out)
 	case !t.Lat:
-		return runSendBW(ctx, c, r, stdout)
+		err = runSendBW(ctx, c, r, out)
 	case t.Verb == Send:
-		return runSendLat(ctx, c, r, stdout)
+		err = runSendLat(ctx, c, r, out)
 	default:
-		return runReadLat(ctx, c, r, stdout)
+		err = runReadLat(ctx, c, r, out)
 	}
+	if err != nil {
+		return err
+	}
+	return out.plot()
 }
 
 // runRDMABW is ib_write_bw and ib_read_bw: the client moves the data and
 // reports; the server waits, then prints the client's report.
-func runRDMABW(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
+func runRDMABW(ctx context.Context, c *ctrl, r *res, out *output) error {
 	o := r.o
-	printBWHeader(w, o)
+	out.bwHeader()
 	var last bwReport
 	if !c.server {
 		for _, size := range o.sizes() {
@@ -316,7 +324,7 @@ func runRDMABW(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
 			if err != nil {
 				return err
 			}
-			printBWRow(w, o, rep)
+			out.bwRow(rep)
 			last = rep
 		}
 	}
@@ -328,9 +336,9 @@ func runRDMABW(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
 		return err
 	}
 	if c.server {
-		printBWRow(w, o, peer)
+		out.bwRow(peer)
 	}
-	fmt.Fprint(w, resultLine)
+	fmt.Fprint(out.table, resultLine)
 	return c.closeConn(&r.my)
 }
 
@@ -371,9 +379,9 @@ func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
 
 // runSendBW is ib_send_bw: per size, the server posts receives, a
 // handshake starts the run, and each side prints its own row.
-func runSendBW(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
+func runSendBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 	o := r.o
-	printBWHeader(w, o)
+	out.bwHeader()
 	sizes := o.sizes()
 	for i, size := range sizes {
 		if c.server {
@@ -395,14 +403,14 @@ func runSendBW(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
 			return err
 		}
 		rep.size = uint64(size)
-		printBWRow(w, o, rep)
+		out.bwRow(rep)
 		if o.All && i < len(sizes)-1 {
 			if _, err := c.handshake(&r.my); err != nil {
 				return err
 			}
 		}
 	}
-	fmt.Fprint(w, resultLine)
+	fmt.Fprint(out.table, resultLine)
 	return c.closeConn(&r.my)
 }
 
@@ -456,9 +464,9 @@ func (r *res) recvIterations(ctx context.Context, size int) (bwReport, error) {
 // runSendLat is ib_send_lat: per size a handshake, then the ping-pong
 // (the client sends first, the server answers each message); each side
 // prints its own row.
-func runSendLat(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
+func runSendLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 	o := r.o
-	printLatHeader(w)
+	out.latHeader()
 	for _, size := range o.sizes() {
 		if err := r.fillRecvs(o.RxDepth); err != nil {
 			return err
@@ -483,9 +491,9 @@ func runSendLat(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
 				}
 			}
 		}
-		printLatRow(w, size, o.Iters, latStats(stamps, 2))
+		out.latRow(size, o.Iters, latStats(stamps, 2))
 	}
-	fmt.Fprint(w, resultLine)
+	fmt.Fprint(out.table, resultLine)
 	return c.closeConn(&r.my)
 }
 
@@ -518,9 +526,9 @@ func (r *res) waitRecv(ctx context.Context) error {
 // runReadLat is ib_read_lat and ib_atomic_lat: the client reads (or
 // operates atomically on) the server's memory, one operation at a time,
 // and prints; the server only waits for it to finish.
-func runReadLat(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
+func runReadLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 	o := r.o
-	printLatHeader(w)
+	out.latHeader()
 	if !c.server {
 		for _, size := range o.sizes() {
 			stamps := make([]time.Time, o.Iters)
@@ -534,9 +542,9 @@ func runReadLat(ctx context.Context, c *ctrl, r *res, w io.Writer) error {
 					return err
 				}
 			}
-			printLatRow(w, size, o.Iters, latStats(stamps, 1))
+			out.latRow(size, o.Iters, latStats(stamps, 1))
 		}
 	}
-	fmt.Fprint(w, resultLine)
+	fmt.Fprint(out.table, resultLine)
 	return c.closeConn(&r.my)
 }
