@@ -8,7 +8,7 @@
 // that parse perftest parse these.
 //
 // Offered: RC, one QP, the TCP exchange with GIDs (RoCE). Not yet: the
-// other transports, -q > 1, -b, -D, -R/-z, events (-e), post lists,
+// other transports, -q > 1, -b, -D, -R/-z, post lists,
 // ib_write_lat.
 package perftest
 
@@ -94,6 +94,7 @@ type Options struct {
 	ReportGbits bool
 	NoPeak      bool
 	AtomicType  AtomicType
+	Events      bool   // -e: wait on a completion channel
 	Out         string // --out: "text" (perftest's table) or "json"
 	Plot        string // --plot: an SVG file to draw the rows in
 }
@@ -126,6 +127,7 @@ func specs(t Tool) []getopt.Spec {
 		{Short: 'a', Long: "all", Usage: "run sizes from 2 till 2^23"},
 		{Short: 'c', Long: "connection", Arg: "RC", Usage: "connection type (RC only here)", Default: "RC"},
 		{Short: 'd', Long: "ib-dev", Arg: "DEV", Usage: "use IB device", Default: "first device found"},
+		{Short: 'e', Long: "events", Usage: "sleep on CQ events"},
 		{Short: 'F', Long: "CPU-freq", Usage: "do not fail on CPU frequency differences (accepted, no effect)"},
 		{Short: 'h', Long: "help", Usage: "show this help"},
 		{Short: 'i', Long: "ib-port", Arg: "PORT", Usage: "use port of IB device", Default: "1"},
@@ -188,6 +190,8 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			}
 		case "d":
 			o.Device = op.Arg
+		case "e":
+			o.Events = true
 		case "F", "N":
 			o.NoPeak = o.NoPeak || op.Key() == "N"
 		case "h":

@@ -98,40 +98,44 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // on 127.0.0.1: both finish and print their rows.
 func TestToolsRunAgainstThemselves(t *testing.T) {
 	for _, tool := range Tools {
-		t.Run(tool.Name(), func(t *testing.T) {
-			args := []string{"-d", "rxe_lo", "-n", "20", "-s", "1024", "-p", ""}
-			port := freePort(t)
-			args[len(args)-1] = itoa(port)
-			so, err := ParseArgs(tool, args)
-			if err != nil {
-				t.Fatal(err)
-			}
-			co, _ := ParseArgs(tool, append(args, "127.0.0.1"))
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			var sout, cout syncBuf
-			done := make(chan error, 1)
-			go func() { done <- Run(ctx, so, &sout, &sout) }()
-			time.Sleep(200 * time.Millisecond)
-			if err := Run(ctx, co, &cout, &cout); err != nil {
-				t.Fatalf("client: %v\n%s", err, cout.String())
-			}
-			if err := <-done; err != nil {
-				t.Fatalf("server: %v\n%s", err, sout.String())
-			}
-			for side, out := range map[string]string{"client": cout.String(), "server": sout.String()} {
-				if tool.Lat && (tool.Verb == Read || tool.Verb == Atomic) && side == "server" {
-					continue
-				}
-				size := "1024"
-				if tool.Verb == Atomic {
-					size = "8"
-				}
-				if !strings.Contains(out, "\n "+size+" ") {
-					t.Errorf("%s printed no row:\n%s", side, out)
-				}
-			}
-		})
+		t.Run(tool.Name(), func(t *testing.T) { runBoth(t, tool) })
+	}
+	// And on a completion channel (-e).
+	t.Run("events", func(t *testing.T) { runBoth(t, Tool{Send, true}, "-e") })
+}
+
+func runBoth(t *testing.T, tool Tool, extra ...string) {
+	args := append(append([]string{}, extra...), "-d", "rxe_lo", "-n", "20", "-s", "1024", "-p", "")
+	port := freePort(t)
+	args[len(args)-1] = itoa(port)
+	so, err := ParseArgs(tool, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, _ := ParseArgs(tool, append(args, "127.0.0.1"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var sout, cout syncBuf
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, so, &sout, &sout) }()
+	time.Sleep(200 * time.Millisecond)
+	if err := Run(ctx, co, &cout, &cout); err != nil {
+		t.Fatalf("client: %v\n%s", err, cout.String())
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("server: %v\n%s", err, sout.String())
+	}
+	for side, out := range map[string]string{"client": cout.String(), "server": sout.String()} {
+		if tool.Lat && (tool.Verb == Read || tool.Verb == Atomic) && side == "server" {
+			continue
+		}
+		size := "1024"
+		if tool.Verb == Atomic {
+			size = "8"
+		}
+		if !strings.Contains(out, "\n "+size+" ") {
+			t.Errorf("%s printed no row:\n%s", side, out)
+		}
 	}
 }
 

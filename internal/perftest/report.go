@@ -35,6 +35,9 @@ func printBanner(w io.Writer, o *Options, r *res) {
 		name += " " + atomicNames[o.AtomicType]
 	}
 	fmt.Fprintf(w, "                    %s %sTest\n", name, kind)
+	if o.Events {
+		fmt.Fprintf(w, " Test with events. Using %s_comp0\n", o.Device)
+	}
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", o.Device)
 	fmt.Fprintf(w, " Number of qps   : 1\t\tTransport type : IB\n")
 	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")

@@ -29,6 +29,7 @@ type res struct {
 	rem    dest
 	mtu    verbs.MTU
 	wc     []verbs.WC
+	ch     *verbs.CompChannel // with -e
 	// rxPosted counts the receives outstanding.
 	rxPosted int
 }
@@ -54,6 +55,9 @@ func (r *res) close() {
 	}
 	if r.cq != nil {
 		r.cq.Destroy()
+	}
+	if r.ch != nil {
+		r.ch.Close()
 	}
 	if r.mr != nil {
 		r.mr.Dereg()
@@ -137,7 +141,12 @@ func setup(o *Options) (*res, error) {
 		return fail(fmt.Errorf("couldn't allocate MR: %w", err))
 	}
 	depth := o.TxDepth + o.RxDepth
-	if r.cq, err = r.ctx.CreateCQ(depth+1, nil, 0); err != nil {
+	if o.Events {
+		if r.ch, err = r.ctx.CreateCompChannel(); err != nil {
+			return fail(fmt.Errorf("couldn't create completion channel: %w", err))
+		}
+	}
+	if r.cq, err = r.ctx.CreateCQ(depth+1, r.ch, 0); err != nil {
 		return fail(fmt.Errorf("couldn't create CQ: %w", err))
 	}
 	init := verbs.QPInitAttr{SendCQ: r.cq, RecvCQ: r.cq, QPType: verbs.QPTRC, Cap: verbs.QPCap{
@@ -200,10 +209,31 @@ func (r *res) poll(ctx context.Context) ([]verbs.WC, error) {
 			}
 			return r.wc[:n], nil
 		}
-		if err := r.cq.Wait(ctx); err != nil {
+		if err := r.waitCQ(ctx); err != nil {
 			return nil, fmt.Errorf("waiting for completions: %w", err)
 		}
 	}
+}
+
+// waitCQ waits until the CQ may hold a completion: with -e on its
+// completion channel (ibv_req_notify_cq, ibv_get_cq_event), else with
+// CQ.Wait. Neither spins: the software device's goroutines share the
+// process.
+func (r *res) waitCQ(ctx context.Context) error {
+	if r.ch == nil {
+		return r.cq.Wait(ctx)
+	}
+	if err := r.cq.ReqNotify(false); err != nil {
+		return fmt.Errorf("couldn't request CQ notification: %w", err)
+	}
+	if r.cq.Len() > 0 {
+		return nil // it came before the arming
+	}
+	if _, err := r.ch.GetCQEvent(ctx); err != nil {
+		return fmt.Errorf("failed to get cq_event: %w", err)
+	}
+	r.cq.AckEvents(1)
+	return nil
 }
 
 // sizes is the list of message sizes of the run.
@@ -506,7 +536,7 @@ func (r *res) waitRecv(ctx context.Context) error {
 			return err
 		}
 		if n == 0 {
-			if err := r.cq.Wait(ctx); err != nil {
+			if err := r.waitCQ(ctx); err != nil {
 				return fmt.Errorf("waiting for a receive: %w", err)
 			}
 			continue
