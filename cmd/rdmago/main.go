@@ -13,7 +13,8 @@
 //	devinfo       print RDMA device and port attributes, as ibv_devinfo does
 //	fi_info       list the fabric API's providers and endpoints, as libfabric's fi_info
 //	fi_pingpong   ping-pong over the fabric API, as libfabric's fi_pingpong (interoperates with it)
-//	ib_send_bw, ib_send_lat, ib_write_bw, ib_read_bw, ib_read_lat, ib_atomic_bw, ib_atomic_lat
+//	ib_send_bw, ib_send_lat, ib_write_bw, ib_write_lat, ib_read_bw, ib_read_lat,
+//	ib_atomic_bw, ib_atomic_lat
 //	              perftest's tools over an RC QP (interoperate with perftest 4.5)
 //	rc_pingpong   ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)
 //	uc_pingpong   ping-pong over a UC QP, as ibv_uc_pingpong (interoperates with it)

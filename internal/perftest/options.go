@@ -1,5 +1,5 @@
 // Package perftest is the engine of `rdmago ib_send_bw`, `ib_send_lat`,
-// `ib_write_bw`, `ib_read_bw`, `ib_read_lat`, `ib_atomic_bw` and
+// `ib_write_bw`, `ib_write_lat`, `ib_read_bw`, `ib_read_lat`, `ib_atomic_bw` and
 // `ib_atomic_lat` (-A CMP_AND_SWAP|FETCH_AND_ADD): perftest 4.5's tools
 // (version string "6.06") on the verbs API, with perftest's flags, its
 // out-of-band TCP exchange (version, system data, MTU, the key messages
@@ -8,8 +8,7 @@
 // that parse perftest parse these.
 //
 // Offered: RC, one QP, the TCP exchange with GIDs (RoCE). Not yet: the
-// other transports, -q > 1, -b, -D, -R/-z, post lists,
-// ib_write_lat.
+// other transports, -q > 1, -b, -D, -R/-z, post lists.
 package perftest
 
 import (
@@ -62,7 +61,7 @@ func (t Tool) Name() string {
 }
 
 // Tools are the programs offered.
-var Tools = []Tool{{Send, false}, {Send, true}, {Write, false}, {Read, false}, {Read, true}, {Atomic, false}, {Atomic, true}}
+var Tools = []Tool{{Send, false}, {Send, true}, {Write, false}, {Write, true}, {Read, false}, {Read, true}, {Atomic, false}, {Atomic, true}}
 
 // ToolByName finds a program by name.
 func ToolByName(name string) (Tool, bool) {

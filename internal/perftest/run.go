@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -333,6 +335,8 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 		err = runSendBW(ctx, c, r, out)
 	case t.Verb == Send:
 		err = runSendLat(ctx, c, r, out)
+	case t.Verb == Write:
+		err = runWriteLat(ctx, r, out)
 	default:
 		err = runReadLat(ctx, c, r, out)
 	}
@@ -577,4 +581,81 @@ func runReadLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 	}
 	fmt.Fprint(out.table, resultLine)
 	return c.closeConn(&r.my)
+}
+
+// runWriteLat is ib_write_lat: each side RDMA-writes size bytes into the
+// other's memory, the last byte a counter, and watches its own memory for
+// the peer's counter to come; the server writes first. Each side prints
+// its own row; there is no closing exchange.
+func runWriteLat(ctx context.Context, r *res, out *output) error {
+	o := r.o
+	out.latHeader()
+	server := o.Server == ""
+	for _, size := range o.sizes() {
+		stamps := make([]time.Time, o.Iters)
+		post := r.buf[size-1 : size]
+		watch := r.half + size - 1
+		// The client's n-th write answers the server's n-th; the server's
+		// first goes unprompted and it waits last for the client's last.
+		for i := 0; i < o.Iters; i++ {
+			switch {
+			case !server:
+				if err := r.watchByte(ctx, watch, byte(i+1)); err != nil {
+					return err
+				}
+			case i > 0:
+				if err := r.watchByte(ctx, watch, byte(i)); err != nil {
+					return err
+				}
+			}
+			stamps[i] = time.Now()
+			post[0] = byte(i + 1)
+			wr := r.sendWR(size, true)
+			if err := r.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+				return fmt.Errorf("couldn't post send: scnt=%d: %w", i+1, err)
+			}
+			if _, err := r.poll(ctx); err != nil {
+				return err
+			}
+		}
+		if server {
+			if err := r.watchByte(ctx, watch, byte(o.Iters)); err != nil {
+				return err
+			}
+		}
+		out.latRow(size, o.Iters, latStats(stamps, 2))
+	}
+	fmt.Fprint(out.table, resultLine)
+	return nil
+}
+
+// watchByte waits until byte i of the buffer, which the peer writes by
+// RDMA, holds want. It spins a while, then sleeps a little between looks:
+// on the software device the write lands by goroutines of this process,
+// which a spinning goroutine would keep waiting.
+func (r *res) watchByte(ctx context.Context, i int, want byte) error {
+	for spins := 0; ; spins++ {
+		if loadByte(r.buf, i) == want {
+			return nil
+		}
+		if spins < 256 {
+			continue
+		}
+		if spins%1024 == 0 && ctx.Err() != nil {
+			return fmt.Errorf("waiting for the peer's write: %w", ctx.Err())
+		}
+		time.Sleep(time.Microsecond)
+	}
+}
+
+// loadByte reads b[i], which the device writes concurrently, as one
+// atomic load of the aligned word that holds it (b's array is
+// word-aligned, as the Go allocator aligns large arrays).
+func loadByte(b []byte, i int) byte {
+	base := unsafe.Pointer(unsafe.SliceData(b))
+	word := (*uint32)(unsafe.Add(base, i&^3))
+	v := atomic.LoadUint32(word)
+	var bytes [4]byte
+	*(*uint32)(unsafe.Pointer(&bytes)) = v
+	return bytes[i&3]
 }
