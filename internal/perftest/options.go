@@ -7,8 +7,8 @@
 // and rows, so that either side may be perftest's C program and scripts
 // that parse perftest parse these.
 //
-// Offered: RC, one QP, the TCP exchange with GIDs (RoCE). Not yet: the
-// other transports, -q > 1, -b, -D, -R/-z, post lists.
+// Offered: RC (and UC for send and write), one QP, the TCP exchange with
+// GIDs (RoCE). Not yet: UD, -q > 1, -b, -D, -R/-z, post lists.
 package perftest
 
 import (
@@ -94,6 +94,7 @@ type Options struct {
 	NoPeak      bool
 	AtomicType  AtomicType
 	Events      bool   // -e: wait on a completion channel
+	UC          bool   // -c UC: unreliable connected QPs
 	Out         string // --out: "text" (perftest's table) or "json"
 	Plot        string // --plot: an SVG file to draw the rows in
 }
@@ -124,7 +125,7 @@ func specs(t Tool) []getopt.Spec {
 	d := Defaults(t)
 	s := []getopt.Spec{
 		{Short: 'a', Long: "all", Usage: "run sizes from 2 till 2^23"},
-		{Short: 'c', Long: "connection", Arg: "RC", Usage: "connection type (RC only here)", Default: "RC"},
+		{Short: 'c', Long: "connection", Arg: "TYPE", Usage: "connection type: RC, or UC for send and write", Default: "RC"},
 		{Short: 'd', Long: "ib-dev", Arg: "DEV", Usage: "use IB device", Default: "first device found"},
 		{Short: 'e', Long: "events", Usage: "sleep on CQ events"},
 		{Short: 'F', Long: "CPU-freq", Usage: "do not fail on CPU frequency differences (accepted, no effect)"},
@@ -184,8 +185,18 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 		case "a":
 			o.All = true
 		case "c":
-			if !strings.EqualFold(op.Arg, "RC") {
-				return nil, fmt.Errorf("connection type %s is not offered yet (RC only)", op.Arg)
+			switch strings.ToUpper(op.Arg) {
+			case "RC":
+				o.UC = false
+			case "UC":
+				if t.Verb == Read || t.Verb == Atomic {
+					return nil, fmt.Errorf("connection type UC has no RDMA READ or atomics: RC only for %s", t.Name())
+				}
+				o.UC = true
+			case "UD", "XRC", "DC", "SRD":
+				return nil, fmt.Errorf("connection type %s is not offered yet (RC, UC)", op.Arg)
+			default:
+				return nil, fmt.Errorf("invalid connection type %q (RC, UC)", op.Arg)
 			}
 		case "d":
 			o.Device = op.Arg

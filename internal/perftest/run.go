@@ -151,7 +151,12 @@ func setup(o *Options) (*res, error) {
 	if r.cq, err = r.ctx.CreateCQ(depth+1, r.ch, 0); err != nil {
 		return fail(fmt.Errorf("couldn't create CQ: %w", err))
 	}
-	init := verbs.QPInitAttr{SendCQ: r.cq, RecvCQ: r.cq, QPType: verbs.QPTRC, Cap: verbs.QPCap{
+	qpType := verbs.QPTRC
+	if o.UC {
+		qpType = verbs.QPTUC
+		acc = verbs.AccessLocalWrite | verbs.AccessRemoteWrite // all a UC QP may grant
+	}
+	init := verbs.QPInitAttr{SendCQ: r.cq, RecvCQ: r.cq, QPType: qpType, Cap: verbs.QPCap{
 		MaxSendWR: uint32(o.TxDepth + 8), MaxRecvWR: uint32(max(o.RxDepth, 1)), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(o.Inline)}}
 	if r.qp, err = r.pd.CreateQP(&init); err != nil {
 		return fail(fmt.Errorf("couldn't create QP: %w", err))
@@ -181,14 +186,19 @@ func (r *res) connect() error {
 		GRH: verbs.GlobalRoute{DGID: r.rem.gid, SGIDIndex: uint8(o.GIDIndex), HopLimit: 0xff}}
 	attr := verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: r.mtu, DestQPNum: r.rem.qpn, RQPSN: r.rem.psn, AHAttr: ah,
 		MaxDestRdAtomic: uint8(max(r.my.outReads, 1)), MinRNRTimer: 12}
-	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
-		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
+	if !o.UC {
+		mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+	}
 	if err := r.qp.Modify(&attr, mask); err != nil {
 		return fmt.Errorf("failed to modify QP to RTR: %w", err)
 	}
 	attr = verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: r.my.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
 		MaxRdAtomic: uint8(max(min(r.my.outReads, r.rem.outReads), 1))}
-	mask = verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	mask = verbs.QPAttrState | verbs.QPAttrSQPSN
+	if !o.UC {
+		mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	}
 	if err := r.qp.Modify(&attr, mask); err != nil {
 		return fmt.Errorf("failed to modify QP to RTS: %w", err)
 	}
