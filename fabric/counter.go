@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -158,15 +159,18 @@ func (cs *Completions) BindCQ(cq *CQ, flags uint64, p Progressor) error {
 	if flags&(BindTransmit|BindRecv) == 0 {
 		return Errorf("fi_ep_bind", ErrBadFlags, "bind a CQ with FI_TRANSMIT, FI_RECV or both")
 	}
-	attached := cs.TxCQ == cq || cs.RxCQ == cq
+	old := []*CQ{cs.TxCQ, cs.RxCQ}
 	if flags&BindTransmit != 0 {
 		cs.TxCQ = cq
 	}
 	if flags&BindRecv != 0 {
 		cs.RxCQ = cq
 	}
-	if !attached {
-		cq.Attach(p)
+	cq.Attach(p) // (once: Attach ignores a second)
+	for _, o := range old {
+		if o != nil && o != cs.TxCQ && o != cs.RxCQ {
+			o.Detach(p) // bound no more: it stops progressing p
+		}
 	}
 	return nil
 }
@@ -218,12 +222,18 @@ func (cs *Completions) BindCounter(c *Counter, flags uint64, p Progressor) error
 	if flags&(BindSend|BindRecvCount|BindRead|BindWrite|BindRemoteRead|BindRemoteWrite) == 0 {
 		return Errorf("fi_ep_bind", ErrBadFlags, "bind a counter for FI_SEND, FI_RECV, FI_READ, FI_WRITE, FI_REMOTE_READ or FI_REMOTE_WRITE")
 	}
+	old := cs.cntrs
 	for i, b := range cntrBits {
 		if flags&b != 0 {
 			cs.cntrs[i] = c
 		}
 	}
 	c.Attach(p)
+	for _, o := range old {
+		if o != nil && !slices.Contains(cs.cntrs[:], o) {
+			o.Detach(p) // bound no more
+		}
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package fabric
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"sync"
 )
 
@@ -365,8 +366,10 @@ func (d *Domain) OpenCQ(attr *CQAttr) (*CQ, error) {
 // the endpoint closes.
 func (cq *CQ) Attach(p Progressor) {
 	cq.mu.Lock()
-	cq.eps = append(cq.eps, p)
-	cq.mu.Unlock()
+	defer cq.mu.Unlock()
+	if !slices.Contains(cq.eps, p) {
+		cq.eps = append(cq.eps, p)
+	}
 }
 
 // Detach removes p.

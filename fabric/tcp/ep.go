@@ -283,6 +283,10 @@ type ep struct {
 	free     []*txEntry // sent entries, for reuse by the program's sends
 	msgFrame rxFrame    // the receipt of a message, reused
 	msgDone  func()     // e.finishMsg, made once
+	msgFail  func(fabric.Errno)
+	// internalKey, if set, tells the keys of a layered provider's own
+	// regions, whose remote reads are not counted as the program's.
+	internalKey func(key uint64) bool
 }
 
 // rxFrame is where the payload of the frame being received goes.
@@ -291,6 +295,9 @@ type rxFrame struct {
 	dst     [][]byte // target ranges, in order
 	discard uint64   // bytes to read and drop after dst (truncation)
 	done    func()   // called when the whole payload is in
+	// fail, if set, reports the program's operation the frame completes
+	// (a receive, a read) as failed, when the connection ends mid-frame.
+	fail func(fabric.Errno)
 
 	// For a message (ep.msgFrame):
 	one    [1][]byte
@@ -675,6 +682,12 @@ func (e *ep) cancelAll() { e.failAll(fabric.ErrCanceled) }
 // failAll completes every outstanding operation with errno. Called with
 // e.mu held.
 func (e *ep) failAll(errno fabric.Errno) {
+	if f := e.cur; f != nil {
+		e.cur = nil
+		if f.fail != nil {
+			f.fail(errno) // the operation the frame was completing
+		}
+	}
 	for _, r := range e.rxq {
 		e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRecv | fabric.CompMsg, Buf: r.buf}, Err: errno})
 	}
@@ -1196,6 +1209,14 @@ func (e *ep) finishMsg() {
 	}
 }
 
+// failMsg fails the receive e.msgFrame was filling. Called with e.mu
+// held.
+func (e *ep) failMsg(errno fabric.Errno) {
+	f := &e.msgFrame
+	e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: f.rx.ctx, Flags: fabric.CompRecv | fabric.CompMsg, Buf: f.rx.buf}, Err: errno})
+	*f = rxFrame{}
+}
+
 // start sets up the receipt of the frame h heads. It returns false when
 // the endpoint broke. Called with e.mu held.
 func (e *ep) start(h header) bool {
@@ -1229,9 +1250,9 @@ func (e *ep) start(h header) bool {
 		f.one[0] = r.buf[:got]
 		f.dst = f.one[:]
 		if e.msgDone == nil {
-			e.msgDone = e.finishMsg
+			e.msgDone, e.msgFail = e.finishMsg, e.failMsg
 		}
-		f.done = e.msgDone
+		f.done, f.fail = e.msgDone, e.msgFail
 		e.cur = f
 	case opWrite:
 		f := &rxFrame{h: h}
@@ -1269,7 +1290,9 @@ func (e *ep) start(h header) bool {
 		}
 		hb := make([]byte, maxHdrLen)
 		bufs[0] = hb[:marshalHeader(hb, &rsp, total)]
-		e.comp.Count(fabric.CompRMA | fabric.CompRemoteRead)
+		if e.internalKey == nil || len(h.iov) == 0 || !e.internalKey(h.iov[0].key) {
+			e.comp.Count(fabric.CompRMA | fabric.CompRemoteRead)
+		}
 		e.queueFirst(&txEntry{bufs: bufs})
 		e.flushTx()
 	case opReadRsp:
@@ -1286,6 +1309,9 @@ func (e *ep) start(h header) bool {
 		f := &rxFrame{h: h, dst: [][]byte{r.buf}}
 		f.done = func() {
 			e.comp.Done(fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead, Len: n})
+		}
+		f.fail = func(errno fabric.Errno) {
+			e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead}, Err: errno})
 		}
 		e.cur = f
 	default:
@@ -1340,8 +1366,8 @@ func (e *ep) broken(errno fabric.Errno) {
 	}
 	e.state = stShutdown
 	e.closeSocket()
-	e.cur, e.pend = nil, nil
-	e.failAll(errno)
+	e.pend = nil
+	e.failAll(errno) // (and the frame under way, e.cur)
 	if e.eq != nil {
 		e.eq.WriteErr(fabric.EQErrEntry{FID: e, Err: errno})
 		e.eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})

@@ -349,6 +349,9 @@ func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr) *rconn {
 	r.nextIdx++
 	e.BindEQ(r.ieq)
 	e.BindCQ(r.icq, fabric.BindTransmit|fabric.BindRecv)
+	// The peer's reads of rendezvous regions are rxm's, not the
+	// program's: the remote-read counter leaves them out.
+	e.internalKey = func(key uint64) bool { return key&rxmKeyBase == rxmKeyBase }
 	for _, b := range []uint64{fabric.BindRemoteRead, fabric.BindRemoteWrite} {
 		if cn := r.comp.Counter(b); cn != nil {
 			e.BindCounter(cn, b)
@@ -913,8 +916,14 @@ func (r *rdm) Close() error {
 		if err != nil {
 			break
 		}
-		if x, ok := ee.Context.(*txUser); ok && x.comp {
-			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: fabric.ErrCanceled})
+		switch x := ee.Context.(type) {
+		case *txUser:
+			if x.comp {
+				r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: fabric.ErrCanceled})
+			}
+		case *rdOp:
+			// A receive whose rendezvous read was under way.
+			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.ctx, Flags: recvFlags(x.m)}, Err: fabric.ErrCanceled})
 		}
 	}
 	r.mu.Unlock()

@@ -205,3 +205,22 @@ func TestRDMRMAWriteReadAndRemoteCounter(t *testing.T) {
 		t.Fatalf("GetOpt(FI_OPT_MIN_MULTI_RECV): %v, want ErrNoProtoOpt", err)
 	}
 }
+
+// A rendezvous send lets the peer read the sender's memory; that is the
+// provider's doing, not the program's, so the sender's FI_REMOTE_READ
+// counter stays at zero.
+func TestRDMRendezvousIsNotARemoteRead(t *testing.T) {
+	var remote *fabric.Counter
+	a := newRDM(t, func(s *rdmSide) {
+		remote, _ = s.dom.OpenCounter()
+		must(t, s.ep.BindCounter(remote, fabric.BindRemoteRead))
+	})
+	b := newRDM(t)
+	must(t, b.ep.Recv(make([]byte, 1<<20), nil, fabric.AddrNotAvail, "r"))
+	must(t, a.ep.Send(make([]byte, 1<<20), nil, a.peer(t, b), "s"))
+	b.ok(t)
+	a.ok(t)
+	if n := remote.Read(); n != 0 {
+		t.Fatalf("FI_REMOTE_READ counter %d after a rendezvous send", n)
+	}
+}

@@ -55,6 +55,7 @@ type pep struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed bool
+	reqs   []*connReq // requests handed out, answered or not
 }
 
 // connReq is a connection request: the new ID, the Handle of the
@@ -127,8 +128,9 @@ func (p *pep) loop(ctx context.Context) {
 		id := ev.ID
 		data := stripHdr(ev.Param.PrivateData)
 		ev.Ack()
+		req := &connReq{id: id}
 		info := p.info.Dup()
-		info.Handle = &connReq{id: id}
+		info.Handle = req
 		info.DestAddr = id.PeerAddr()
 		info.SrcAddr = id.LocalAddr()
 		if v := id.Verbs(); v != nil {
@@ -136,6 +138,7 @@ func (p *pep) loop(ctx context.Context) {
 		}
 		p.mu.Lock()
 		eq := p.eq
+		p.reqs = append(p.reqs, req)
 		p.mu.Unlock()
 		eq.Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
 	}
@@ -175,8 +178,20 @@ func (p *pep) Close() error {
 		cancel()
 	}
 	p.wg.Wait()
+	// Requests nobody answered are rejected, so that their clients hear
+	// of it, and their IDs freed.
+	empty, _ := withHdr("fi_close", nil)
+	for _, r := range p.reqs {
+		if r.taken.CompareAndSwap(false, true) {
+			r.id.Reject(empty)
+			r.id.Destroy()
+		}
+	}
+	p.reqs = nil
 	p.id.Destroy()
-	p.ch.Close()
+	if err := p.ch.Close(); err != nil {
+		return fabric.Errorf("fi_close", fabric.ErrBusy, err.Error())
+	}
 	return nil
 }
 
@@ -537,6 +552,9 @@ func (e *ep) Close() error {
 		cancel()
 	}
 	e.wg.Wait()
+	// No CQ or counter polls the endpoint from here on; one that took it
+	// before finds it closed (Progress) or its CQ gone (progressLocked).
+	e.comp.Detach(e)
 	e.mu.Lock()
 	for _, o := range e.ops {
 		if o.comp {
@@ -544,19 +562,20 @@ func (e *ep) Close() error {
 		}
 	}
 	e.ops = map[uint64]op{}
+	cq, qp, bounce := e.cq, e.qp, e.bounce
+	e.cq, e.qp, e.bounce = nil, nil, nil
 	e.mu.Unlock()
-	if e.qp != nil {
+	if qp != nil {
 		e.id.DestroyQP()
 	}
 	e.id.Destroy()
-	if e.cq != nil {
-		e.cq.Destroy()
+	if cq != nil {
+		cq.Destroy()
 	}
-	if e.bounce != nil {
-		e.bounce.Dereg()
+	if bounce != nil {
+		bounce.Dereg()
 	}
 	e.ch.Close()
-	e.comp.Detach(e)
 	return nil
 }
 
@@ -765,7 +784,9 @@ func (e *ep) SetOpt(fabric.Opt, int) error {
 func (e *ep) Progress() {
 	e.polls.Add(1)
 	e.mu.Lock()
-	e.progressLocked()
+	if e.state != stClosed {
+		e.progressLocked()
+	}
 	e.mu.Unlock()
 }
 
@@ -798,7 +819,8 @@ func (e *ep) complete(wc *verbs.WC) {
 		return
 	}
 	delete(e.ops, wc.WRID)
-	recv := wc.Opcode&verbs.WCRecv != 0
+	// (Not wc.Opcode: an error completion's opcode is undefined.)
+	recv := o.flags&fabric.CompRecv != 0
 	if recv {
 		e.rxOut--
 	} else {

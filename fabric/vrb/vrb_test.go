@@ -247,28 +247,8 @@ func TestShutdownAndCloseCancel(t *testing.T) {
 // A rejected request reaches the client as an error entry carrying the
 // server's private data.
 func TestRejectCarriesPrivateData(t *testing.T) {
-	sinfo := loopback(t, fabric.FlagSource, "127.0.0.1")
-	fab, err := fabric.OpenFabric(sinfo)
-	must(t, err)
-	eq, _ := fab.OpenEQ()
-	pep, err := fab.OpenPassiveEndpoint(sinfo, nil)
-	must(t, err)
+	pep, req, ceq := pendingRequest(t)
 	defer pep.Close()
-	must(t, pep.Bind(eq))
-	must(t, pep.Listen())
-	name, _ := pep.Name()
-	hints := fabric.AllocInfo()
-	hints.FabricAttr.ProvName = "verbs"
-	hints.DestAddr = name
-	infos, err := fabric.GetInfo("", "", 0, hints)
-	must(t, err)
-	cfab, _ := fabric.OpenFabric(infos[0])
-	ceq, _ := cfab.OpenEQ()
-	cli := &side{t: t, fab: cfab, eq: ceq}
-	cli.open(infos[0])
-	must(t, cli.ep.Connect(name, nil))
-	srv := &side{t: t, fab: fab, eq: eq}
-	req := srv.event(fabric.EventConnReq)
 	must(t, pep.Reject(req.Info.Handle, []byte("go away")))
 	if err := pep.Reject(req.Info.Handle, nil); err == nil {
 		t.Fatal("a request rejected twice")
@@ -282,4 +262,48 @@ func TestRejectCarriesPrivateData(t *testing.T) {
 	if ee.Err != fabric.ErrConnRefused || string(ee.ErrData) != "go away" {
 		t.Fatalf("error entry %v %q, want ECONNREFUSED with the server's data", ee.Err, ee.ErrData)
 	}
+}
+
+// A connection request nobody answered is rejected when its passive
+// endpoint closes: the client hears of it, and Close frees everything.
+func TestPassiveCloseRejectsPendingRequests(t *testing.T) {
+	pep, _, ceq := pendingRequest(t)
+	if err := pep.Close(); err != nil {
+		t.Fatalf("Close with a request pending: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := ceq.SRead(ctx); !errors.Is(err, fabric.ErrAvail) {
+		t.Fatalf("client: %v, want a rejection", err)
+	}
+	if ee, _ := ceq.ReadErr(); ee.Err != fabric.ErrConnRefused {
+		t.Fatalf("client's error %v, want ECONNREFUSED", ee.Err)
+	}
+}
+
+// pendingRequest makes a listener and a client connecting to it, and
+// returns the listener, the request's FI_CONNREQ event, unanswered, and
+// the client's EQ.
+func pendingRequest(t *testing.T) (fabric.PassiveEndpoint, fabric.EQEntry, *fabric.EQ) {
+	sinfo := loopback(t, fabric.FlagSource, "127.0.0.1")
+	fab, err := fabric.OpenFabric(sinfo)
+	must(t, err)
+	eq, _ := fab.OpenEQ()
+	pep, err := fab.OpenPassiveEndpoint(sinfo, nil)
+	must(t, err)
+	must(t, pep.Bind(eq))
+	must(t, pep.Listen())
+	name, _ := pep.Name()
+	hints := fabric.AllocInfo()
+	hints.FabricAttr.ProvName = "verbs"
+	hints.DestAddr = name
+	infos, err := fabric.GetInfo("", "", 0, hints)
+	must(t, err)
+	cfab, _ := fabric.OpenFabric(infos[0])
+	ceq, _ := cfab.OpenEQ()
+	cli := &side{t: t, fab: cfab, eq: ceq}
+	cli.open(infos[0])
+	must(t, cli.ep.Connect(name, nil))
+	req := (&side{t: t, eq: eq}).event(fabric.EventConnReq)
+	return pep, req, ceq
 }

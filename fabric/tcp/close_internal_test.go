@@ -1,0 +1,92 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/fabric"
+)
+
+// Closing an endpoint whose receive is half in (its frame under way)
+// completes that receive with ErrCanceled.
+func TestCloseMidFrameCancelsTheReceive(t *testing.T) {
+	hints := fabric.AllocInfo()
+	hints.FabricAttr.ProvName = "tcp"
+	hints.EPAttr.Type = fabric.EPMsg
+	infos, err := fabric.GetInfo("127.0.0.1", "0", fabric.FlagSource, hints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := infos[len(infos)-1]
+	fab, _ := fabric.OpenFabric(info)
+	eq, _ := fab.OpenEQ()
+	pep, err := fab.OpenPassiveEndpoint(info, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pep.Close()
+	pep.Bind(eq)
+	if err := pep.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	name, _ := pep.Name()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	open := func(info *fabric.Info) (fabric.Endpoint, *fabric.CQ, *fabric.EQ) {
+		dom, _ := fab.OpenDomain(info)
+		cq, _ := dom.OpenCQ(nil)
+		q, _ := fab.OpenEQ()
+		ep, err := dom.OpenEndpoint(info, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep.BindEQ(q)
+		ep.BindCQ(cq, fabric.BindTransmit|fabric.BindRecv)
+		ep.Enable()
+		t.Cleanup(func() { ep.Close() })
+		return ep, cq, q
+	}
+	cinfo := info.Dup()
+	cinfo.SrcAddr, cinfo.DestAddr = netipZero(), name
+	cli, ccq, ceq := open(cinfo)
+	if err := cli.Connect(name, nil); err != nil {
+		t.Fatal(err)
+	}
+	req, err := eq.SRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, scq, seq := open(req.Info)
+	if err := srv.Accept(nil); err != nil {
+		t.Fatal(err)
+	}
+	seq.SRead(ctx)
+	ceq.SRead(ctx)
+	const n = 64 << 20
+	srv.Recv(make([]byte, n), nil, fabric.AddrNotAvail, "big")
+	cli.Send(make([]byte, n), nil, fabric.AddrNotAvail, nil)
+	e := srv.(*ep)
+	for started := false; !started; {
+		ccq.Read(nil)
+		scq.Read(nil)
+		e.mu.Lock()
+		started = e.cur != nil
+		e.mu.Unlock()
+		if ctx.Err() != nil {
+			t.Fatal("the receive never started")
+		}
+	}
+	srv.Close()
+	var c [1]fabric.CQEntry
+	if _, err := scq.Read(c[:]); !errors.Is(err, fabric.ErrAvail) {
+		t.Fatalf("after Close: %v, want the receive's error entry", err)
+	}
+	if ee, _ := scq.ReadErr(); ee.Context != "big" || ee.Err != fabric.ErrCanceled {
+		t.Fatalf("error entry %+v, want the receive canceled", ee)
+	}
+}
+
+func netipZero() (z netip.AddrPort) { return }
