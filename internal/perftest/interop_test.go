@@ -17,12 +17,23 @@ import (
 func TestInteropWithPerftest(t *testing.T) {
 	vm := vmtest.VM(t, "perftest")
 	bin := vmtest.BuildRdmago(t)
+	type run struct {
+		tool  Tool
+		extra string
+	}
+	var runs []run
 	for _, tool := range Tools {
+		runs = append(runs, run{tool, ""})
+	}
+	// Several QPs, and UC.
+	runs = append(runs, run{Tool{Write, false}, " -q 4"}, run{Tool{Send, false}, " -q 2"}, run{Tool{Send, true}, " -c UC"})
+	for _, rn := range runs {
+		tool := rn.tool
 		for _, goServes := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/go-serves=%v", tool.Name(), goServes), func(t *testing.T) {
-				flags, size := "-F -n 100 -s 4096", "4096"
+			t.Run(fmt.Sprintf("%s%s/go-serves=%v", tool.Name(), strings.ReplaceAll(rn.extra, " ", "_"), goServes), func(t *testing.T) {
+				flags, size := "-F -n 100 -s 4096"+rn.extra, "4096"
 				if tool.Verb == Atomic {
-					flags, size = "-F -n 100", "8"
+					flags, size = "-F -n 100"+rn.extra, "8"
 				}
 				host := func(args string) *exec.Cmd { return vmtest.Host(vm, bin, tool.Name(), strings.Fields(args)...) }
 				guest := func(args string) *exec.Cmd {
@@ -38,8 +49,16 @@ func TestInteropWithPerftest(t *testing.T) {
 					if tool.Lat && (tool.Verb == Read || tool.Verb == Atomic) && side == "server" {
 						continue // ib_read_lat's and ib_atomic_lat's servers print no row
 					}
-					if !strings.Contains(out, "\n "+size+" ") || !strings.Contains(out, " 100 ") {
-						t.Errorf("%s printed no row for %s bytes, 100 iterations:\n%s", side, size, out)
+					// (perftest counts the iterations of all QPs.)
+					iters := " 100 "
+					switch rn.extra {
+					case " -q 4":
+						iters = " 400 "
+					case " -q 2":
+						iters = " 200 "
+					}
+					if !strings.Contains(out, "\n "+size+" ") || !strings.Contains(out, iters) {
+						t.Errorf("%s printed no row for %s bytes,%siterations:\n%s", side, size, iters, out)
 					}
 				}
 				t.Logf("client:\n%s", cliOut)

@@ -7,8 +7,9 @@
 // and rows, so that either side may be perftest's C program and scripts
 // that parse perftest parse these.
 //
-// Offered: RC (and UC for send and write), one QP, the TCP exchange with
-// GIDs (RoCE). Not yet: UD, -q > 1, -b, -D, -R/-z, post lists.
+// Offered: RC (and UC for send and write), -q QPs for the bandwidth
+// tests, the TCP exchange with GIDs (RoCE). Not yet: UD, -b, -D, -R/-z,
+// post lists.
 package perftest
 
 import (
@@ -95,6 +96,7 @@ type Options struct {
 	AtomicType  AtomicType
 	Events      bool   // -e: wait on a completion channel
 	UC          bool   // -c UC: unreliable connected QPs
+	NumQPs      int    // -q: QPs (bandwidth tests)
 	Out         string // --out: "text" (perftest's table) or "json"
 	Plot        string // --plot: an SVG file to draw the rows in
 }
@@ -107,7 +109,7 @@ const DefaultPort = 18515
 
 // Defaults returns t's defaults.
 func Defaults(t Tool) Options {
-	o := Options{Tool: t, Port: DefaultPort, IBPort: 1, GIDIndex: -1, Iters: 1000, Inline: -1, CQMod: 100, TxDepth: 128, RxDepth: 512}
+	o := Options{Tool: t, NumQPs: 1, Port: DefaultPort, IBPort: 1, GIDIndex: -1, Iters: 1000, Inline: -1, CQMod: 100, TxDepth: 128, RxDepth: 512}
 	if t.Verb == Write && !t.Lat {
 		o.Iters = 5000
 	}
@@ -134,7 +136,7 @@ func specs(t Tool) []getopt.Spec {
 		{Short: 'm', Long: "mtu", Arg: "MTU", Usage: "MTU size: 256 - 4096", Default: "port's active MTU"},
 		{Short: 'n', Long: "iters", Arg: "ITERS", Usage: "number of exchanges (at least 5)", Default: strconv.Itoa(d.Iters)},
 		{Short: 'p', Long: "port", Arg: "PORT", Usage: "listen on/connect to TCP port", Default: strconv.Itoa(DefaultPort)},
-		{Short: 'q', Long: "qp", Arg: "NUM", Usage: "number of QPs (1 here)", Default: "1"},
+		{Short: 'q', Long: "qp", Arg: "NUM", Usage: "number of QPs (bandwidth tests)", Default: "1"},
 		{Short: 's', Long: "size", Arg: "SIZE", Usage: "size of message to exchange", Default: strconv.Itoa(d.Size)},
 		{Short: 'x', Long: "gid-index", Arg: "INDEX", Usage: "GID index", Default: "the port's RoCEv2 IPv4 GID"},
 		{Long: "report_gbits", Usage: "report bandwidth in Gb/sec (1e9 bits) instead of MB/sec (2^20 bytes)"},
@@ -222,8 +224,8 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 		case "p":
 			o.Port, err = op.Int(1, 65535)
 		case "q":
-			if _, err = op.Int(1, 1); err != nil {
-				err = fmt.Errorf("only one QP is offered yet")
+			if o.NumQPs, err = op.Int(1, 1024); err == nil && t.Lat && o.NumQPs > 1 {
+				err = fmt.Errorf("the latency tests use one QP")
 			}
 		case "s":
 			o.Size, err = op.Int(1, MaxSize)

@@ -67,10 +67,13 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 	if err != nil || o.Iters != 50 || o.Size != 8 || o.Server != "host" || o.TxDepth != 1 {
 		t.Fatalf("ib_send_lat %+v, %v", o, err)
 	}
-	for _, args := range [][]string{{"-n", "4"}, {"-c", "UD"}, {"-q", "2"}, {"-m", "300"}, {"-s", "9000000"}, {"a", "b"}, {"--bogus"}} {
+	for _, args := range [][]string{{"-n", "4"}, {"-c", "UD"}, {"-q", "0"}, {"-m", "300"}, {"-s", "9000000"}, {"a", "b"}, {"--bogus"}} {
 		if _, err := ParseArgs(Tool{Write, false}, args); err == nil {
 			t.Errorf("accepted %q", args)
 		}
+	}
+	if _, err := ParseArgs(Tool{Send, true}, []string{"-q", "2"}); err == nil {
+		t.Errorf("ib_send_lat took -q 2")
 	}
 	if _, err := ParseArgs(Tool{Read, true}, []string{"-h"}); err != ErrHelp {
 		t.Errorf("-h: %v", err)
@@ -100,8 +103,11 @@ func TestToolsRunAgainstThemselves(t *testing.T) {
 	for _, tool := range Tools {
 		t.Run(tool.Name(), func(t *testing.T) { runBoth(t, tool) })
 	}
-	// And on a completion channel (-e).
+	// And on a completion channel (-e), and with several QPs (-q).
 	t.Run("events", func(t *testing.T) { runBoth(t, Tool{Send, true}, "-e") })
+	t.Run("write_bw-q4", func(t *testing.T) { runBoth(t, Tool{Write, false}, "-q", "4") })
+	t.Run("send_bw-q3", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-q", "3") })
+	t.Run("read_bw-q2", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-q", "2") })
 }
 
 func runBoth(t *testing.T, tool Tool, extra ...string) {

@@ -39,7 +39,7 @@ func printBanner(w io.Writer, o *Options, r *res) {
 		fmt.Fprintf(w, " Test with events. Using %s_comp0\n", o.Device)
 	}
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", o.Device)
-	fmt.Fprintf(w, " Number of qps   : 1\t\tTransport type : IB\n")
+	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", o.NumQPs)
 	conn := "RC"
 	if o.UC {
 		conn = "UC"
@@ -73,12 +73,20 @@ func printBanner(w io.Writer, o *Options, r *res) {
 	fmt.Fprint(w, resultLine)
 }
 
-// printAddrs prints the local and remote address lines.
-func printAddrs(w io.Writer, o *Options, my, rem *dest) {
-	for _, x := range []struct {
+// printAddrs prints the local address lines, then the remote ones.
+func printAddrs(w io.Writer, o *Options, my, rem []dest) {
+	type line struct {
 		name string
 		d    *dest
-	}{{"local", my}, {"remote", rem}} {
+	}
+	var lines []line
+	for i := range my {
+		lines = append(lines, line{"local", &my[i]})
+	}
+	for i := range rem {
+		lines = append(lines, line{"remote", &rem[i]})
+	}
+	for _, x := range lines {
 		d := x.d
 		fmt.Fprintf(w, " %s address: LID %s QPN %s PSN %s", x.name, cHex(uint64(d.lid), 4), cHex(uint64(d.qpn), 6), cHex(uint64(d.psn), 6))
 		// As perftest: reads show their outstanding reads and RDMA

@@ -21,19 +21,21 @@ type res struct {
 	ctx    *verbs.Context
 	pd     *verbs.PD
 	cq     *verbs.CQ
-	qp     *verbs.QP
+	qps    []*verbs.QP // -q of them; the latency tests have one
+	qp     *verbs.QP   // qps[0]
 	mr     *verbs.MR
 	buf    []byte
 	half   int
 	port   verbs.PortAttr
 	inline int
-	my     dest
-	rem    dest
+	my     []dest // per QP
+	rem    []dest
 	mtu    verbs.MTU
 	wc     []verbs.WC
 	ch     *verbs.CompChannel // with -e
-	// rxPosted counts the receives outstanding.
-	rxPosted int
+	// rxPosted counts the receives outstanding, per QP.
+	rxPosted []int
+	qpIndex  map[uint32]int // QP number → index
 }
 
 func openDevice(name string) (*verbs.Device, error) {
@@ -52,8 +54,8 @@ func openDevice(name string) (*verbs.Device, error) {
 }
 
 func (r *res) close() {
-	if r.qp != nil {
-		r.qp.Destroy()
+	for _, qp := range r.qps {
+		qp.Destroy()
 	}
 	if r.cq != nil {
 		r.cq.Destroy()
@@ -137,12 +139,13 @@ func setup(o *Options) (*res, error) {
 	// move their remote address through the peer's cycle buffer (its page
 	// size, exchanged in the system data) as they post.
 	r.half = max(maxSize, cycleBuffer)
-	r.buf = make([]byte, 2*r.half)
+	n := o.NumQPs
+	r.buf = make([]byte, 2*n*r.half) // n local halves, then n targets
 	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	if r.mr, err = r.pd.RegMR(r.buf, acc); err != nil {
 		return fail(fmt.Errorf("couldn't allocate MR: %w", err))
 	}
-	depth := o.TxDepth + o.RxDepth
+	depth := n * (o.TxDepth + o.RxDepth)
 	if o.Events {
 		if r.ch, err = r.ctx.CreateCompChannel(); err != nil {
 			return fail(fmt.Errorf("couldn't create completion channel: %w", err))
@@ -156,51 +159,64 @@ func setup(o *Options) (*res, error) {
 		qpType = verbs.QPTUC
 		acc = verbs.AccessLocalWrite | verbs.AccessRemoteWrite // all a UC QP may grant
 	}
-	init := verbs.QPInitAttr{SendCQ: r.cq, RecvCQ: r.cq, QPType: qpType, Cap: verbs.QPCap{
-		MaxSendWR: uint32(o.TxDepth + 8), MaxRecvWR: uint32(max(o.RxDepth, 1)), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(o.Inline)}}
-	if r.qp, err = r.pd.CreateQP(&init); err != nil {
-		return fail(fmt.Errorf("couldn't create QP: %w", err))
-	}
-	if int(init.Cap.MaxInlineData) < o.Inline {
-		o.Inline = int(init.Cap.MaxInlineData)
-	}
-	r.inline = o.Inline
-	qa := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: o.IBPort, QPAccessFlags: acc}
-	if err := r.qp.Modify(&qa, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return fail(fmt.Errorf("failed to modify QP to INIT: %w", err))
-	}
 	out := 1
 	if o.Tool.Verb == Read || o.Tool.Verb == Atomic {
 		out = o.OutReads
 	}
-	r.my = dest{lid: r.port.LID, outReads: out, qpn: r.qp.Num(), psn: rand.Uint32() & 0xffffff, rkey: r.mr.RKey(),
-		vaddr: r.mr.Addr() + uint64(r.half), gid: gid}
+	r.qpIndex = map[uint32]int{}
+	for i := range n {
+		init := verbs.QPInitAttr{SendCQ: r.cq, RecvCQ: r.cq, QPType: qpType, Cap: verbs.QPCap{
+			MaxSendWR: uint32(o.TxDepth + 8), MaxRecvWR: uint32(max(o.RxDepth, 1)), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(o.Inline)}}
+		qp, err := r.pd.CreateQP(&init)
+		if err != nil {
+			return fail(fmt.Errorf("couldn't create QP[%d]: %w", i, err))
+		}
+		r.qps = append(r.qps, qp)
+		if int(init.Cap.MaxInlineData) < o.Inline {
+			o.Inline = int(init.Cap.MaxInlineData)
+		}
+		qa := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: o.IBPort, QPAccessFlags: acc}
+		if err := qp.Modify(&qa, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+			return fail(fmt.Errorf("failed to modify QP[%d] to INIT: %w", i, err))
+		}
+		r.qpIndex[qp.Num()] = i
+		r.my = append(r.my, dest{lid: r.port.LID, outReads: out, qpn: qp.Num(), psn: rand.Uint32() & 0xffffff, rkey: r.mr.RKey(),
+			vaddr: r.mr.Addr() + uint64((n+i)*r.half), gid: gid})
+	}
+	r.qp = r.qps[0]
+	r.inline = o.Inline
+	r.rem = make([]dest, n)
+	r.rxPosted = make([]int, n)
 	r.wc = make([]verbs.WC, 64)
 	return r, nil
 }
 
-// connect brings the QP to RTS towards the peer (ctx_connect).
+// connect brings each QP to RTS towards the peer's of the same index
+// (ctx_connect).
 func (r *res) connect() error {
 	o := r.o
-	ah := verbs.AHAttr{DLID: r.rem.lid, PortNum: o.IBPort, IsGlobal: true,
-		GRH: verbs.GlobalRoute{DGID: r.rem.gid, SGIDIndex: uint8(o.GIDIndex), HopLimit: 0xff}}
-	attr := verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: r.mtu, DestQPNum: r.rem.qpn, RQPSN: r.rem.psn, AHAttr: ah,
-		MaxDestRdAtomic: uint8(max(r.my.outReads, 1)), MinRNRTimer: 12}
-	mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
-	if !o.UC {
-		mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
-	}
-	if err := r.qp.Modify(&attr, mask); err != nil {
-		return fmt.Errorf("failed to modify QP to RTR: %w", err)
-	}
-	attr = verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: r.my.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
-		MaxRdAtomic: uint8(max(min(r.my.outReads, r.rem.outReads), 1))}
-	mask = verbs.QPAttrState | verbs.QPAttrSQPSN
-	if !o.UC {
-		mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
-	}
-	if err := r.qp.Modify(&attr, mask); err != nil {
-		return fmt.Errorf("failed to modify QP to RTS: %w", err)
+	for i, qp := range r.qps {
+		my, rem := &r.my[i], &r.rem[i]
+		ah := verbs.AHAttr{DLID: rem.lid, PortNum: o.IBPort, IsGlobal: true,
+			GRH: verbs.GlobalRoute{DGID: rem.gid, SGIDIndex: uint8(o.GIDIndex), HopLimit: 0xff}}
+		attr := verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: r.mtu, DestQPNum: rem.qpn, RQPSN: rem.psn, AHAttr: ah,
+			MaxDestRdAtomic: uint8(max(my.outReads, 1)), MinRNRTimer: 12}
+		mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
+		if !o.UC {
+			mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+		}
+		if err := qp.Modify(&attr, mask); err != nil {
+			return fmt.Errorf("failed to modify QP[%d] to RTR: %w", i, err)
+		}
+		attr = verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: my.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+			MaxRdAtomic: uint8(max(min(my.outReads, rem.outReads), 1))}
+		mask = verbs.QPAttrState | verbs.QPAttrSQPSN
+		if !o.UC {
+			mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+		}
+		if err := qp.Modify(&attr, mask); err != nil {
+			return fmt.Errorf("failed to modify QP[%d] to RTS: %w", i, err)
+		}
 	}
 	return nil
 }
@@ -260,19 +276,21 @@ func (o *Options) sizes() []int {
 	return s
 }
 
-// sendWR is the work request of one iteration of size bytes.
-func (r *res) sendWR(size int, signaled bool) verbs.SendWR {
-	wr := verbs.SendWR{SGList: []verbs.SGE{r.mr.SGE(0, size)}}
+// sendWR is QP q's work request of one iteration of size bytes: from
+// its local half to the peer's QP's target half.
+func (r *res) sendWR(q, size int, signaled bool) verbs.SendWR {
+	wr := verbs.SendWR{SGList: []verbs.SGE{r.mr.SGE(q*r.half, size)}}
+	rem := &r.rem[q]
 	switch r.o.Tool.Verb {
 	case Send:
 		wr.Opcode = verbs.WRSend
 	case Write:
-		wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRDMAWrite, r.rem.vaddr, r.rem.rkey
+		wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRDMAWrite, rem.vaddr, rem.rkey
 	case Read:
-		wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRDMARead, r.rem.vaddr, r.rem.rkey
+		wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRDMARead, rem.vaddr, rem.rkey
 	case Atomic:
 		// perftest's operands: add 1, or compare with 1 and swap in 0.
-		wr.Opcode, wr.RemoteAddr, wr.RKey, wr.CompareAdd = verbs.WRAtomicFetchAndAdd, r.rem.vaddr, r.rem.rkey, 1
+		wr.Opcode, wr.RemoteAddr, wr.RKey, wr.CompareAdd = verbs.WRAtomicFetchAndAdd, rem.vaddr, rem.rkey, 1
 		if r.o.AtomicType == CmpAndSwap {
 			wr.Opcode, wr.Swap = verbs.WRAtomicCmpAndSwp, 0
 		}
@@ -317,24 +335,37 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	t := o.Tool
 	printBanner(out.table, o, r)
 	// Before the test: perftest's handshakes, in its order and number
-	// (N = 1 QP): the keys, ctx_connect, then the others.
-	if r.rem, err = c.handshake(&r.my); err != nil {
-		return err
-	}
-	extraFirst := t.Lat && t.Verb != Send // write_lat, read_lat, atomic_lat: 2N+2
-	if extraFirst {
-		// Their first handshake is before the keys; the key message is
-		// the same every time, so the second carries what the first did.
-		if r.rem, err = c.handshake(&r.my); err != nil {
+	// for N QPs: each QP's keys, ctx_connect, each QP's again and one
+	// more with the first QP's (send_bw has the one before the N).
+	for i := range r.qps {
+		if r.rem[i], err = c.handshake(&r.my[i]); err != nil {
 			return err
 		}
 	}
-	printAddrs(out.table, o, &r.my, &r.rem)
+	if t.Lat && t.Verb != Send {
+		// write_lat, read_lat, atomic_lat (one QP) have a handshake
+		// before the keys; the key message is the same every time, so
+		// the second carries what the first did.
+		if r.rem[0], err = c.handshake(&r.my[0]); err != nil {
+			return err
+		}
+	}
+	printAddrs(out.table, o, r.my, r.rem)
 	if err := r.connect(); err != nil {
 		return err
 	}
-	for range 2 {
-		if _, err := c.handshake(&r.my); err != nil {
+	if t.Verb == Send && !t.Lat {
+		if _, err := c.handshake(&r.my[0]); err != nil {
+			return err
+		}
+	}
+	for i := range r.qps {
+		if _, err := c.handshake(&r.my[i]); err != nil {
+			return err
+		}
+	}
+	if t.Verb != Send || t.Lat {
+		if _, err := c.handshake(&r.my[0]); err != nil {
 			return err
 		}
 	}
@@ -372,7 +403,7 @@ func runRDMABW(ctx context.Context, c *ctrl, r *res, out *output) error {
 			last = rep
 		}
 	}
-	if _, err := c.handshake(&r.my); err != nil {
+	if _, err := c.handshake(&r.my[0]); err != nil {
 		return err
 	}
 	peer, err := c.xchgReport(last)
@@ -383,28 +414,35 @@ func runRDMABW(ctx context.Context, c *ctrl, r *res, out *output) error {
 		out.bwRow(peer)
 	}
 	fmt.Fprint(out.table, resultLine)
-	return c.closeConn(&r.my)
+	return c.closeConn(&r.my[0])
 }
 
-// bwIterations posts o.Iters operations of size bytes, o.TxDepth at most
-// outstanding, every o.CQMod-th (and the last) signaled, and measures
-// when each was posted and completed.
+// bwIterations posts o.Iters operations of size bytes on each QP,
+// o.TxDepth at most outstanding per QP, every o.CQMod-th (and the last)
+// signaled, and measures when each was posted and completed (in the
+// order posted and completed over all QPs, as perftest counts them).
 func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
 	o := r.o
 	n := o.Iters
-	posted := make([]time.Time, n)
-	completed := make([]time.Time, n)
-	scnt, ccnt := 0, 0
-	for ccnt < n {
-		for scnt < n && scnt-ccnt < o.TxDepth {
-			signaled := (scnt+1)%o.CQMod == 0 || scnt == n-1
-			wr := r.sendWR(size, signaled)
-			wr.WRID = uint64(scnt)
-			posted[scnt] = time.Now()
-			if err := r.qp.PostSend([]verbs.SendWR{wr}); err != nil {
-				return bwReport{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+	total := n * len(r.qps)
+	posted := make([]time.Time, total)
+	completed := make([]time.Time, total)
+	scnt := make([]int, len(r.qps))
+	ccnt := make([]int, len(r.qps))
+	tposted, tdone := 0, 0
+	for tdone < total {
+		for q, qp := range r.qps {
+			for scnt[q] < n && scnt[q]-ccnt[q] < o.TxDepth {
+				signaled := (scnt[q]+1)%o.CQMod == 0 || scnt[q] == n-1
+				wr := r.sendWR(q, size, signaled)
+				wr.WRID = uint64(q)<<32 | uint64(scnt[q])
+				posted[tposted] = time.Now()
+				if err := qp.PostSend([]verbs.SendWR{wr}); err != nil {
+					return bwReport{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", q, scnt[q], err)
+				}
+				scnt[q]++
+				tposted++
 			}
-			scnt++
 		}
 		wcs, err := r.poll(ctx)
 		if err != nil {
@@ -412,9 +450,15 @@ func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
 		}
 		now := time.Now()
 		for _, wc := range wcs {
-			// A signaled completion completes every request up to it.
-			for last := int(wc.WRID); ccnt <= last && ccnt < n; ccnt++ {
-				completed[ccnt] = now
+			// A signaled completion completes every request of its QP up
+			// to it.
+			q, last := int(wc.WRID>>32), int(uint32(wc.WRID))
+			if q >= len(r.qps) {
+				continue
+			}
+			for ; ccnt[q] <= last && ccnt[q] < n; ccnt[q]++ {
+				completed[tdone] = now
+				tdone++
 			}
 		}
 	}
@@ -429,11 +473,13 @@ func runSendBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 	sizes := o.sizes()
 	for i, size := range sizes {
 		if c.server {
-			if err := r.fillRecvs(min(o.RxDepth, o.Iters)); err != nil {
-				return err
+			for q := range r.qps {
+				if err := r.fillRecvs(q, min(o.RxDepth, o.Iters)); err != nil {
+					return err
+				}
 			}
 		}
-		if _, err := c.handshake(&r.my); err != nil {
+		if _, err := c.handshake(&r.my[0]); err != nil {
 			return err
 		}
 		var rep bwReport
@@ -449,55 +495,63 @@ func runSendBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 		rep.size = uint64(size)
 		out.bwRow(rep)
 		if o.All && i < len(sizes)-1 {
-			if _, err := c.handshake(&r.my); err != nil {
+			if _, err := c.handshake(&r.my[0]); err != nil {
 				return err
 			}
 		}
 	}
 	fmt.Fprint(out.table, resultLine)
-	return c.closeConn(&r.my)
+	return c.closeConn(&r.my[0])
 }
 
-// fillRecvs posts receives (each of the largest size) until n are
-// outstanding.
-func (r *res) fillRecvs(n int) error {
-	for r.rxPosted < n {
-		if err := r.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(r.rxPosted), SGList: []verbs.SGE{r.mr.SGE(r.half, r.half)}}}); err != nil {
+// fillRecvs posts receives (each of the largest size, into QP q's
+// target half) until n are outstanding on QP q.
+func (r *res) fillRecvs(q, n int) error {
+	for r.rxPosted[q] < n {
+		sge := r.mr.SGE((len(r.qps)+q)*r.half, r.half)
+		if err := r.qps[q].PostRecv([]verbs.RecvWR{{WRID: uint64(r.rxPosted[q]), SGList: []verbs.SGE{sge}}}); err != nil {
 			return fmt.Errorf("couldn't post receive: %w", err)
 		}
-		r.rxPosted++
+		r.rxPosted[q]++
 	}
 	return nil
 }
 
-// recvIterations takes o.Iters receives, reposting as they complete.
+// recvIterations takes o.Iters receives on each QP, reposting as they
+// complete.
 func (r *res) recvIterations(ctx context.Context, size int) (bwReport, error) {
 	o := r.o
 	n := o.Iters
-	posted := make([]time.Time, n)
-	completed := make([]time.Time, n)
-	got := 0
-	for got < n {
+	total := n * len(r.qps)
+	posted := make([]time.Time, total)
+	completed := make([]time.Time, total)
+	got := make([]int, len(r.qps))
+	done := 0
+	for done < total {
 		wcs, err := r.poll(ctx)
 		if err != nil {
 			return bwReport{}, err
 		}
 		now := time.Now()
 		for _, wc := range wcs {
-			if wc.Opcode&verbs.WCRecv == 0 {
+			q, ok := r.qpIndex[wc.QPNum]
+			if !ok || wc.Opcode&verbs.WCRecv == 0 {
 				continue
 			}
-			if got == 0 {
+			if done == 0 {
 				for i := range posted {
 					posted[i] = now
 				}
 			}
-			completed[got] = now
-			got++
-			r.rxPosted--
+			completed[done] = now
+			done++
+			got[q]++
+			r.rxPosted[q]--
 		}
-		if err := r.fillRecvs(min(o.RxDepth, n-got)); err != nil {
-			return bwReport{}, err
+		for q := range r.qps {
+			if err := r.fillRecvs(q, min(o.RxDepth, n-got[q])); err != nil {
+				return bwReport{}, err
+			}
 		}
 	}
 	rep := bwReportOf(o, size, posted, completed)
@@ -512,10 +566,10 @@ func runSendLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 	o := r.o
 	out.latHeader()
 	for _, size := range o.sizes() {
-		if err := r.fillRecvs(o.RxDepth); err != nil {
+		if err := r.fillRecvs(0, o.RxDepth); err != nil {
 			return err
 		}
-		if _, err := c.handshake(&r.my); err != nil {
+		if _, err := c.handshake(&r.my[0]); err != nil {
 			return err
 		}
 		stamps := make([]time.Time, o.Iters)
@@ -526,7 +580,7 @@ func runSendLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 				}
 			}
 			stamps[i] = time.Now()
-			if err := r.qp.PostSend([]verbs.SendWR{r.sendWR(size, true)}); err != nil {
+			if err := r.qp.PostSend([]verbs.SendWR{r.sendWR(0, size, true)}); err != nil {
 				return fmt.Errorf("couldn't post send: %w", err)
 			}
 			if !c.server {
@@ -538,7 +592,7 @@ func runSendLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 		out.latRow(size, o.Iters, latStats(stamps, 2))
 	}
 	fmt.Fprint(out.table, resultLine)
-	return c.closeConn(&r.my)
+	return c.closeConn(&r.my[0])
 }
 
 // waitRecv waits for one receive (passing over send completions) and
@@ -562,8 +616,8 @@ func (r *res) waitRecv(ctx context.Context) error {
 		if wc.Opcode&verbs.WCRecv == 0 {
 			continue
 		}
-		r.rxPosted--
-		return r.fillRecvs(r.o.RxDepth)
+		r.rxPosted[0]--
+		return r.fillRecvs(0, r.o.RxDepth)
 	}
 }
 
@@ -578,7 +632,7 @@ func runReadLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 			stamps := make([]time.Time, o.Iters)
 			for i := 0; i < o.Iters; i++ {
 				stamps[i] = time.Now()
-				wr := r.sendWR(size, true)
+				wr := r.sendWR(0, size, true)
 				if err := r.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 					return fmt.Errorf("couldn't post read: %w", err)
 				}
@@ -590,7 +644,7 @@ func runReadLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 		}
 	}
 	fmt.Fprint(out.table, resultLine)
-	return c.closeConn(&r.my)
+	return c.closeConn(&r.my[0])
 }
 
 // runWriteLat is ib_write_lat: each side RDMA-writes size bytes into the
@@ -620,7 +674,7 @@ func runWriteLat(ctx context.Context, r *res, out *output) error {
 			}
 			stamps[i] = time.Now()
 			post[0] = byte(i + 1)
-			wr := r.sendWR(size, true)
+			wr := r.sendWR(0, size, true)
 			if err := r.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 				return fmt.Errorf("couldn't post send: scnt=%d: %w", i+1, err)
 			}
