@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -276,4 +278,68 @@ func (c *ctrl) closeConn(my *dest) error {
 	}
 	c.c.Write([]byte("done\x00"))
 	return c.c.Close()
+}
+
+// Why a run ended early.
+var (
+	errPeerGone = errors.New("the peer closed the connection before the test ended")
+	errPeerDone = errors.New("the peer finished, but what it sent did not all arrive (UC loses messages)")
+)
+
+// peerGrace is how long a run may go on after the peer finished (its
+// next out-of-band message came) or went away (the connection closed).
+const peerGrace = 3 * time.Second
+
+// watch returns a context for a test run that ends, with a cause, if the
+// peer goes away or finishes and this side does not within peerGrace;
+// stop ends the watch (before the next exchange). It reads nothing from
+// the connection: it only peeks at it.
+func (c *ctrl) watch(ctx context.Context) (context.Context, func()) {
+	run, cancel := context.WithCancelCause(ctx)
+	tc, ok := c.c.(*net.TCPConn)
+	if !ok {
+		return run, func() { cancel(nil) }
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return run, func() { cancel(nil) }
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var b [1]byte
+		var gone bool
+		err := rc.Read(func(fd uintptr) bool {
+			n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			if err == unix.EAGAIN {
+				return false
+			}
+			gone = n == 0 || err != nil
+			return true
+		})
+		if err != nil {
+			return // stopped
+		}
+		cause := errPeerDone
+		if gone {
+			cause = errPeerGone
+		}
+		t := time.AfterFunc(peerGrace, func() { cancel(cause) })
+		<-run.Done()
+		t.Stop()
+	}()
+	return run, func() {
+		cancel(nil)
+		tc.SetReadDeadline(time.Now()) // ends a peek in progress
+		<-done
+		tc.SetReadDeadline(time.Time{})
+	}
+}
+
+// runErr is err, or why the run's context ended when it did.
+func runErr(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && cause != context.Canceled {
+		return cause
+	}
+	return err
 }

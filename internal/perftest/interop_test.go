@@ -27,6 +27,8 @@ func TestInteropWithPerftest(t *testing.T) {
 	}
 	// Several QPs, and UC.
 	runs = append(runs, run{Tool{Write, false}, " -q 4"}, run{Tool{Send, false}, " -q 2"}, run{Tool{Send, true}, " -c UC"})
+	// Every size, with the handshakes between them.
+	runs = append(runs, run{Tool{Send, false}, " -a -n 5"}, run{Tool{Send, true}, " -a -n 5"})
 	for _, rn := range runs {
 		tool := rn.tool
 		for _, goServes := range []bool{true, false} {
@@ -56,6 +58,8 @@ func TestInteropWithPerftest(t *testing.T) {
 						iters = " 400 "
 					case " -q 2":
 						iters = " 200 "
+					case " -a -n 5":
+						iters = " 5 "
 					}
 					if !strings.Contains(out, "\n "+size+" ") || !strings.Contains(out, iters) {
 						t.Errorf("%s printed no row for %s bytes,%siterations:\n%s", side, size, iters, out)

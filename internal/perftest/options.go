@@ -180,7 +180,7 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	txSet, rxSet, cqSet := false, false, false
+	rxSet, cqSet := false, false
 	for _, op := range opts {
 		var err error
 		switch op.Key() {
@@ -220,7 +220,7 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 				}
 			}
 		case "n":
-			o.Iters, err = op.Int(5, 1<<30)
+			o.Iters, err = op.Int(5, 100000000)
 		case "p":
 			o.Port, err = op.Int(1, 65535)
 		case "q":
@@ -254,13 +254,12 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 		case "o":
 			o.OutReads, err = op.Int(1, 256)
 		case "t":
-			o.TxDepth, err = op.Int(1, 1<<15)
-			txSet = true
+			o.TxDepth, err = op.Int(1, 15000)
 		case "Q":
-			o.CQMod, err = op.Int(1, 1<<15)
+			o.CQMod, err = op.Int(1, 1024)
 			cqSet = true
 		case "r":
-			o.RxDepth, err = op.Int(1, 1<<15)
+			o.RxDepth, err = op.Int(1, 16384)
 			rxSet = true
 		}
 		if err != nil {
@@ -278,22 +277,24 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 	default:
 		return nil, fmt.Errorf("too many arguments: %q", operands[1:])
 	}
-	// perftest's adjustments: queues no deeper than the run is long, the
-	// CQ moderation no larger than the tx depth.
+	// perftest's adjustments (force_dependecies and after).
 	if !t.Lat {
-		if !txSet || o.TxDepth > o.Iters {
-			o.TxDepth = min(o.TxDepth, o.Iters)
+		o.TxDepth = min(o.TxDepth, o.Iters)
+		if o.Size > 8192 && !o.All && !o.Events && !cqSet {
+			o.CQMod = 1 // large messages: a completion for each
 		}
-		if !cqSet || o.CQMod > o.TxDepth {
-			o.CQMod = min(o.CQMod, o.TxDepth)
+		o.CQMod = min(o.CQMod, o.TxDepth)
+		if o.Iters > 20000 {
+			o.NoPeak = true // the peak search is quadratic
 		}
 	}
 	if t.Verb == Send {
-		if !rxSet || o.RxDepth > o.Iters {
-			o.RxDepth = min(o.RxDepth, o.Iters)
+		o.RxDepth = min(o.RxDepth, o.Iters)
+		if o.UC && !rxSet {
+			o.RxDepth = min(o.Iters, 16000) // every receive posted: UC may lose some
 		}
-		if t.Lat {
-			o.RxDepth = min(o.Iters+1, 512) // the receives a side keeps posted
+		if o.RxDepth%2 == 1 && !o.All {
+			o.RxDepth++ // as perftest does for an odd depth
 		}
 	}
 	return &o, nil

@@ -3,6 +3,7 @@ package perftest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"strconv"
@@ -53,15 +54,26 @@ func TestLatencyStatistics(t *testing.T) {
 	if l.min != 5 || l.max != 500 || l.typical != 12.5 || l.avg != 12.5 {
 		t.Fatalf("stats %+v", l)
 	}
-	if l.stdev < 5.59 || l.stdev > 5.60 {
-		t.Fatalf("stdev %v, want √31.25", l.stdev)
+	// perftest truncates each deviation (7.5, 2.5) to whole µs: √((49+4+4+49)/4).
+	if l.stdev < 5.147 || l.stdev > 5.148 {
+		t.Fatalf("stdev %v, want √26.5", l.stdev)
 	}
 }
 
 func TestArgsDefaultsAndRefusals(t *testing.T) {
 	o, err := ParseArgs(Tool{Write, false}, nil)
-	if err != nil || o.Iters != 5000 || o.Size != 65536 || o.TxDepth != 128 || o.CQMod != 100 || o.Port != DefaultPort {
+	// Over 8 KiB a completion for each message, unless -a, -e or -Q.
+	if err != nil || o.Iters != 5000 || o.Size != 65536 || o.TxDepth != 128 || o.CQMod != 1 || o.Port != DefaultPort {
 		t.Fatalf("ib_write_bw defaults %+v, %v", o, err)
+	}
+	if o, _ := ParseArgs(Tool{Write, false}, []string{"-a"}); o.CQMod != 100 {
+		t.Fatalf("ib_write_bw -a: CQ moderation %d, want 100", o.CQMod)
+	}
+	if o, _ := ParseArgs(Tool{Send, true}, []string{"-n", "5"}); o.RxDepth != 6 {
+		t.Fatalf("ib_send_lat -n 5: rx depth %d, want 6 (perftest makes an odd depth even)", o.RxDepth)
+	}
+	if o, _ := ParseArgs(Tool{Write, false}, []string{"-n", "30000"}); !o.NoPeak {
+		t.Fatal("ib_write_bw -n 30000 computes a peak")
 	}
 	o, err = ParseArgs(Tool{Send, true}, []string{"-n", "50", "-s", "8", "host"})
 	if err != nil || o.Iters != 50 || o.Size != 8 || o.Server != "host" || o.TxDepth != 1 {
@@ -151,3 +163,29 @@ func runBoth(t *testing.T, tool Tool, extra ...string) {
 func itoa(n int) string { return strconv.Itoa(n) }
 
 func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// A peer that goes away mid-test ends the other side's run with an error
+// within the grace the watch gives, instead of a wait for ever.
+func TestPeerGoneEndsTheRun(t *testing.T) {
+	port := itoa(freePort(t))
+	args := []string{"-d", "rxe_lo", "-n", "10000000", "-s", "64", "-p", port}
+	so, _ := ParseArgs(Tool{Send, false}, args)
+	co, _ := ParseArgs(Tool{Send, false}, append(args, "127.0.0.1"))
+	var sout, cout syncBuf
+	done := make(chan error, 1)
+	go func() { done <- Run(context.Background(), so, &sout, &sout) }()
+	time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := Run(ctx, co, &cout, &cout); err == nil {
+		t.Fatal("the client finished ten million sends in a second")
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, errPeerGone) {
+			t.Fatalf("server: %v, want %v", err, errPeerGone)
+		}
+	case <-time.After(peerGrace + 10*time.Second):
+		t.Fatal("the server still waits for a client that is gone")
+	}
+}

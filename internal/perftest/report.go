@@ -118,11 +118,12 @@ func printBWHeader(w io.Writer, o *Options) {
 }
 
 func printBWRow(w io.Writer, o *Options, r bwReport) {
-	f := "%-7.2f"
 	if o.ReportGbits && r.avg < 0.1 {
-		f = "%-7.6f" // perftest's extended format for small Gb/sec figures
+		// perftest's extended row, for small Gb/sec figures.
+		fmt.Fprintf(w, " %-7d    %d           %-7.6f            %-7.6f            %-7.6f\n", r.size, r.iters, r.peak, r.avg, r.msgRate)
+		return
 	}
-	fmt.Fprintf(w, " %-7d    %-10d       "+f+"            "+f+"\t\t   %-7.6f\n", r.size, r.iters, r.peak, r.avg, r.msgRate)
+	fmt.Fprintf(w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.size, r.iters, r.peak, r.avg, r.msgRate)
 }
 
 func printLatHeader(w io.Writer) {
@@ -205,9 +206,12 @@ func latStats(stamps []time.Time, factor float64) latency {
 		sum += x
 	}
 	l.avg = sum / float64(cnt)
+	// The standard deviation as perftest computes it: each deviation, and
+	// its square, truncated to a whole number of microseconds.
 	v := 0.0
 	for _, x := range d[:cnt] {
-		v += (l.avg - x) * (l.avg - x)
+		dev := int(l.avg - x)
+		v += float64(dev * dev)
 	}
 	l.stdev = math.Sqrt(v / float64(cnt))
 	l.p99 = d[min(int(math.Ceil(float64(cnt)*0.99)), n-1)]

@@ -124,8 +124,11 @@ func setup(o *Options) (*res, error) {
 	}
 	if o.Inline < 0 {
 		o.Inline = 0
-		if o.Tool.Lat && (o.Tool.Verb == Send || o.Tool.Verb == Write) {
-			o.Inline = min(236, attr.MaxInlineData) // perftest's default for latency
+		switch {
+		case o.Tool.Lat && o.Tool.Verb == Send:
+			o.Inline = min(236, attr.MaxInlineData) // perftest's defaults for latency
+		case o.Tool.Lat && o.Tool.Verb == Write:
+			o.Inline = min(220, attr.MaxInlineData)
 		}
 	}
 	maxSize := o.Size
@@ -377,7 +380,7 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	case t.Verb == Send:
 		err = runSendLat(ctx, c, r, out)
 	case t.Verb == Write:
-		err = runWriteLat(ctx, r, out)
+		err = runWriteLat(ctx, c, r, out)
 	default:
 		err = runReadLat(ctx, c, r, out)
 	}
@@ -394,13 +397,19 @@ func runRDMABW(ctx context.Context, c *ctrl, r *res, out *output) error {
 	out.bwHeader()
 	var last bwReport
 	if !c.server {
-		for _, size := range o.sizes() {
-			rep, err := r.bwIterations(ctx, size)
-			if err != nil {
-				return err
+		err := c.during(ctx, func(ctx context.Context) error {
+			for _, size := range o.sizes() {
+				rep, err := r.bwIterations(ctx, size)
+				if err != nil {
+					return err
+				}
+				out.bwRow(rep)
+				last = rep
 			}
-			out.bwRow(rep)
-			last = rep
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	if _, err := c.handshake(&r.my[0]); err != nil {
@@ -471,7 +480,7 @@ func runSendBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 	o := r.o
 	out.bwHeader()
 	sizes := o.sizes()
-	for i, size := range sizes {
+	for _, size := range sizes {
 		if c.server {
 			for q := range r.qps {
 				if err := r.fillRecvs(q, min(o.RxDepth, o.Iters)); err != nil {
@@ -483,18 +492,21 @@ func runSendBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 			return err
 		}
 		var rep bwReport
-		var err error
-		if c.server {
-			rep, err = r.recvIterations(ctx, size)
-		} else {
-			rep, err = r.bwIterations(ctx, size)
-		}
+		err := c.during(ctx, func(ctx context.Context) error {
+			var err error
+			if c.server {
+				rep, err = r.recvIterations(ctx, size)
+			} else {
+				rep, err = r.bwIterations(ctx, size)
+			}
+			return err
+		})
 		if err != nil {
 			return err
 		}
 		rep.size = uint64(size)
 		out.bwRow(rep)
-		if o.All && i < len(sizes)-1 {
+		if o.All { // after every size, the last too
 			if _, err := c.handshake(&r.my[0]); err != nil {
 				return err
 			}
@@ -527,6 +539,12 @@ func (r *res) recvIterations(ctx context.Context, size int) (bwReport, error) {
 	completed := make([]time.Time, total)
 	got := make([]int, len(r.qps))
 	done := 0
+	// The clock starts when the run does (the handshake just returned):
+	// the first completions may come back in one batch after a wait.
+	start := time.Now()
+	for i := range posted {
+		posted[i] = start
+	}
 	for done < total {
 		wcs, err := r.poll(ctx)
 		if err != nil {
@@ -537,11 +555,6 @@ func (r *res) recvIterations(ctx context.Context, size int) (bwReport, error) {
 			q, ok := r.qpIndex[wc.QPNum]
 			if !ok || wc.Opcode&verbs.WCRecv == 0 {
 				continue
-			}
-			if done == 0 {
-				for i := range posted {
-					posted[i] = now
-				}
 			}
 			completed[done] = now
 			done++
@@ -554,9 +567,9 @@ func (r *res) recvIterations(ctx context.Context, size int) (bwReport, error) {
 			}
 		}
 	}
-	rep := bwReportOf(o, size, posted, completed)
-	rep.peak = 0 // perftest's server computes no peak for receives
-	return rep, nil
+	noPeak := *o
+	noPeak.NoPeak = true // perftest's server computes no peak for receives
+	return bwReportOf(&noPeak, size, posted, completed), nil
 }
 
 // runSendLat is ib_send_lat: per size a handshake, then the ping-pong
@@ -573,21 +586,27 @@ func runSendLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 			return err
 		}
 		stamps := make([]time.Time, o.Iters)
-		for i := 0; i < o.Iters; i++ {
-			if c.server {
-				if err := r.waitRecv(ctx); err != nil {
-					return err
+		err := c.during(ctx, func(ctx context.Context) error {
+			for i := 0; i < o.Iters; i++ {
+				if c.server {
+					if err := r.waitRecv(ctx); err != nil {
+						return err
+					}
+				}
+				stamps[i] = time.Now()
+				if err := r.qp.PostSend([]verbs.SendWR{r.sendWR(0, size, true)}); err != nil {
+					return fmt.Errorf("couldn't post send: %w", err)
+				}
+				if !c.server {
+					if err := r.waitRecv(ctx); err != nil {
+						return err
+					}
 				}
 			}
-			stamps[i] = time.Now()
-			if err := r.qp.PostSend([]verbs.SendWR{r.sendWR(0, size, true)}); err != nil {
-				return fmt.Errorf("couldn't post send: %w", err)
-			}
-			if !c.server {
-				if err := r.waitRecv(ctx); err != nil {
-					return err
-				}
-			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		out.latRow(size, o.Iters, latStats(stamps, 2))
 	}
@@ -626,21 +645,27 @@ func (r *res) waitRecv(ctx context.Context) error {
 // and prints; the server only waits for it to finish.
 func runReadLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 	o := r.o
-	out.latHeader()
 	if !c.server {
-		for _, size := range o.sizes() {
-			stamps := make([]time.Time, o.Iters)
-			for i := 0; i < o.Iters; i++ {
-				stamps[i] = time.Now()
-				wr := r.sendWR(0, size, true)
-				if err := r.qp.PostSend([]verbs.SendWR{wr}); err != nil {
-					return fmt.Errorf("couldn't post read: %w", err)
+		out.latHeader()
+		err := c.during(ctx, func(ctx context.Context) error {
+			for _, size := range o.sizes() {
+				stamps := make([]time.Time, o.Iters)
+				for i := 0; i < o.Iters; i++ {
+					stamps[i] = time.Now()
+					wr := r.sendWR(0, size, true)
+					if err := r.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+						return fmt.Errorf("couldn't post read: %w", err)
+					}
+					if _, err := r.poll(ctx); err != nil {
+						return err
+					}
 				}
-				if _, err := r.poll(ctx); err != nil {
-					return err
-				}
+				out.latRow(size, o.Iters, latStats(stamps, 1))
 			}
-			out.latRow(size, o.Iters, latStats(stamps, 1))
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	fmt.Fprint(out.table, resultLine)
@@ -651,7 +676,11 @@ func runReadLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 // other's memory, the last byte a counter, and watches its own memory for
 // the peer's counter to come; the server writes first. Each side prints
 // its own row; there is no closing exchange.
-func runWriteLat(ctx context.Context, r *res, out *output) error {
+func runWriteLat(ctx context.Context, c *ctrl, r *res, out *output) error {
+	return c.during(ctx, func(ctx context.Context) error { return writeLat(ctx, r, out) })
+}
+
+func writeLat(ctx context.Context, r *res, out *output) error {
 	o := r.o
 	out.latHeader()
 	server := o.Server == ""
@@ -722,4 +751,17 @@ func loadByte(b []byte, i int) byte {
 	var bytes [4]byte
 	*(*uint32)(unsafe.Pointer(&bytes)) = v
 	return bytes[i&3]
+}
+
+// during runs a test with a context that ends if the peer goes away, or
+// finishes while this side has not (see ctrl.watch); the error then says
+// which.
+func (c *ctrl) during(ctx context.Context, test func(context.Context) error) error {
+	run, stop := c.watch(ctx)
+	err := test(run)
+	stop()
+	if err != nil {
+		return runErr(run, err)
+	}
+	return nil
 }
