@@ -110,7 +110,12 @@ func TestInteropRdmacoreTools(t *testing.T) {
 	bin := buildFor(t, vm, "rdmago-rdmacore", "github.com/rdmago/rdmago/cmd/rdmago", false)
 	srvEx := buildFor(t, vm, "rdma_server-rdmacore", "github.com/rdmago/rdmago/examples/rdma_server", false)
 	cliEx := buildFor(t, vm, "rdma_client-rdmacore", "github.com/rdmago/rdmago/examples/rdma_client", false)
+	fabSrv := buildFor(t, vm, "fabric_server-rdmacore", "github.com/rdmago/rdmago/examples/fabric_server", false)
 	host := vmtest.BuildRdmago(t)
+	hostFabCli := filepath.Join(t.TempDir(), "fabric_client")
+	if b, err := exec.Command("go", "build", "-o", hostFabCli, "github.com/rdmago/rdmago/examples/fabric_client").CombinedOutput(); err != nil {
+		t.Fatalf("go build fabric_client: %v\n%s", err, b)
+	}
 	const to = "timeout " + vmtest.Timeout + " "
 	const rdmago = "RDMAGO_PROVIDER=rdmacore " + to
 	in := func(n int, cmd string) *exec.Cmd { return exec.Command(vm, "exec", fmt.Sprint(n), cmd) }
@@ -159,6 +164,16 @@ func TestInteropRdmacoreTools(t *testing.T) {
 			exec.Command(vm, "host", "env", "RDMAGO_RXE_ADDR=10.77.0.1", "timeout", vmtest.Timeout, host, "rc_pingpong", "-d", "rxe_br0", "-g", "0", "-n", "200"),
 			in(1, rdmago+bin+" rc_pingpong -d rxe0 -g 1 -n 200 10.77.0.1"),
 			"200 iters", "200 iters"},
+		{"fi_pingpong -p verbs rdmago client, libfabric's server",
+			in(2, to+"fi_pingpong -p verbs -e msg -S 4096 -I 100 -c"), in(1, rdmago+bin+" fi_pingpong -p verbs -e msg -S 4096 -I 100 -c 10.77.0.12"),
+			"=100", "=100"},
+		{"fi_pingpong -p verbs rdmago server, libfabric's client",
+			in(1, rdmago+bin+" fi_pingpong -p verbs -e msg -S 4096 -I 100 -c"), in(2, to+"fi_pingpong -p verbs -e msg -S 4096 -I 100 -c 10.77.0.11"),
+			"=100", "=100"},
+		{"fabric_server example over verbs on rdma-core, fabric_client on the host's software device",
+			in(1, rdmago+fabSrv+" -p verbs -a 10.77.0.11 -port 9300"),
+			exec.Command(vm, "host", "env", "RDMAGO_RXE_ADDR=10.77.0.1", "timeout", vmtest.Timeout, hostFabCli, "-p", "verbs", "-a", "10.77.0.11", "-port", "9300"),
+			`region holds "RDMA WRITE over verbs"`, "FI_SHUTDOWN"},
 		{"rping rdmacore client in vm1, software device server on the host",
 			exec.Command(vm, "host", "timeout", vmtest.Timeout, host, "rping", "-s", "-a", "10.77.0.1", "-v", "-C", "10"),
 			in(1, rdmago+bin+" rping -c -a 10.77.0.1 -v -C 10"),
