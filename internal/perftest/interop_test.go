@@ -27,8 +27,9 @@ func TestInteropWithPerftest(t *testing.T) {
 	}
 	// Several QPs, and UC.
 	runs = append(runs, run{Tool{Write, false}, " -q 4"}, run{Tool{Send, false}, " -q 2"}, run{Tool{Send, true}, " -c UC"})
-	// Every size, with the handshakes between them.
-	runs = append(runs, run{Tool{Send, false}, " -a -n 5"}, run{Tool{Send, true}, " -a -n 5"})
+	// Every size, with the handshakes between them; both ways at once.
+	runs = append(runs, run{Tool{Send, false}, " -a -n 5"}, run{Tool{Send, true}, " -a -n 5"},
+		run{Tool{Write, false}, " -b"}, run{Tool{Read, false}, " -b"}, run{Tool{Write, false}, " -b -a -n 5"})
 	for _, rn := range runs {
 		tool := rn.tool
 		for _, goServes := range []bool{true, false} {
@@ -58,7 +59,7 @@ func TestInteropWithPerftest(t *testing.T) {
 						iters = " 400 "
 					case " -q 2":
 						iters = " 200 "
-					case " -a -n 5":
+					case " -a -n 5", " -b -a -n 5":
 						iters = " 5 "
 					}
 					if !strings.Contains(out, "\n "+size+" ") || !strings.Contains(out, iters) {

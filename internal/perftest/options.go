@@ -8,8 +8,8 @@
 // that parse perftest parse these.
 //
 // Offered: RC (and UC for send and write), -q QPs for the bandwidth
-// tests, the TCP exchange with GIDs (RoCE). Not yet: UD, -b, -D, -R/-z,
-// post lists.
+// tests, -b for the RDMA ones, the TCP exchange with GIDs (RoCE). Not
+// yet: UD, ib_send_bw -b, -D, -R/-z, post lists.
 package perftest
 
 import (
@@ -97,6 +97,7 @@ type Options struct {
 	Events      bool   // -e: wait on a completion channel
 	UC          bool   // -c UC: unreliable connected QPs
 	NumQPs      int    // -q: QPs (bandwidth tests)
+	Duplex      bool   // -b: both sides move data (RDMA bandwidth tests)
 	Out         string // --out: "text" (perftest's table) or "json"
 	Plot        string // --plot: an SVG file to draw the rows in
 }
@@ -157,6 +158,9 @@ func specs(t Tool) []getopt.Spec {
 			getopt.Spec{Short: 'Q', Long: "cq-mod", Arg: "NUM", Usage: "generate a completion every NUM sends", Default: "100"},
 			getopt.Spec{Short: 'N', Long: "noPeak", Usage: "skip the peak bandwidth calculation"},
 		)
+		if t.Verb != Send {
+			s = append(s, getopt.Spec{Short: 'b', Long: "bidirectional", Usage: "measure bidirectional bandwidth"})
+		}
 	}
 	if t.Verb == Send {
 		s = append(s, getopt.Spec{Short: 'r', Long: "rx-depth", Arg: "DEPTH", Usage: "size of rx queue", Default: strconv.Itoa(d.RxDepth)})
@@ -204,6 +208,8 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			o.Device = op.Arg
 		case "e":
 			o.Events = true
+		case "b":
+			o.Duplex = true
 		case "F", "N":
 			o.NoPeak = o.NoPeak || op.Key() == "N"
 		case "h":

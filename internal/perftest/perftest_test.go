@@ -120,6 +120,7 @@ func TestToolsRunAgainstThemselves(t *testing.T) {
 	t.Run("write_bw-q4", func(t *testing.T) { runBoth(t, Tool{Write, false}, "-q", "4") })
 	t.Run("send_bw-q3", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-q", "3") })
 	t.Run("read_bw-q2", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-q", "2") })
+	t.Run("write_bw-b", func(t *testing.T) { runBoth(t, Tool{Write, false}, "-b") })
 }
 
 func runBoth(t *testing.T, tool Tool, extra ...string) {

@@ -26,6 +26,9 @@ func cHex(v uint64, width int) string {
 func printBanner(w io.Writer, o *Options, r *res) {
 	t := o.Tool
 	kind := "BW "
+	if o.Duplex {
+		kind = "Bidirectional BW "
+	}
 	if t.Lat {
 		kind = "Latency "
 	}
@@ -47,7 +50,7 @@ func printBanner(w io.Writer, o *Options, r *res) {
 	fmt.Fprintf(w, " Connection type : %s\t\tUsing SRQ      : OFF\n", conn)
 	fmt.Fprintf(w, " PCIe relax order: Unsupported\n")
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
-	if o.Server != "" {
+	if o.Server != "" || o.Duplex {
 		fmt.Fprintf(w, " TX depth        : %d\n", o.TxDepth)
 	}
 	if t.Verb == Send && o.Server == "" {

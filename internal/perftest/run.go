@@ -395,6 +395,9 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 func runRDMABW(ctx context.Context, c *ctrl, r *res, out *output) error {
 	o := r.o
 	out.bwHeader()
+	if o.Duplex {
+		return runRDMABiBW(ctx, c, r, out)
+	}
 	var last bwReport
 	if !c.server {
 		err := c.during(ctx, func(ctx context.Context) error {
@@ -764,4 +767,41 @@ func (c *ctrl) during(ctx context.Context, test func(context.Context) error) err
 		return runErr(run, err)
 	}
 	return nil
+}
+
+// runRDMABiBW is -b: both sides move data at once, a handshake starting
+// each size (and, with -a, ending it); the sides trade reports and each
+// prints the sum.
+func runRDMABiBW(ctx context.Context, c *ctrl, r *res, out *output) error {
+	o := r.o
+	for _, size := range o.sizes() {
+		if _, err := c.handshake(&r.my[0]); err != nil {
+			return err
+		}
+		var mine bwReport
+		err := c.during(ctx, func(ctx context.Context) error {
+			var err error
+			mine, err = r.bwIterations(ctx, size)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if o.All {
+			if _, err := c.handshake(&r.my[0]); err != nil {
+				return err
+			}
+		}
+		peer, err := c.xchgReport(mine)
+		if err != nil {
+			return err
+		}
+		sum := mine
+		sum.peak += peer.peak
+		sum.avg += peer.avg
+		sum.msgRate += peer.msgRate
+		out.bwRow(sum)
+	}
+	fmt.Fprint(out.table, resultLine)
+	return c.closeConn(&r.my[0])
 }
