@@ -29,7 +29,8 @@ func TestInteropWithPerftest(t *testing.T) {
 	runs = append(runs, run{Tool{Write, false}, " -q 4"}, run{Tool{Send, false}, " -q 2"}, run{Tool{Send, true}, " -c UC"})
 	// Every size, with the handshakes between them; both ways at once.
 	runs = append(runs, run{Tool{Send, false}, " -a -n 5"}, run{Tool{Send, true}, " -a -n 5"},
-		run{Tool{Write, false}, " -b"}, run{Tool{Read, false}, " -b"}, run{Tool{Write, false}, " -b -a -n 5"})
+		run{Tool{Write, false}, " -b"}, run{Tool{Read, false}, " -b"}, run{Tool{Write, false}, " -b -a -n 5"},
+		run{Tool{Write, false}, " -D 4"})
 	for _, rn := range runs {
 		tool := rn.tool
 		for _, goServes := range []bool{true, false} {
@@ -61,6 +62,8 @@ func TestInteropWithPerftest(t *testing.T) {
 						iters = " 200 "
 					case " -a -n 5", " -b -a -n 5":
 						iters = " 5 "
+					case " -D 4":
+						iters = " " // as many as the run made
 					}
 					if !strings.Contains(out, "\n "+size+" ") || !strings.Contains(out, iters) {
 						t.Errorf("%s printed no row for %s bytes,%siterations:\n%s", side, size, iters, out)

@@ -8,8 +8,9 @@
 // that parse perftest parse these.
 //
 // Offered: RC (and UC for send and write), -q QPs for the bandwidth
-// tests, -b for the RDMA ones, the TCP exchange with GIDs (RoCE). Not
-// yet: UD, ib_send_bw -b, -D, -R/-z, post lists.
+// tests, -b and -D for the RDMA ones, the TCP exchange with GIDs (RoCE).
+// Not yet: UD, -b and -D for ib_send_bw and the latency tests, -R/-z,
+// post lists.
 package perftest
 
 import (
@@ -98,6 +99,8 @@ type Options struct {
 	UC          bool   // -c UC: unreliable connected QPs
 	NumQPs      int    // -q: QPs (bandwidth tests)
 	Duplex      bool   // -b: both sides move data (RDMA bandwidth tests)
+	Duration    int    // -D: seconds to run instead of -n iterations (RDMA bandwidth tests)
+	Margin      int    // -f: seconds left out at each end of a -D run (default -D/4)
 	Out         string // --out: "text" (perftest's table) or "json"
 	Plot        string // --plot: an SVG file to draw the rows in
 }
@@ -159,7 +162,11 @@ func specs(t Tool) []getopt.Spec {
 			getopt.Spec{Short: 'N', Long: "noPeak", Usage: "skip the peak bandwidth calculation"},
 		)
 		if t.Verb != Send {
-			s = append(s, getopt.Spec{Short: 'b', Long: "bidirectional", Usage: "measure bidirectional bandwidth"})
+			s = append(s,
+				getopt.Spec{Short: 'b', Long: "bidirectional", Usage: "measure bidirectional bandwidth"},
+				getopt.Spec{Short: 'D', Long: "duration", Arg: "SECONDS", Usage: "run for a time instead of a number of iterations"},
+				getopt.Spec{Short: 'f', Long: "margin", Arg: "SECONDS", Usage: "leave out this much at each end of a -D run", Default: "-D/4"},
+			)
 		}
 	}
 	if t.Verb == Send {
@@ -184,7 +191,7 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	rxSet, cqSet := false, false
+	rxSet, cqSet, marginSet := false, false, false
 	for _, op := range opts {
 		var err error
 		switch op.Key() {
@@ -210,6 +217,11 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			o.Events = true
 		case "b":
 			o.Duplex = true
+		case "D":
+			o.Duration, err = op.Int(1, 1<<20)
+		case "f":
+			o.Margin, err = op.Int(0, 1<<20)
+			marginSet = true
 		case "F", "N":
 			o.NoPeak = o.NoPeak || op.Key() == "N"
 		case "h":
@@ -271,6 +283,21 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
+	}
+	if o.Duration > 0 {
+		switch {
+		case o.All:
+			return nil, fmt.Errorf("-D and -a do not go together")
+		case o.Duplex:
+			return nil, fmt.Errorf("-D with -b is not offered yet")
+		}
+		if !marginSet {
+			o.Margin = o.Duration / 4
+		}
+		if o.Duration <= 2*o.Margin {
+			return nil, fmt.Errorf("-D %d must be longer than twice the margin -f %d", o.Duration, o.Margin)
+		}
+		o.NoPeak = true // as perftest: no peak in duration mode
 	}
 	if t.Verb == Atomic {
 		// perftest's atomic tests move 8 bytes whatever -s and -a say.

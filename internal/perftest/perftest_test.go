@@ -84,6 +84,14 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 			t.Errorf("accepted %q", args)
 		}
 	}
+	for _, args := range [][]string{{"-D", "4", "-a"}, {"-D", "2", "-f", "1"}, {"-D", "4", "-b"}} {
+		if _, err := ParseArgs(Tool{Write, false}, args); err == nil {
+			t.Errorf("ib_write_bw took %q", args)
+		}
+	}
+	if o, err := ParseArgs(Tool{Write, false}, []string{"-D", "8"}); err != nil || o.Margin != 2 || !o.NoPeak {
+		t.Errorf("-D 8: margin %d, no peak %v, %v; want 2, true", o.Margin, o.NoPeak, err)
+	}
 	if _, err := ParseArgs(Tool{Send, true}, []string{"-q", "2"}); err == nil {
 		t.Errorf("ib_send_lat took -q 2")
 	}
@@ -121,6 +129,7 @@ func TestToolsRunAgainstThemselves(t *testing.T) {
 	t.Run("send_bw-q3", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-q", "3") })
 	t.Run("read_bw-q2", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-q", "2") })
 	t.Run("write_bw-b", func(t *testing.T) { runBoth(t, Tool{Write, false}, "-b") })
+	t.Run("read_bw-D", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-D", "2", "-q", "2") })
 }
 
 func runBoth(t *testing.T, tool Tool, extra ...string) {

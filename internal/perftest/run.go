@@ -402,7 +402,13 @@ func runRDMABW(ctx context.Context, c *ctrl, r *res, out *output) error {
 	if !c.server {
 		err := c.during(ctx, func(ctx context.Context) error {
 			for _, size := range o.sizes() {
-				rep, err := r.bwIterations(ctx, size)
+				var rep bwReport
+				var err error
+				if o.Duration > 0 {
+					rep, err = r.bwDuration(ctx, size)
+				} else {
+					rep, err = r.bwIterations(ctx, size)
+				}
 				if err != nil {
 					return err
 				}
@@ -804,4 +810,72 @@ func runRDMABiBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 	}
 	fmt.Fprint(out.table, resultLine)
 	return c.closeConn(&r.my[0])
+}
+
+// bwDuration is -D: operations posted for o.Duration seconds, as many as
+// the tx depth allows; those that complete in the sample window (the run
+// less o.Margin at each end) are counted, over the window's length.
+func (r *res) bwDuration(ctx context.Context, size int) (bwReport, error) {
+	o := r.o
+	start := time.Now()
+	sampleFrom := start.Add(time.Duration(o.Margin) * time.Second)
+	sampleTo := start.Add(time.Duration(o.Duration-o.Margin) * time.Second)
+	end := start.Add(time.Duration(o.Duration) * time.Second)
+	scnt := make([]uint64, len(r.qps))
+	ccnt := make([]uint64, len(r.qps))
+	var counted uint64
+	posting := true
+	for {
+		now := time.Now()
+		if posting && !now.Before(end) {
+			posting = false
+		}
+		outstanding := false
+		for q, qp := range r.qps {
+			for posting && scnt[q]-ccnt[q] < uint64(o.TxDepth) {
+				// Signaled every CQ-moderation count, so that each
+				// completion stands for that many operations.
+				wr := r.sendWR(q, size, (scnt[q]+1)%uint64(o.CQMod) == 0)
+				wr.WRID = uint64(q)<<32 | uint64(uint32(scnt[q]))
+				if err := qp.PostSend([]verbs.SendWR{wr}); err != nil {
+					return bwReport{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", q, scnt[q], err)
+				}
+				scnt[q]++
+			}
+			// Unsignaled posts past the last signaled one complete with
+			// nothing to report them; they are not waited for.
+			if scnt[q]/uint64(o.CQMod) > ccnt[q]/uint64(o.CQMod) {
+				outstanding = true
+			}
+		}
+		if !posting && !outstanding {
+			break
+		}
+		wcs, err := r.poll(ctx)
+		if err != nil {
+			return bwReport{}, err
+		}
+		now = time.Now()
+		for _, wc := range wcs {
+			q := int(wc.WRID >> 32)
+			if q >= len(r.qps) {
+				continue
+			}
+			ccnt[q] += uint64(o.CQMod)
+			if !now.Before(sampleFrom) && now.Before(sampleTo) {
+				counted += uint64(o.CQMod)
+			}
+		}
+	}
+	rep := bwReport{size: uint64(size), iters: counted}
+	unit := float64(1 << 20)
+	if o.ReportGbits {
+		unit = 125e6
+	}
+	// Over the sample window, as perftest's alarms time it.
+	if d := sampleTo.Sub(sampleFrom).Seconds(); d > 0 {
+		rep.avg = float64(size) * float64(counted) / d / unit
+		rep.msgRate = float64(counted) / d / 1e6
+	}
+	return rep, nil
 }
