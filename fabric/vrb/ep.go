@@ -94,7 +94,7 @@ func (p *pep) Listen() error {
 		return fabric.Errorf("fi_listen", fabric.ErrNoEQ, "bind an EQ first")
 	}
 	if p.cancel != nil {
-		return fabric.Errorf("fi_listen", fabric.ErrOpBadState, "already listening")
+		return fabric.Errorf("fi_listen", fabric.ErrAlready, "already listening") // as the tcp provider
 	}
 	src := p.info.SrcAddr
 	if !src.IsValid() {
