@@ -31,13 +31,19 @@ func TestInteropWithPerftest(t *testing.T) {
 	runs = append(runs, run{Tool{Send, false}, " -a -n 5"}, run{Tool{Send, true}, " -a -n 5"},
 		run{Tool{Write, false}, " -b"}, run{Tool{Read, false}, " -b"}, run{Tool{Write, false}, " -b -a -n 5"},
 		run{Tool{Write, false}, " -D 4"})
+	// Datagrams (at most the MTU: the VM's is 1024).
+	runs = append(runs, run{Tool{Send, false}, " -c UD -s 1024"}, run{Tool{Send, true}, " -c UD -s 1024"})
 	for _, rn := range runs {
 		tool := rn.tool
 		for _, goServes := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s%s/go-serves=%v", tool.Name(), strings.ReplaceAll(rn.extra, " ", "_"), goServes), func(t *testing.T) {
 				flags, size := "-F -n 100 -s 4096"+rn.extra, "4096"
-				if tool.Verb == Atomic {
+				switch {
+				case tool.Verb == Atomic:
 					flags, size = "-F -n 100"+rn.extra, "8"
+				case strings.Contains(rn.extra, "-s "):
+					flags = "-F -n 100" + rn.extra
+					size = rn.extra[strings.LastIndex(rn.extra, " ")+1:]
 				}
 				host := func(args string) *exec.Cmd { return vmtest.Host(vm, bin, tool.Name(), strings.Fields(args)...) }
 				guest := func(args string) *exec.Cmd {

@@ -7,10 +7,9 @@
 // and rows, so that either side may be perftest's C program and scripts
 // that parse perftest parse these.
 //
-// Offered: RC (and UC for send and write), -q QPs for the bandwidth
-// tests, -b and -D for the RDMA ones, the TCP exchange with GIDs (RoCE).
-// Not yet: UD, -b and -D for ib_send_bw and the latency tests, -R/-z,
-// post lists.
+// Offered: RC, UC for send and write, UD for send; -q QPs for the
+// bandwidth tests, -b and -D for the RDMA ones, the TCP exchange with
+// GIDs (RoCE).
 package perftest
 
 import (
@@ -46,6 +45,18 @@ const (
 )
 
 var atomicNames = [...]string{"CMP_AND_SWAP", "FETCH_AND_ADD"}
+
+// Conn is -c's connection type.
+type Conn int
+
+// Connection types, perftest's names.
+const (
+	RC Conn = iota
+	UC      // unreliable connected: SEND and RDMA WRITE
+	UD      // unreliable datagram: SEND only, a message at most the MTU
+)
+
+func (c Conn) String() string { return [...]string{"RC", "UC", "UD"}[c] }
 
 // Tool is one perftest program.
 type Tool struct {
@@ -96,7 +107,7 @@ type Options struct {
 	NoPeak      bool
 	AtomicType  AtomicType
 	Events      bool   // -e: wait on a completion channel
-	UC          bool   // -c UC: unreliable connected QPs
+	Conn        Conn   // -c: RC, UC (send, write) or UD (send)
 	NumQPs      int    // -q: QPs (bandwidth tests)
 	Duplex      bool   // -b: both sides move data (RDMA bandwidth tests)
 	Duration    int    // -D: seconds to run instead of -n iterations (RDMA bandwidth tests)
@@ -104,6 +115,9 @@ type Options struct {
 	Out         string // --out: "text" (perftest's table) or "json"
 	Plot        string // --plot: an SVG file to draw the rows in
 }
+
+// maxInlineUD is perftest's largest inline size on UD (MAX_INLINE_UD).
+const maxInlineUD = 884
 
 // MaxSize is perftest's largest message (-a's last size).
 const MaxSize = 1 << 23
@@ -131,7 +145,7 @@ func specs(t Tool) []getopt.Spec {
 	d := Defaults(t)
 	s := []getopt.Spec{
 		{Short: 'a', Long: "all", Usage: "run sizes from 2 till 2^23"},
-		{Short: 'c', Long: "connection", Arg: "TYPE", Usage: "connection type: RC, or UC for send and write", Default: "RC"},
+		{Short: 'c', Long: "connection", Arg: "TYPE", Usage: "connection type: RC, UC (send and write) or UD (send)", Default: "RC"},
 		{Short: 'd', Long: "ib-dev", Arg: "DEV", Usage: "use IB device", Default: "first device found"},
 		{Short: 'e', Long: "events", Usage: "sleep on CQ events"},
 		{Short: 'F', Long: "CPU-freq", Usage: "do not fail on CPU frequency differences (accepted, no effect)"},
@@ -200,16 +214,21 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 		case "c":
 			switch strings.ToUpper(op.Arg) {
 			case "RC":
-				o.UC = false
+				o.Conn = RC
 			case "UC":
 				if t.Verb == Read || t.Verb == Atomic {
 					return nil, fmt.Errorf("connection type UC has no RDMA READ or atomics: RC only for %s", t.Name())
 				}
-				o.UC = true
-			case "UD", "XRC", "DC", "SRD":
-				return nil, fmt.Errorf("connection type %s is not offered yet (RC, UC)", op.Arg)
+				o.Conn = UC
+			case "UD":
+				if t.Verb != Send {
+					return nil, fmt.Errorf("UD connection only possible in SEND verb")
+				}
+				o.Conn = UD
+			case "XRC", "DC", "SRD":
+				return nil, fmt.Errorf("connection type %s is not offered (RC, UC, UD)", op.Arg)
 			default:
-				return nil, fmt.Errorf("invalid connection type %q (RC, UC)", op.Arg)
+				return nil, fmt.Errorf("invalid connection type %q (RC, UC, UD)", op.Arg)
 			}
 		case "d":
 			o.Device = op.Arg
@@ -313,7 +332,7 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 	// perftest's adjustments (force_dependecies and after).
 	if !t.Lat {
 		o.TxDepth = min(o.TxDepth, o.Iters)
-		if o.Size > 8192 && !o.All && !o.Events && !cqSet {
+		if o.Size > 8192 && o.Conn != UD && !o.All && !o.Events && !cqSet {
 			o.CQMod = 1 // large messages: a completion for each
 		}
 		o.CQMod = min(o.CQMod, o.TxDepth)
@@ -321,10 +340,13 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			o.NoPeak = true // the peak search is quadratic
 		}
 	}
+	if o.Conn == UD && o.Inline > maxInlineUD {
+		o.Inline = maxInlineUD
+	}
 	if t.Verb == Send {
 		o.RxDepth = min(o.RxDepth, o.Iters)
-		if o.UC && !rxSet {
-			o.RxDepth = min(o.Iters, 16000) // every receive posted: UC may lose some
+		if o.Conn != RC && !rxSet {
+			o.RxDepth = min(o.Iters, 16000) // every receive posted: UC and UD may lose some
 		}
 		if o.RxDepth%2 == 1 && !o.All {
 			o.RxDepth++ // as perftest does for an odd depth

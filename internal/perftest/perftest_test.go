@@ -79,7 +79,10 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 	if err != nil || o.Iters != 50 || o.Size != 8 || o.Server != "host" || o.TxDepth != 1 {
 		t.Fatalf("ib_send_lat %+v, %v", o, err)
 	}
-	for _, args := range [][]string{{"-n", "4"}, {"-c", "UD"}, {"-q", "0"}, {"-m", "300"}, {"-s", "9000000"}, {"a", "b"}, {"--bogus"}} {
+	if o, err := ParseArgs(Tool{Send, false}, []string{"-c", "UD", "-I", "900"}); err != nil || o.Conn != UD || o.CQMod != 100 || o.Inline != maxInlineUD || o.RxDepth != 1000 {
+		t.Errorf("ib_send_bw -c UD: %+v, %v; want UD, CQ moderation 100, inline 884, rx depth 1000", o, err)
+	}
+	for _, args := range [][]string{{"-n", "4"}, {"-c", "UD"}, {"-c", "XRC"}, {"-q", "0"}, {"-m", "300"}, {"-s", "9000000"}, {"a", "b"}, {"--bogus"}} {
 		if _, err := ParseArgs(Tool{Write, false}, args); err == nil {
 			t.Errorf("accepted %q", args)
 		}
@@ -130,6 +133,8 @@ func TestToolsRunAgainstThemselves(t *testing.T) {
 	t.Run("read_bw-q2", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-q", "2") })
 	t.Run("write_bw-b", func(t *testing.T) { runBoth(t, Tool{Write, false}, "-b") })
 	t.Run("read_bw-D", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-D", "2", "-q", "2") })
+	t.Run("send_bw-UD", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-c", "UD", "-q", "2") })
+	t.Run("send_lat-UD", func(t *testing.T) { runBoth(t, Tool{Send, true}, "-c", "UD") })
 }
 
 func runBoth(t *testing.T, tool Tool, extra ...string) {

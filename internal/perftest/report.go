@@ -43,11 +43,7 @@ func printBanner(w io.Writer, o *Options, r *res) {
 	}
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", o.Device)
 	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", o.NumQPs)
-	conn := "RC"
-	if o.UC {
-		conn = "UC"
-	}
-	fmt.Fprintf(w, " Connection type : %s\t\tUsing SRQ      : OFF\n", conn)
+	fmt.Fprintf(w, " Connection type : %s\t\tUsing SRQ      : OFF\n", o.Conn)
 	fmt.Fprintf(w, " PCIe relax order: Unsupported\n")
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
 	if o.Server != "" || o.Duplex {

@@ -33,6 +33,7 @@ type res struct {
 	mtu    verbs.MTU
 	wc     []verbs.WC
 	ch     *verbs.CompChannel // with -e
+	ahs    []*verbs.AH        // UD: per QP, the peer's
 	// rxPosted counts the receives outstanding, per QP.
 	rxPosted []int
 	qpIndex  map[uint32]int // QP number → index
@@ -54,6 +55,9 @@ func openDevice(name string) (*verbs.Device, error) {
 }
 
 func (r *res) close() {
+	for _, ah := range r.ahs {
+		ah.Destroy()
+	}
 	for _, qp := range r.qps {
 		qp.Destroy()
 	}
@@ -125,8 +129,10 @@ func setup(o *Options) (*res, error) {
 	if o.Inline < 0 {
 		o.Inline = 0
 		switch {
+		case o.Tool.Lat && o.Tool.Verb == Send && o.Conn == UD:
+			o.Inline = min(188, attr.MaxInlineData) // perftest's defaults for latency
 		case o.Tool.Lat && o.Tool.Verb == Send:
-			o.Inline = min(236, attr.MaxInlineData) // perftest's defaults for latency
+			o.Inline = min(236, attr.MaxInlineData)
 		case o.Tool.Lat && o.Tool.Verb == Write:
 			o.Inline = min(220, attr.MaxInlineData)
 		}
@@ -158,9 +164,14 @@ func setup(o *Options) (*res, error) {
 		return fail(fmt.Errorf("couldn't create CQ: %w", err))
 	}
 	qpType := verbs.QPTRC
-	if o.UC {
+	initMask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags
+	switch o.Conn {
+	case UC:
 		qpType = verbs.QPTUC
 		acc = verbs.AccessLocalWrite | verbs.AccessRemoteWrite // all a UC QP may grant
+	case UD:
+		qpType = verbs.QPTUD
+		initMask = verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey
 	}
 	out := 1
 	if o.Tool.Verb == Read || o.Tool.Verb == Atomic {
@@ -178,8 +189,8 @@ func setup(o *Options) (*res, error) {
 		if int(init.Cap.MaxInlineData) < o.Inline {
 			o.Inline = int(init.Cap.MaxInlineData)
 		}
-		qa := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: o.IBPort, QPAccessFlags: acc}
-		if err := qp.Modify(&qa, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		qa := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: o.IBPort, QPAccessFlags: acc, QKey: udQKey}
+		if err := qp.Modify(&qa, initMask); err != nil {
 			return fail(fmt.Errorf("failed to modify QP[%d] to INIT: %w", i, err))
 		}
 		r.qpIndex[qp.Num()] = i
@@ -194,18 +205,35 @@ func setup(o *Options) (*res, error) {
 	return r, nil
 }
 
+// udQKey is the Q_Key of perftest's UD QPs (DEF_QKEY).
+const udQKey = 0x11111111
+
 // connect brings each QP to RTS towards the peer's of the same index
-// (ctx_connect).
+// (ctx_connect); a UD QP gets an address handle for the peer's instead.
 func (r *res) connect() error {
 	o := r.o
 	for i, qp := range r.qps {
 		my, rem := &r.my[i], &r.rem[i]
 		ah := verbs.AHAttr{DLID: rem.lid, PortNum: o.IBPort, IsGlobal: true,
 			GRH: verbs.GlobalRoute{DGID: rem.gid, SGIDIndex: uint8(o.GIDIndex), HopLimit: 0xff}}
+		if o.Conn == UD {
+			if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR}, verbs.QPAttrState); err != nil {
+				return fmt.Errorf("failed to modify QP[%d] to RTR: %w", i, err)
+			}
+			if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: my.psn}, verbs.QPAttrState|verbs.QPAttrSQPSN); err != nil {
+				return fmt.Errorf("failed to modify QP[%d] to RTS: %w", i, err)
+			}
+			a, err := r.pd.CreateAH(&ah)
+			if err != nil {
+				return fmt.Errorf("failed to create AH: %w", err)
+			}
+			r.ahs = append(r.ahs, a)
+			continue
+		}
 		attr := verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: r.mtu, DestQPNum: rem.qpn, RQPSN: rem.psn, AHAttr: ah,
 			MaxDestRdAtomic: uint8(max(my.outReads, 1)), MinRNRTimer: 12}
 		mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
-		if !o.UC {
+		if o.Conn == RC {
 			mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
 		}
 		if err := qp.Modify(&attr, mask); err != nil {
@@ -214,7 +242,7 @@ func (r *res) connect() error {
 		attr = verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: my.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
 			MaxRdAtomic: uint8(max(min(my.outReads, rem.outReads), 1))}
 		mask = verbs.QPAttrState | verbs.QPAttrSQPSN
-		if !o.UC {
+		if o.Conn == RC {
 			mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
 		}
 		if err := qp.Modify(&attr, mask); err != nil {
@@ -272,8 +300,12 @@ func (o *Options) sizes() []int {
 	if !o.All {
 		return []int{o.Size}
 	}
+	largest := MaxSize
+	if o.Conn == UD {
+		largest = o.MTU.Bytes() // a datagram is one packet
+	}
 	var s []int
-	for n := 2; n <= MaxSize; n *= 2 {
+	for n := 2; n <= largest; n *= 2 {
 		s = append(s, n)
 	}
 	return s
@@ -287,6 +319,9 @@ func (r *res) sendWR(q, size int, signaled bool) verbs.SendWR {
 	switch r.o.Tool.Verb {
 	case Send:
 		wr.Opcode = verbs.WRSend
+		if r.o.Conn == UD {
+			wr.AH, wr.RemoteQPN, wr.RemoteQKey = r.ahs[q], rem.qpn, udQKey
+		}
 	case Write:
 		wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRDMAWrite, rem.vaddr, rem.rkey
 	case Read:
@@ -331,6 +366,12 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	var peerCycle int
 	if r.mtu, peerCycle, err = c.hello(r.mtu); err != nil {
 		return err
+	}
+	if o.Conn == UD {
+		// A datagram is one packet: the size is at most the MTU, as
+		// perftest makes it.
+		o.MTU = r.mtu
+		o.Size = min(o.Size, r.mtu.Bytes())
 	}
 	if peerCycle > r.half {
 		return fmt.Errorf("the peer's cycle buffer (%d bytes) is larger than this side's %d", peerCycle, r.half)
