@@ -24,16 +24,21 @@ const Version = "6.06"
 // minVersion is the oldest peer perftest accepts.
 const minVersion = 5.70
 
-// ctrl is the out-of-band TCP connection. Every exchange is one write and
-// one read of the same fixed size; the client writes first, the server
-// reads first.
+// ctrl is the out-of-band channel: perftest's TCP connection, or with -R
+// (and -z) an rdma_cm connection whose messages are SENDs. Every exchange
+// is one write and one read of the same fixed size; the client writes
+// first, the server reads first.
 type ctrl struct {
-	c      net.Conn
+	c      net.Conn // TCP
+	cm     *cmComm  // rdma_cm; c is nil
 	server bool
 }
 
 // dialCtrl connects to the server, or listens for one client.
 func dialCtrl(ctx context.Context, o *Options) (*ctrl, error) {
+	if o.CMComm {
+		return dialCMCtrl(ctx, o)
+	}
 	addr := net.JoinHostPort(o.Server, strconv.Itoa(o.Port))
 	if o.Server == "" {
 		var lc net.ListenConfig
@@ -68,16 +73,27 @@ func dialCtrl(ctx context.Context, o *Options) (*ctrl, error) {
 	return &ctrl{c: c}, nil
 }
 
-func (c *ctrl) Close() error { return c.c.Close() }
+func (c *ctrl) Close() error {
+	if c.cm != nil {
+		return c.cm.close()
+	}
+	return c.c.Close()
+}
 
 // xchg sends mine and returns the peer's message of the same size.
 func (c *ctrl) xchg(mine []byte) ([]byte, error) {
 	peer := make([]byte, len(mine))
 	write := func() error {
+		if c.cm != nil {
+			return c.cm.write(mine)
+		}
 		_, err := c.c.Write(mine)
 		return err
 	}
 	read := func() error {
+		if c.cm != nil {
+			return c.cm.read(peer)
+		}
 		_, err := io.ReadFull(c.c, peer)
 		return err
 	}
@@ -152,6 +168,7 @@ type dest struct {
 	vaddr    uint64
 	gid      verbs.GID
 	srqn     uint32
+	gidIndex int // sent over rdma_cm only
 }
 
 // keyLen is the key message's size with a GID (KEY_MSG_SIZE_GID).
@@ -219,8 +236,15 @@ func parseDest(b []byte) (dest, error) {
 }
 
 // handshake exchanges the key message (every synchronization point of
-// perftest is one).
+// perftest is one): as text over TCP, as perftest's struct over rdma_cm.
 func (c *ctrl) handshake(my *dest) (dest, error) {
+	if c.cm != nil {
+		b, err := c.xchg(my.marshalRaw())
+		if err != nil {
+			return dest{}, err
+		}
+		return parseRawDest(b)
+	}
 	b, err := c.xchg(my.marshal())
 	if err != nil {
 		return dest{}, err
@@ -270,11 +294,14 @@ func (c *ctrl) xchgReport(r bwReport) (bwReport, error) {
 	return out, nil
 }
 
-// closeConn is ctx_close_connection: a last handshake, then "done" (never
-// read) and close.
+// closeConn is ctx_close_connection: a last handshake, then over TCP
+// "done" (never read) and close.
 func (c *ctrl) closeConn(my *dest) error {
 	if _, err := c.handshake(my); err != nil {
 		return err
+	}
+	if c.cm != nil {
+		return nil // closed with the run
 	}
 	c.c.Write([]byte("done\x00"))
 	return c.c.Close()
@@ -295,6 +322,9 @@ const peerGrace = 3 * time.Second
 // stop ends the watch (before the next exchange). It reads nothing from
 // the connection: it only peeks at it.
 func (c *ctrl) watch(ctx context.Context) (context.Context, func()) {
+	if c.cm != nil {
+		return c.cm.watch(ctx)
+	}
 	run, cancel := context.WithCancelCause(ctx)
 	tc, ok := c.c.(*net.TCPConn)
 	if !ok {

@@ -33,6 +33,9 @@ func TestInteropWithPerftest(t *testing.T) {
 		run{Tool{Write, false}, " -D 4"})
 	// Datagrams (at most the MTU: the VM's is 1024).
 	runs = append(runs, run{Tool{Send, false}, " -c UD -s 1024"}, run{Tool{Send, true}, " -c UD -s 1024"})
+	// rdma_cm: the exchange over it (-z), and the QPs connected by it (-R).
+	runs = append(runs, run{Tool{Write, false}, " -R"}, run{Tool{Send, true}, " -R"}, run{Tool{Read, false}, " -R -q 2"},
+		run{Tool{Write, true}, " -R"}, run{Tool{Send, false}, " -z"})
 	for _, rn := range runs {
 		tool := rn.tool
 		for _, goServes := range []bool{true, false} {
@@ -64,7 +67,7 @@ func TestInteropWithPerftest(t *testing.T) {
 					switch rn.extra {
 					case " -q 4":
 						iters = " 400 "
-					case " -q 2":
+					case " -q 2", " -R -q 2":
 						iters = " 200 "
 					case " -a -n 5", " -b -a -n 5":
 						iters = " 5 "

@@ -112,6 +112,8 @@ type Options struct {
 	Duplex      bool   // -b: both sides move data (RDMA bandwidth tests)
 	Duration    int    // -D: seconds to run instead of -n iterations (RDMA bandwidth tests)
 	Margin      int    // -f: seconds left out at each end of a -D run (default -D/4)
+	RdmaCM      bool   // -R: connect the test's QPs with rdma_cm (implies CMComm)
+	CMComm      bool   // -z: the out-of-band exchange over an rdma_cm connection
 	Out         string // --out: "text" (perftest's table) or "json"
 	Plot        string // --plot: an SVG file to draw the rows in
 }
@@ -156,6 +158,8 @@ func specs(t Tool) []getopt.Spec {
 		{Short: 'p', Long: "port", Arg: "PORT", Usage: "listen on/connect to TCP port", Default: strconv.Itoa(DefaultPort)},
 		{Short: 'q', Long: "qp", Arg: "NUM", Usage: "number of QPs (bandwidth tests)", Default: "1"},
 		{Short: 's', Long: "size", Arg: "SIZE", Usage: "size of message to exchange", Default: strconv.Itoa(d.Size)},
+		{Short: 'R', Long: "rdma_cm", Usage: "connect QPs with rdma_cm and run the test on those QPs"},
+		{Short: 'z', Long: "comm_rdma_cm", Usage: "communicate with rdma_cm module to exchange data - use regular QPs"},
 		{Short: 'x', Long: "gid-index", Arg: "INDEX", Usage: "GID index", Default: "the port's RoCEv2 IPv4 GID"},
 		{Long: "report_gbits", Usage: "report bandwidth in Gb/sec (1e9 bits) instead of MB/sec (2^20 bytes)"},
 		{Long: "out", Arg: "FORMAT", Usage: "text (perftest's table) or json (one object per size on stdout, the banner on stderr)", Default: "text"},
@@ -277,6 +281,10 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			default:
 				err = fmt.Errorf("unknown atomic type %q (CMP_AND_SWAP or FETCH_AND_ADD)", op.Arg)
 			}
+		case "R":
+			o.RdmaCM, o.CMComm = true, true
+		case "z":
+			o.CMComm = true
 		case "report_gbits":
 			o.ReportGbits = true
 		case "out":
@@ -317,6 +325,9 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			return nil, fmt.Errorf("-D %d must be longer than twice the margin -f %d", o.Duration, o.Margin)
 		}
 		o.NoPeak = true // as perftest: no peak in duration mode
+	}
+	if o.RdmaCM && o.Conn == UD {
+		return nil, fmt.Errorf("-R with -c UD is not offered (rdma_cm's UDP port space): use -R with RC or UC, or UD without -R")
 	}
 	if t.Verb == Atomic {
 		// perftest's atomic tests move 8 bytes whatever -s and -a say.

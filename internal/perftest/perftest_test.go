@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -34,6 +35,28 @@ func TestKeyMessageIsPerftests(t *testing.T) {
 		if _, err := parseDest(bad); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
+	}
+}
+
+// Over rdma_cm the key is perftest's struct pingpong_dest, big-endian:
+// five 32-bit fields, 4 bytes of padding, the address, the GID, srqn and
+// gid_index (56 bytes).
+func TestRawKeyMessageIsPerftests(t *testing.T) {
+	d := dest{outReads: 1, qpn: 0x14, psn: 0x73fabd, rkey: 0x584, vaddr: 0x563ef4397000,
+		gid: verbs.GIDFromAddr(netipMust("10.77.0.11")), gidIndex: 1}
+	b := d.marshalRaw()
+	want := "00000000" + "00000001" + "00000014" + "0073fabd" + "00000584" + "00000000" + "0000563ef4397000" +
+		"00000000000000000000ffff0a4d000b" + "00000000" + "00000001"
+	if got := fmt.Sprintf("%x", b); got != want {
+		t.Fatalf("raw key\n%s\nwant\n%s", got, want)
+	}
+	got, err := parseRawDest(b)
+	d.gidIndex = 0 // not read back, as perftest does not
+	if err != nil || got != d {
+		t.Fatalf("parsed back %+v, %v", got, err)
+	}
+	if _, err := parseRawDest(b[:55]); err == nil {
+		t.Error("accepted 55 bytes")
 	}
 }
 
@@ -135,6 +158,11 @@ func TestToolsRunAgainstThemselves(t *testing.T) {
 	t.Run("read_bw-D", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-D", "2", "-q", "2") })
 	t.Run("send_bw-UD", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-c", "UD", "-q", "2") })
 	t.Run("send_lat-UD", func(t *testing.T) { runBoth(t, Tool{Send, true}, "-c", "UD") })
+	// rdma_cm: the exchange (-z), and the QPs too (-R).
+	t.Run("read_bw-z", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-z") })
+	t.Run("write_bw-R-q2", func(t *testing.T) { runBoth(t, Tool{Write, false}, "-R", "-q", "2") })
+	t.Run("send_lat-R", func(t *testing.T) { runBoth(t, Tool{Send, true}, "-R") })
+	t.Run("atomic_lat-R", func(t *testing.T) { runBoth(t, Tool{Atomic, true}, "-R") })
 }
 
 func runBoth(t *testing.T, tool Tool, extra ...string) {

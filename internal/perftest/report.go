@@ -67,9 +67,20 @@ func printBanner(w io.Writer, o *Options, r *res) {
 	} else {
 		fmt.Fprintf(w, " Outstand reads  : %d\n", o.OutReads)
 	}
-	fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
-	fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	fmt.Fprintf(w, " rdma_cm QPs\t : %s\n", onOff(o.RdmaCM))
+	method := "Ethernet"
+	if o.CMComm {
+		method = "rdma_cm"
+	}
+	fmt.Fprintf(w, " Data ex. method : %s\n", method)
 	fmt.Fprint(w, resultLine)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "ON"
+	}
+	return "OFF"
 }
 
 // printAddrs prints the local address lines, then the remote ones.

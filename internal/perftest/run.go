@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -34,6 +35,8 @@ type res struct {
 	wc     []verbs.WC
 	ch     *verbs.CompChannel // with -e
 	ahs    []*verbs.AH        // UD: per QP, the peer's
+	cmIDs  []*rdmacm.ID       // -R: the IDs that connected the QPs
+	gid    verbs.GID
 	// rxPosted counts the receives outstanding, per QP.
 	rxPosted []int
 	qpIndex  map[uint32]int // QP number → index
@@ -58,7 +61,12 @@ func (r *res) close() {
 	for _, ah := range r.ahs {
 		ah.Destroy()
 	}
-	for _, qp := range r.qps {
+	for _, id := range r.cmIDs {
+		id.Disconnect()
+		id.DestroyQP()
+		id.Destroy()
+	}
+	for _, qp := range r.qps[len(r.cmIDs):] {
 		qp.Destroy()
 	}
 	if r.cq != nil {
@@ -150,8 +158,7 @@ func setup(o *Options) (*res, error) {
 	r.half = max(maxSize, cycleBuffer)
 	n := o.NumQPs
 	r.buf = make([]byte, 2*n*r.half) // n local halves, then n targets
-	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	if r.mr, err = r.pd.RegMR(r.buf, acc); err != nil {
+	if r.mr, err = r.pd.RegMR(r.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic); err != nil {
 		return fail(fmt.Errorf("couldn't allocate MR: %w", err))
 	}
 	depth := n * (o.TxDepth + o.RxDepth)
@@ -163,46 +170,69 @@ func setup(o *Options) (*res, error) {
 	if r.cq, err = r.ctx.CreateCQ(depth+1, r.ch, 0); err != nil {
 		return fail(fmt.Errorf("couldn't create CQ: %w", err))
 	}
-	qpType := verbs.QPTRC
-	initMask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags
-	switch o.Conn {
-	case UC:
-		qpType = verbs.QPTUC
-		acc = verbs.AccessLocalWrite | verbs.AccessRemoteWrite // all a UC QP may grant
-	case UD:
-		qpType = verbs.QPTUD
-		initMask = verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey
-	}
-	out := 1
-	if o.Tool.Verb == Read || o.Tool.Verb == Atomic {
-		out = o.OutReads
-	}
 	r.qpIndex = map[uint32]int{}
+	r.rem = make([]dest, n)
+	r.rxPosted = make([]int, n)
+	r.wc = make([]verbs.WC, 64)
+	r.gid = gid
+	if o.RdmaCM {
+		return r, nil // rdma_cm makes the QPs (cmConnectQPs)
+	}
 	for i := range n {
-		init := verbs.QPInitAttr{SendCQ: r.cq, RecvCQ: r.cq, QPType: qpType, Cap: verbs.QPCap{
-			MaxSendWR: uint32(o.TxDepth + 8), MaxRecvWR: uint32(max(o.RxDepth, 1)), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(o.Inline)}}
+		init := r.qpInit()
 		qp, err := r.pd.CreateQP(&init)
 		if err != nil {
 			return fail(fmt.Errorf("couldn't create QP[%d]: %w", i, err))
 		}
-		r.qps = append(r.qps, qp)
-		if int(init.Cap.MaxInlineData) < o.Inline {
-			o.Inline = int(init.Cap.MaxInlineData)
+		qa := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: o.IBPort, QPAccessFlags: r.access(), QKey: udQKey}
+		mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags
+		if o.Conn == UD {
+			mask = verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey
 		}
-		qa := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: o.IBPort, QPAccessFlags: acc, QKey: udQKey}
-		if err := qp.Modify(&qa, initMask); err != nil {
+		if err := qp.Modify(&qa, mask); err != nil {
+			qp.Destroy()
 			return fail(fmt.Errorf("failed to modify QP[%d] to INIT: %w", i, err))
 		}
-		r.qpIndex[qp.Num()] = i
-		r.my = append(r.my, dest{lid: r.port.LID, outReads: out, qpn: qp.Num(), psn: rand.Uint32() & 0xffffff, rkey: r.mr.RKey(),
-			vaddr: r.mr.Addr() + uint64((n+i)*r.half), gid: gid})
+		r.addQP(qp, int(init.Cap.MaxInlineData))
 	}
-	r.qp = r.qps[0]
-	r.inline = o.Inline
-	r.rem = make([]dest, n)
-	r.rxPosted = make([]int, n)
-	r.wc = make([]verbs.WC, 64)
 	return r, nil
+}
+
+// qpInit is the attributes of the test's QPs.
+func (r *res) qpInit() verbs.QPInitAttr {
+	o := r.o
+	qpType := map[Conn]verbs.QPType{RC: verbs.QPTRC, UC: verbs.QPTUC, UD: verbs.QPTUD}[o.Conn]
+	return verbs.QPInitAttr{SendCQ: r.cq, RecvCQ: r.cq, QPType: qpType, Cap: verbs.QPCap{
+		MaxSendWR: uint32(o.TxDepth + 8), MaxRecvWR: uint32(max(o.RxDepth, 1)), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(o.Inline)}}
+}
+
+// access is what the test's QPs let the peer do.
+func (r *res) access() verbs.AccessFlags {
+	if r.o.Conn == UC {
+		return verbs.AccessLocalWrite | verbs.AccessRemoteWrite // all a UC QP may grant
+	}
+	return verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+}
+
+// addQP takes qp (in INIT, or connected by rdma_cm) as the next of the
+// test's QPs, whose inline data the device limits to inline bytes.
+func (r *res) addQP(qp *verbs.QP, inline int) {
+	o := r.o
+	i := len(r.qps)
+	n := o.NumQPs
+	r.qps = append(r.qps, qp)
+	r.qp = r.qps[0]
+	if inline < o.Inline {
+		o.Inline = inline
+	}
+	r.inline = o.Inline
+	out := 1
+	if o.Tool.Verb == Read || o.Tool.Verb == Atomic {
+		out = o.OutReads
+	}
+	r.qpIndex[qp.Num()] = i
+	r.my = append(r.my, dest{lid: r.port.LID, outReads: out, qpn: qp.Num(), psn: rand.Uint32() & 0xffffff, rkey: r.mr.RKey(),
+		vaddr: r.mr.Addr() + uint64((n+i)*r.half), gid: r.gid, gidIndex: o.GIDIndex})
 }
 
 // udQKey is the Q_Key of perftest's UD QPs (DEF_QKEY).
@@ -358,6 +388,10 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
+	if o.RdmaCM {
+		// The test's QPs are on the device rdma_cm reaches the peer by.
+		o.Device = c.cm.conn.ID.Device().Name()
+	}
 	r, err := setup(o)
 	if err != nil {
 		return err
@@ -375,6 +409,11 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	}
 	if peerCycle > r.half {
 		return fmt.Errorf("the peer's cycle buffer (%d bytes) is larger than this side's %d", peerCycle, r.half)
+	}
+	if o.RdmaCM {
+		if err := r.cmConnectQPs(ctx, c); err != nil {
+			return err
+		}
 	}
 	t := o.Tool
 	printBanner(out.table, o, r)
@@ -395,8 +434,10 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 		}
 	}
 	printAddrs(out.table, o, r.my, r.rem)
-	if err := r.connect(); err != nil {
-		return err
+	if !o.RdmaCM {
+		if err := r.connect(); err != nil {
+			return err
+		}
 	}
 	if t.Verb == Send && !t.Lat {
 		if _, err := c.handshake(&r.my[0]); err != nil {
