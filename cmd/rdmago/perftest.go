@@ -45,6 +45,6 @@ func init() {
 		if t.Lat {
 			what = "latency"
 		}
-		commands[t.Name()] = command{fmt.Sprintf("%s %s over an RC QP, as perftest's %s (interoperates with it)", verb, what, t.Name()), perftestCommand(t)}
+		commands[t.Name()] = command{fmt.Sprintf("%s %s over RC, UC or UD QPs, as perftest's %s (interoperates with it)", verb, what, t.Name()), perftestCommand(t)}
 	}
 }

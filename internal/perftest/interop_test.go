@@ -36,6 +36,8 @@ func TestInteropWithPerftest(t *testing.T) {
 	// rdma_cm: the exchange over it (-z), and the QPs connected by it (-R).
 	runs = append(runs, run{Tool{Write, false}, " -R"}, run{Tool{Send, true}, " -R"}, run{Tool{Read, false}, " -R -q 2"},
 		run{Tool{Write, true}, " -R"}, run{Tool{Send, false}, " -z"})
+	// Post lists; every latency listed.
+	runs = append(runs, run{Tool{Write, false}, " -l 4"}, run{Tool{Send, false}, " -l 5"}, run{Tool{Send, true}, " -U"})
 	for _, rn := range runs {
 		tool := rn.tool
 		for _, goServes := range []bool{true, false} {

@@ -112,6 +112,11 @@ type Options struct {
 	Duplex      bool   // -b: both sides move data (RDMA bandwidth tests)
 	Duration    int    // -D: seconds to run instead of -n iterations (RDMA bandwidth tests)
 	Margin      int    // -f: seconds left out at each end of a -D run (default -D/4)
+	PostList    int    // -l: work requests per post (bandwidth tests)
+	QPTimeout   uint8  // -u: the QPs' local ACK timeout (4.096 µs · 2^n)
+	Unsorted    bool   // -U: print every latency, unsorted (latency tests)
+	Infinitely  bool   // --run_infinitely: a row every -D seconds until stopped (bandwidth tests)
+	sizeSet     bool   // -s given
 	RdmaCM      bool   // -R: connect the test's QPs with rdma_cm (implies CMComm)
 	CMComm      bool   // -z: the out-of-band exchange over an rdma_cm connection
 	Out         string // --out: "text" (perftest's table) or "json"
@@ -129,7 +134,7 @@ const DefaultPort = 18515
 
 // Defaults returns t's defaults.
 func Defaults(t Tool) Options {
-	o := Options{Tool: t, NumQPs: 1, Port: DefaultPort, IBPort: 1, GIDIndex: -1, Iters: 1000, Inline: -1, CQMod: 100, TxDepth: 128, RxDepth: 512}
+	o := Options{Tool: t, NumQPs: 1, PostList: 1, QPTimeout: 14, Port: DefaultPort, IBPort: 1, GIDIndex: -1, Iters: 1000, Inline: -1, CQMod: 100, TxDepth: 128, RxDepth: 512}
 	if t.Verb == Write && !t.Lat {
 		o.Iters = 5000
 	}
@@ -158,6 +163,7 @@ func specs(t Tool) []getopt.Spec {
 		{Short: 'p', Long: "port", Arg: "PORT", Usage: "listen on/connect to TCP port", Default: strconv.Itoa(DefaultPort)},
 		{Short: 'q', Long: "qp", Arg: "NUM", Usage: "number of QPs (bandwidth tests)", Default: "1"},
 		{Short: 's', Long: "size", Arg: "SIZE", Usage: "size of message to exchange", Default: strconv.Itoa(d.Size)},
+		{Short: 'u', Long: "qp-timeout", Arg: "TIMEOUT", Usage: "QP timeout: 4.096 usec * 2^TIMEOUT", Default: "14"},
 		{Short: 'R', Long: "rdma_cm", Usage: "connect QPs with rdma_cm and run the test on those QPs"},
 		{Short: 'z', Long: "comm_rdma_cm", Usage: "communicate with rdma_cm module to exchange data - use regular QPs"},
 		{Short: 'x', Long: "gid-index", Arg: "INDEX", Usage: "GID index", Default: "the port's RoCEv2 IPv4 GID"},
@@ -178,14 +184,21 @@ func specs(t Tool) []getopt.Spec {
 			getopt.Spec{Short: 't', Long: "tx-depth", Arg: "DEPTH", Usage: "size of tx queue", Default: strconv.Itoa(d.TxDepth)},
 			getopt.Spec{Short: 'Q', Long: "cq-mod", Arg: "NUM", Usage: "generate a completion every NUM sends", Default: "100"},
 			getopt.Spec{Short: 'N', Long: "noPeak", Usage: "skip the peak bandwidth calculation"},
+			getopt.Spec{Short: 'l', Long: "post_list", Arg: "SIZE", Usage: "post lists of SIZE work requests (CQ moderation follows)", Default: "1"},
+			getopt.Spec{Long: "run_infinitely", Usage: "run until stopped, printing a row every -D seconds (default 5)"},
 		)
-		if t.Verb != Send {
-			s = append(s,
-				getopt.Spec{Short: 'b', Long: "bidirectional", Usage: "measure bidirectional bandwidth"},
-				getopt.Spec{Short: 'D', Long: "duration", Arg: "SECONDS", Usage: "run for a time instead of a number of iterations"},
-				getopt.Spec{Short: 'f', Long: "margin", Arg: "SECONDS", Usage: "leave out this much at each end of a -D run", Default: "-D/4"},
-			)
+		dur := "run for a time instead of a number of iterations"
+		if t.Verb == Send {
+			dur = "with --run_infinitely: the time between rows"
+		} else {
+			s = append(s, getopt.Spec{Short: 'b', Long: "bidirectional", Usage: "measure bidirectional bandwidth"})
 		}
+		s = append(s,
+			getopt.Spec{Short: 'D', Long: "duration", Arg: "SECONDS", Usage: dur},
+			getopt.Spec{Short: 'f', Long: "margin", Arg: "SECONDS", Usage: "leave out this much at each end of a -D run", Default: "-D/4"},
+		)
+	} else {
+		s = append(s, getopt.Spec{Short: 'U', Long: "report-unsorted", Usage: "print out unsorted results (default sorted)"})
 	}
 	if t.Verb == Send {
 		s = append(s, getopt.Spec{Short: 'r', Long: "rx-depth", Arg: "DEPTH", Usage: "size of rx queue", Default: strconv.Itoa(d.RxDepth)})
@@ -270,6 +283,7 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			}
 		case "s":
 			o.Size, err = op.Int(1, MaxSize)
+			o.sizeSet = true
 		case "x":
 			o.GIDIndex, err = op.Int(0, 255)
 		case "A":
@@ -281,6 +295,16 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			default:
 				err = fmt.Errorf("unknown atomic type %q (CMP_AND_SWAP or FETCH_AND_ADD)", op.Arg)
 			}
+		case "l":
+			o.PostList, err = op.Int(1, 2048)
+		case "u":
+			var n int
+			n, err = op.Int(0, 31)
+			o.QPTimeout = uint8(n)
+		case "U":
+			o.Unsorted = true
+		case "run_infinitely":
+			o.Infinitely = true
 		case "R":
 			o.RdmaCM, o.CMComm = true, true
 		case "z":
@@ -310,6 +334,27 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
+	}
+	if o.Infinitely {
+		switch {
+		case o.Events:
+			return nil, fmt.Errorf("run_infinitely does not support events feature yet")
+		case o.Duplex && t.Verb == Send:
+			return nil, fmt.Errorf("run_infinitely mode is not supported in SEND Bidirectional BW test")
+		case o.All:
+			return nil, fmt.Errorf("--run_infinitely and -a do not go together")
+		}
+		if o.Duration == 0 {
+			o.Duration = 5 // perftest's default duration
+		}
+		if !marginSet {
+			o.Margin = 0
+		}
+		marginSet = true
+		o.NoPeak = true
+	}
+	if o.Duration > 0 && t.Verb == Send && !o.Infinitely {
+		return nil, fmt.Errorf("-D for ib_send_bw is offered with --run_infinitely only")
 	}
 	if o.Duration > 0 {
 		switch {
@@ -341,12 +386,27 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 		return nil, fmt.Errorf("too many arguments: %q", operands[1:])
 	}
 	// perftest's adjustments (force_dependecies and after).
+	if o.PostList > 1 {
+		if o.Duration == 0 && o.Iters%o.PostList != 0 {
+			return nil, fmt.Errorf("number of iterations must be a multiple of post list size")
+		}
+		if !cqSet {
+			o.CQMod = o.PostList // CQ moderation will be the size of the post list
+		} else if o.PostList%o.CQMod != 0 {
+			return nil, fmt.Errorf("post list size must be a multiple of CQ moderation")
+		}
+		if o.TxDepth < o.PostList {
+			return nil, fmt.Errorf("the tx depth (%d) must hold a post list (%d)", o.TxDepth, o.PostList)
+		}
+	}
 	if !t.Lat {
 		o.TxDepth = min(o.TxDepth, o.Iters)
-		if o.Size > 8192 && o.Conn != UD && !o.All && !o.Events && !cqSet {
+		if o.Size > 8192 && o.Conn != UD && !o.All && !o.Events && !cqSet && o.PostList == 1 {
 			o.CQMod = 1 // large messages: a completion for each
 		}
-		o.CQMod = min(o.CQMod, o.TxDepth)
+		if o.PostList == 1 {
+			o.CQMod = min(o.CQMod, o.TxDepth)
+		}
 		if o.Iters > 20000 {
 			o.NoPeak = true // the peak search is quadratic
 		}

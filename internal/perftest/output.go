@@ -6,8 +6,15 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 )
+
+// cG formats x as C's "%g" does (strconv's 'g' with six digits is the
+// same: significant digits, no trailing zeros, a two-digit exponent
+// outside 1e-4 … 1e6).
+func cG(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
 
 // output is where a run's results go: perftest's table, or with
 // --out json one JSON object per size on standard output (the table's
@@ -72,8 +79,19 @@ func (out *output) bwRow(r bwReport) {
 	}{out.o.Tool.Name(), r.size, r.iters, unit, r.peak, r.avg, r.msgRate})
 }
 
-// latRow is one latency row.
-func (out *output) latRow(size, iters int, l latency) {
+// latRow is one latency row, from the times of successive iterations
+// (see latStats); with -U every delta is listed first, as measured.
+func (out *output) latRow(size, iters int, stamps []time.Time, factor float64) {
+	d := latDeltas(stamps, factor)
+	if out.o.Unsorted && out.json == nil {
+		fmt.Fprintf(out.table, "#, usec\n")
+		for i, x := range d {
+			fmt.Fprintf(out.table, "%d, %s\n", i+1, cG(x))
+		}
+		fmt.Fprint(out.table, resultLine)
+		printLatHeader(out.table)
+	}
+	l := latStatsOf(d)
 	out.points = append(out.points, point{size, l.typical})
 	if out.json == nil {
 		printLatRow(out.table, size, iters, l)

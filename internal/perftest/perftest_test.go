@@ -110,7 +110,14 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 			t.Errorf("accepted %q", args)
 		}
 	}
-	for _, args := range [][]string{{"-D", "4", "-a"}, {"-D", "2", "-f", "1"}, {"-D", "4", "-b"}} {
+	if o, err := ParseArgs(Tool{Write, false}, []string{"-l", "8"}); err != nil || o.CQMod != 8 || o.PostList != 8 {
+		t.Errorf("-l 8: CQ moderation %d, post list %d, %v; want 8, 8", o.CQMod, o.PostList, err)
+	}
+	if o, err := ParseArgs(Tool{Write, false}, []string{"--run_infinitely"}); err != nil || o.Duration != 5 || o.Margin != 0 || !o.NoPeak {
+		t.Errorf("--run_infinitely: %+v, %v; want a row every 5 s, no margin, no peak", o, err)
+	}
+	for _, args := range [][]string{{"-D", "4", "-a"}, {"-D", "2", "-f", "1"}, {"-D", "4", "-b"},
+		{"-l", "3", "-n", "1000"}, {"-l", "4", "-Q", "3"}, {"-l", "256", "-t", "128"}, {"--run_infinitely", "-e"}, {"-U"}, {"-u", "32"}} {
 		if _, err := ParseArgs(Tool{Write, false}, args); err == nil {
 			t.Errorf("ib_write_bw took %q", args)
 		}
@@ -118,8 +125,15 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 	if o, err := ParseArgs(Tool{Write, false}, []string{"-D", "8"}); err != nil || o.Margin != 2 || !o.NoPeak {
 		t.Errorf("-D 8: margin %d, no peak %v, %v; want 2, true", o.Margin, o.NoPeak, err)
 	}
-	if _, err := ParseArgs(Tool{Send, true}, []string{"-q", "2"}); err == nil {
-		t.Errorf("ib_send_lat took -q 2")
+	for _, args := range [][]string{{"-q", "2"}, {"-l", "2"}, {"--run_infinitely"}, {"-D", "2"}} {
+		if _, err := ParseArgs(Tool{Send, true}, args); err == nil {
+			t.Errorf("ib_send_lat took %q", args)
+		}
+	}
+	for _, args := range [][]string{{"-D", "2"}, {"-c", "UD", "-R"}, {"--run_infinitely", "-b"}} {
+		if _, err := ParseArgs(Tool{Send, false}, args); err == nil {
+			t.Errorf("ib_send_bw took %q", args)
+		}
 	}
 	if _, err := ParseArgs(Tool{Read, true}, []string{"-h"}); err != ErrHelp {
 		t.Errorf("-h: %v", err)
@@ -158,6 +172,15 @@ func TestToolsRunAgainstThemselves(t *testing.T) {
 	t.Run("read_bw-D", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-D", "2", "-q", "2") })
 	t.Run("send_bw-UD", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-c", "UD", "-q", "2") })
 	t.Run("send_lat-UD", func(t *testing.T) { runBoth(t, Tool{Send, true}, "-c", "UD") })
+	// Post lists, and every latency listed.
+	t.Run("write_bw-l4", func(t *testing.T) { runBoth(t, Tool{Write, false}, "-l", "4", "-q", "2") })
+	t.Run("send_bw-l5", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-l", "5") })
+	t.Run("read_lat-U", func(t *testing.T) {
+		_, cout := runBoth(t, Tool{Read, true}, "-U")
+		if !strings.Contains(cout, "#, usec\n1, ") || !strings.Contains(cout, "\n19, ") {
+			t.Errorf("-U listed no latencies:\n%s", cout)
+		}
+	})
 	// rdma_cm: the exchange (-z), and the QPs too (-R).
 	t.Run("read_bw-z", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-z") })
 	t.Run("write_bw-R-q2", func(t *testing.T) { runBoth(t, Tool{Write, false}, "-R", "-q", "2") })
@@ -165,7 +188,7 @@ func TestToolsRunAgainstThemselves(t *testing.T) {
 	t.Run("atomic_lat-R", func(t *testing.T) { runBoth(t, Tool{Atomic, true}, "-R") })
 }
 
-func runBoth(t *testing.T, tool Tool, extra ...string) {
+func runBoth(t *testing.T, tool Tool, extra ...string) (server, client string) {
 	if tool == (Tool{Write, true}) && raceEnabled {
 		t.Skip("ib_write_lat watches memory the device writes by RDMA, which the race detector reports; run without -race")
 	}
@@ -199,6 +222,31 @@ func runBoth(t *testing.T, tool Tool, extra ...string) {
 		}
 		if !strings.Contains(out, "\n "+size+" ") {
 			t.Errorf("%s printed no row:\n%s", side, out)
+		}
+	}
+	return sout.String(), cout.String()
+}
+
+// --run_infinitely prints a row every -D seconds, on the ib_send_bw
+// client and server both, until stopped.
+func TestRunInfinitelyPrintsARowEachPeriod(t *testing.T) {
+	port := itoa(freePort(t))
+	args := []string{"-d", "rxe_lo", "-s", "512", "--run_infinitely", "-D", "1", "-p", port}
+	so, _ := ParseArgs(Tool{Send, false}, args)
+	co, _ := ParseArgs(Tool{Send, false}, append(args, "127.0.0.1"))
+	var sout, cout syncBuf
+	ctx, cancel := context.WithTimeout(context.Background(), 3500*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, so, &sout, &sout) }()
+	time.Sleep(200 * time.Millisecond)
+	if err := Run(ctx, co, &cout, &cout); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("client: %v, want the deadline's error\n%s", err, cout.String())
+	}
+	<-done
+	for side, out := range map[string]string{"client": cout.String(), "server": sout.String()} {
+		if n := strings.Count(out, "\n 512 "); n < 2 {
+			t.Errorf("%s printed %d rows in 3 s of -D 1:\n%s", side, n, out)
 		}
 	}
 }

@@ -26,8 +26,11 @@ func cHex(v uint64, width int) string {
 func printBanner(w io.Writer, o *Options, r *res) {
 	t := o.Tool
 	kind := "BW "
+	if o.PostList > 1 {
+		kind = "Post List BW "
+	}
 	if o.Duplex {
-		kind = "Bidirectional BW "
+		kind = "Bidirectional " + kind
 	}
 	if t.Lat {
 		kind = "Latency "
@@ -48,6 +51,9 @@ func printBanner(w io.Writer, o *Options, r *res) {
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
 	if o.Server != "" || o.Duplex {
 		fmt.Fprintf(w, " TX depth        : %d\n", o.TxDepth)
+	}
+	if o.PostList > 1 {
+		fmt.Fprintf(w, " Post List       : %d\n", o.PostList)
 	}
 	if t.Verb == Send && o.Server == "" {
 		fmt.Fprintf(w, " RX depth        : %d\n", o.RxDepth)
@@ -72,7 +78,11 @@ func printBanner(w io.Writer, o *Options, r *res) {
 	if o.CMComm {
 		method = "rdma_cm"
 	}
-	fmt.Fprintf(w, " Data ex. method : %s\n", method)
+	fmt.Fprintf(w, " Data ex. method : %s", method)
+	if o.RdmaCM && o.Server == "" {
+		fmt.Fprintf(w, "\n%s Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP", resultLine)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprint(w, resultLine)
 }
 
@@ -170,7 +180,7 @@ func bwReportOf(o *Options, size int, posted, completed []time.Time) bwReport {
 	}
 	best := completed[n-1].Sub(posted[0]) / time.Duration(n)
 	cqMod := max(o.CQMod, 1)
-	for i := 0; i < n; i++ {
+	for i := 0; i < n; i += max(o.PostList, 1) {
 		for j := (i+1+cqMod-1)/cqMod*cqMod - 1; j < n; j += cqMod {
 			if t := completed[j].Sub(posted[i]) / time.Duration(j-i+1); t < best {
 				best = t
@@ -194,11 +204,22 @@ func bwReportOf(o *Options, size int, posted, completed []time.Time) bwReport {
 // the two largest; the typical figure is the median; send latencies are
 // half a round trip (factor 2), read latencies a whole one (1).
 func latStats(stamps []time.Time, factor float64) latency {
-	n := len(stamps) - 1
-	d := make([]float64, n)
+	return latStatsOf(latDeltas(stamps, factor))
+}
+
+// latDeltas are the times between successive stamps, in µs, divided by
+// factor, in the order measured.
+func latDeltas(stamps []time.Time, factor float64) []float64 {
+	d := make([]float64, len(stamps)-1)
 	for i := range d {
 		d[i] = float64(stamps[i+1].Sub(stamps[i]).Nanoseconds()) / 1e3 / factor
 	}
+	return d
+}
+
+// latStatsOf is latStats from the deltas, which it sorts.
+func latStatsOf(d []float64) latency {
+	n := len(d)
 	sort.Float64s(d)
 	cnt := n - 2 // the tail perftest leaves out
 	if cnt < 1 {

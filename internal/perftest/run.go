@@ -269,7 +269,7 @@ func (r *res) connect() error {
 		if err := qp.Modify(&attr, mask); err != nil {
 			return fmt.Errorf("failed to modify QP[%d] to RTR: %w", i, err)
 		}
-		attr = verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: my.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+		attr = verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: my.psn, Timeout: o.QPTimeout, RetryCnt: 7, RNRRetry: 7,
 			MaxRdAtomic: uint8(max(min(my.outReads, rem.outReads), 1))}
 		mask = verbs.QPAttrState | verbs.QPAttrSQPSN
 		if o.Conn == RC {
@@ -403,9 +403,15 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	}
 	if o.Conn == UD {
 		// A datagram is one packet: the size is at most the MTU, as
-		// perftest makes it.
+		// perftest makes it (or refuses a larger -s).
 		o.MTU = r.mtu
-		o.Size = min(o.Size, r.mtu.Bytes())
+		if o.Size > r.mtu.Bytes() {
+			if o.sizeSet && !o.All {
+				return fmt.Errorf("max message size in UD cannot be greater than MTU (%d)", r.mtu.Bytes())
+			}
+			fmt.Fprintf(stderr, " Max msg size in UD is MTU %d\n Changing to this MTU\n", r.mtu.Bytes())
+			o.Size = r.mtu.Bytes()
+		}
 	}
 	if peerCycle > r.half {
 		return fmt.Errorf("the peer's cycle buffer (%d bytes) is larger than this side's %d", peerCycle, r.half)
@@ -481,6 +487,10 @@ func runRDMABW(ctx context.Context, c *ctrl, r *res, out *output) error {
 		return runRDMABiBW(ctx, c, r, out)
 	}
 	var last bwReport
+	if o.Infinitely && !c.server {
+		// Until stopped; the server waits in the next exchange.
+		return c.during(ctx, func(ctx context.Context) error { return r.bwInfinitely(ctx, o.Size, out) })
+	}
 	if !c.server {
 		err := c.during(ctx, func(ctx context.Context) error {
 			for _, size := range o.sizes() {
@@ -530,18 +540,27 @@ func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
 	scnt := make([]int, len(r.qps))
 	ccnt := make([]int, len(r.qps))
 	tposted, tdone := 0, 0
+	list := make([]verbs.SendWR, o.PostList)
 	for tdone < total {
 		for q, qp := range r.qps {
-			for scnt[q] < n && scnt[q]-ccnt[q] < o.TxDepth {
-				signaled := (scnt[q]+1)%o.CQMod == 0 || scnt[q] == n-1
-				wr := r.sendWR(q, size, signaled)
-				wr.WRID = uint64(q)<<32 | uint64(scnt[q])
-				posted[tposted] = time.Now()
-				if err := qp.PostSend([]verbs.SendWR{wr}); err != nil {
+			// -l: o.PostList requests at a time (the iterations are a
+			// multiple of it), as one ibv_post_send of a chain.
+			for scnt[q] < n && scnt[q]-ccnt[q]+o.PostList <= o.TxDepth {
+				k := min(o.PostList, n-scnt[q])
+				for j := range k {
+					c := scnt[q] + j
+					list[j] = r.sendWR(q, size, (c+1)%o.CQMod == 0 || c == n-1)
+					list[j].WRID = uint64(q)<<32 | uint64(c)
+				}
+				now := time.Now()
+				if err := qp.PostSend(list[:k]); err != nil {
 					return bwReport{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", q, scnt[q], err)
 				}
-				scnt[q]++
-				tposted++
+				for range k {
+					posted[tposted] = now
+					tposted++
+				}
+				scnt[q] += k
 			}
 		}
 		wcs, err := r.poll(ctx)
@@ -571,6 +590,19 @@ func runSendBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 	o := r.o
 	out.bwHeader()
 	sizes := o.sizes()
+	if o.Infinitely {
+		if c.server {
+			for q := range r.qps {
+				if err := r.fillRecvs(q, o.RxDepth); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := c.handshake(&r.my[0]); err != nil {
+			return err
+		}
+		return c.during(ctx, func(ctx context.Context) error { return r.bwInfinitely(ctx, o.Size, out) })
+	}
 	for _, size := range sizes {
 		if c.server {
 			for q := range r.qps {
@@ -699,7 +731,7 @@ func runSendLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 		if err != nil {
 			return err
 		}
-		out.latRow(size, o.Iters, latStats(stamps, 2))
+		out.latRow(size, o.Iters, stamps, 2)
 	}
 	fmt.Fprint(out.table, resultLine)
 	return c.closeConn(&r.my[0])
@@ -751,7 +783,7 @@ func runReadLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 						return err
 					}
 				}
-				out.latRow(size, o.Iters, latStats(stamps, 1))
+				out.latRow(size, o.Iters, stamps, 1)
 			}
 			return nil
 		})
@@ -807,7 +839,7 @@ func writeLat(ctx context.Context, r *res, out *output) error {
 				return err
 			}
 		}
-		out.latRow(size, o.Iters, latStats(stamps, 2))
+		out.latRow(size, o.Iters, stamps, 2)
 	}
 	fmt.Fprint(out.table, resultLine)
 	return nil
@@ -907,6 +939,7 @@ func (r *res) bwDuration(ctx context.Context, size int) (bwReport, error) {
 	ccnt := make([]uint64, len(r.qps))
 	var counted uint64
 	posting := true
+	list := make([]verbs.SendWR, o.PostList)
 	for {
 		now := time.Now()
 		if posting && !now.Before(end) {
@@ -914,15 +947,18 @@ func (r *res) bwDuration(ctx context.Context, size int) (bwReport, error) {
 		}
 		outstanding := false
 		for q, qp := range r.qps {
-			for posting && scnt[q]-ccnt[q] < uint64(o.TxDepth) {
+			for posting && scnt[q]-ccnt[q]+uint64(o.PostList) <= uint64(o.TxDepth) {
 				// Signaled every CQ-moderation count, so that each
 				// completion stands for that many operations.
-				wr := r.sendWR(q, size, (scnt[q]+1)%uint64(o.CQMod) == 0)
-				wr.WRID = uint64(q)<<32 | uint64(uint32(scnt[q]))
-				if err := qp.PostSend([]verbs.SendWR{wr}); err != nil {
+				for j := range list {
+					c := scnt[q] + uint64(j)
+					list[j] = r.sendWR(q, size, (c+1)%uint64(o.CQMod) == 0)
+					list[j].WRID = uint64(q)<<32 | uint64(uint32(c))
+				}
+				if err := qp.PostSend(list); err != nil {
 					return bwReport{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", q, scnt[q], err)
 				}
-				scnt[q]++
+				scnt[q] += uint64(o.PostList)
 			}
 			// Unsignaled posts past the last signaled one complete with
 			// nothing to report them; they are not waited for.
@@ -960,4 +996,70 @@ func (r *res) bwDuration(ctx context.Context, size int) (bwReport, error) {
 		rep.msgRate = float64(counted) / d / 1e6
 	}
 	return rep, nil
+}
+
+// bwInfinitely is --run_infinitely: operations of size bytes posted (on
+// the ib_send_bw server, receives taken) until ctx ends, and every
+// o.Duration seconds a row of what completed in that time.
+func (r *res) bwInfinitely(ctx context.Context, size int, out *output) error {
+	o := r.o
+	recv := o.Tool.Verb == Send && o.Server == ""
+	period := time.Duration(o.Duration) * time.Second
+	start := time.Now()
+	next := start.Add(period)
+	scnt := make([]uint64, len(r.qps))
+	ccnt := make([]uint64, len(r.qps))
+	var done uint64 // completed in this period
+	list := make([]verbs.SendWR, o.PostList)
+	for {
+		for q, qp := range r.qps {
+			if recv {
+				if err := r.fillRecvs(q, o.RxDepth); err != nil {
+					return err
+				}
+				continue
+			}
+			for scnt[q]-ccnt[q]+uint64(o.PostList) <= uint64(o.TxDepth) {
+				for j := range list {
+					c := scnt[q] + uint64(j)
+					list[j] = r.sendWR(q, size, (c+1)%uint64(o.CQMod) == 0)
+					list[j].WRID = uint64(q)<<32 | uint64(uint32(c))
+				}
+				if err := qp.PostSend(list); err != nil {
+					return fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", q, scnt[q], err)
+				}
+				scnt[q] += uint64(o.PostList)
+			}
+		}
+		wcs, err := r.poll(ctx)
+		if err != nil {
+			return err
+		}
+		for _, wc := range wcs {
+			if recv {
+				if q, ok := r.qpIndex[wc.QPNum]; ok && wc.Opcode&verbs.WCRecv != 0 {
+					r.rxPosted[q]--
+					done++
+				}
+				continue
+			}
+			if q := int(wc.WRID >> 32); q < len(r.qps) {
+				ccnt[q] += uint64(o.CQMod)
+				done += uint64(o.CQMod)
+			}
+		}
+		if now := time.Now(); !now.Before(next) {
+			rep := bwReport{size: uint64(size), iters: done}
+			unit := float64(1 << 20)
+			if o.ReportGbits {
+				unit = 125e6
+			}
+			if d := now.Sub(start).Seconds(); d > 0 {
+				rep.avg = float64(size) * float64(done) / d / unit
+				rep.msgRate = float64(done) / d / 1e6
+			}
+			out.bwRow(rep)
+			start, next, done = now, now.Add(period), 0
+		}
+	}
 }
