@@ -109,7 +109,7 @@ type Options struct {
 	Events      bool   // -e: wait on a completion channel
 	Conn        Conn   // -c: RC, UC (send, write) or UD (send)
 	NumQPs      int    // -q: QPs (bandwidth tests)
-	Duplex      bool   // -b: both sides move data (RDMA bandwidth tests)
+	Duplex      bool   // -b: both sides move data (bandwidth tests)
 	Duration    int    // -D: seconds to run instead of -n iterations (RDMA bandwidth tests)
 	Margin      int    // -f: seconds left out at each end of a -D run (default -D/4)
 	PostList    int    // -l: work requests per post (bandwidth tests)
@@ -190,10 +190,9 @@ func specs(t Tool) []getopt.Spec {
 		dur := "run for a time instead of a number of iterations"
 		if t.Verb == Send {
 			dur = "with --run_infinitely: the time between rows"
-		} else {
-			s = append(s, getopt.Spec{Short: 'b', Long: "bidirectional", Usage: "measure bidirectional bandwidth"})
 		}
 		s = append(s,
+			getopt.Spec{Short: 'b', Long: "bidirectional", Usage: "measure bidirectional bandwidth"},
 			getopt.Spec{Short: 'D', Long: "duration", Arg: "SECONDS", Usage: dur},
 			getopt.Spec{Short: 'f', Long: "margin", Arg: "SECONDS", Usage: "leave out this much at each end of a -D run", Default: "-D/4"},
 		)

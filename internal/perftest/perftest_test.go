@@ -169,6 +169,7 @@ func TestToolsRunAgainstThemselves(t *testing.T) {
 	t.Run("send_bw-q3", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-q", "3") })
 	t.Run("read_bw-q2", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-q", "2") })
 	t.Run("write_bw-b", func(t *testing.T) { runBoth(t, Tool{Write, false}, "-b") })
+	t.Run("send_bw-b-q2", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-b", "-q", "2") })
 	t.Run("read_bw-D", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-D", "2", "-q", "2") })
 	t.Run("send_bw-UD", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-c", "UD", "-q", "2") })
 	t.Run("send_lat-UD", func(t *testing.T) { runBoth(t, Tool{Send, true}, "-c", "UD") })

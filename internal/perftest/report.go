@@ -55,7 +55,7 @@ func printBanner(w io.Writer, o *Options, r *res) {
 	if o.PostList > 1 {
 		fmt.Fprintf(w, " Post List       : %d\n", o.PostList)
 	}
-	if t.Verb == Send && o.Server == "" {
+	if t.Verb == Send && (o.Server == "" || o.Duplex) {
 		fmt.Fprintf(w, " RX depth        : %d\n", o.RxDepth)
 	}
 	if !t.Lat {

@@ -541,7 +541,14 @@ func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
 	ccnt := make([]int, len(r.qps))
 	tposted, tdone := 0, 0
 	list := make([]verbs.SendWR, o.PostList)
-	for tdone < total {
+	// ib_send_bw -b also takes the peer's sends, as many as it sends,
+	// reposting receives as they complete.
+	recvs, rdone := 0, 0
+	got := make([]int, len(r.qps))
+	if o.Tool.Verb == Send && o.Duplex {
+		recvs = total
+	}
+	for tdone < total || rdone < recvs {
 		for q, qp := range r.qps {
 			// -l: o.PostList requests at a time (the iterations are a
 			// multiple of it), as one ibv_post_send of a chain.
@@ -569,6 +576,14 @@ func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
 		}
 		now := time.Now()
 		for _, wc := range wcs {
+			if wc.Opcode&verbs.WCRecv != 0 {
+				if q, ok := r.qpIndex[wc.QPNum]; ok && recvs > 0 {
+					got[q]++
+					r.rxPosted[q]--
+					rdone++
+				}
+				continue
+			}
 			// A signaled completion completes every request of its QP up
 			// to it.
 			q, last := int(wc.WRID>>32), int(uint32(wc.WRID))
@@ -578,6 +593,13 @@ func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
 			for ; ccnt[q] <= last && ccnt[q] < n; ccnt[q]++ {
 				completed[tdone] = now
 				tdone++
+			}
+		}
+		if recvs > 0 {
+			for q := range r.qps {
+				if err := r.fillRecvs(q, min(o.RxDepth, n-got[q])); err != nil {
+					return bwReport{}, err
+				}
 			}
 		}
 	}
@@ -604,7 +626,7 @@ func runSendBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 		return c.during(ctx, func(ctx context.Context) error { return r.bwInfinitely(ctx, o.Size, out) })
 	}
 	for _, size := range sizes {
-		if c.server {
+		if c.server || o.Duplex {
 			for q := range r.qps {
 				if err := r.fillRecvs(q, min(o.RxDepth, o.Iters)); err != nil {
 					return err
@@ -617,7 +639,7 @@ func runSendBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 		var rep bwReport
 		err := c.during(ctx, func(ctx context.Context) error {
 			var err error
-			if c.server {
+			if c.server && !o.Duplex {
 				rep, err = r.recvIterations(ctx, size)
 			} else {
 				rep, err = r.bwIterations(ctx, size)
@@ -628,6 +650,16 @@ func runSendBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 			return err
 		}
 		rep.size = uint64(size)
+		if o.Duplex {
+			// -b: the sides trade reports, and each prints the sum.
+			peer, err := c.xchgReport(rep)
+			if err != nil {
+				return err
+			}
+			rep.peak += peer.peak
+			rep.avg += peer.avg
+			rep.msgRate += peer.msgRate
+		}
 		out.bwRow(rep)
 		if o.All { // after every size, the last too
 			if _, err := c.handshake(&r.my[0]); err != nil {
