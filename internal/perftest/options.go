@@ -187,13 +187,9 @@ func specs(t Tool) []getopt.Spec {
 			getopt.Spec{Short: 'l', Long: "post_list", Arg: "SIZE", Usage: "post lists of SIZE work requests (CQ moderation follows)", Default: "1"},
 			getopt.Spec{Long: "run_infinitely", Usage: "run until stopped, printing a row every -D seconds (default 5)"},
 		)
-		dur := "run for a time instead of a number of iterations"
-		if t.Verb == Send {
-			dur = "with --run_infinitely: the time between rows"
-		}
 		s = append(s,
 			getopt.Spec{Short: 'b', Long: "bidirectional", Usage: "measure bidirectional bandwidth"},
-			getopt.Spec{Short: 'D', Long: "duration", Arg: "SECONDS", Usage: dur},
+			getopt.Spec{Short: 'D', Long: "duration", Arg: "SECONDS", Usage: "run for a time instead of a number of iterations (with --run_infinitely, the time between rows)"},
 			getopt.Spec{Short: 'f', Long: "margin", Arg: "SECONDS", Usage: "leave out this much at each end of a -D run", Default: "-D/4"},
 		)
 	} else {
@@ -351,9 +347,6 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 		}
 		marginSet = true
 		o.NoPeak = true
-	}
-	if o.Duration > 0 && t.Verb == Send && !o.Infinitely {
-		return nil, fmt.Errorf("-D for ib_send_bw is offered with --run_infinitely only")
 	}
 	if o.Duration > 0 {
 		switch {

@@ -130,7 +130,7 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 			t.Errorf("ib_send_lat took %q", args)
 		}
 	}
-	for _, args := range [][]string{{"-D", "2"}, {"-c", "UD", "-R"}, {"--run_infinitely", "-b"}} {
+	for _, args := range [][]string{{"-D", "2", "-b"}, {"-c", "UD", "-R"}, {"--run_infinitely", "-b"}} {
 		if _, err := ParseArgs(Tool{Send, false}, args); err == nil {
 			t.Errorf("ib_send_bw took %q", args)
 		}
@@ -171,6 +171,7 @@ func TestToolsRunAgainstThemselves(t *testing.T) {
 	t.Run("write_bw-b", func(t *testing.T) { runBoth(t, Tool{Write, false}, "-b") })
 	t.Run("send_bw-b-q2", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-b", "-q", "2") })
 	t.Run("read_bw-D", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-D", "2", "-q", "2") })
+	t.Run("send_bw-D", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-D", "2") })
 	t.Run("send_bw-UD", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-c", "UD", "-q", "2") })
 	t.Run("send_lat-UD", func(t *testing.T) { runBoth(t, Tool{Send, true}, "-c", "UD") })
 	// Post lists, and every latency listed.

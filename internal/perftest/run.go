@@ -639,9 +639,12 @@ func runSendBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 		var rep bwReport
 		err := c.during(ctx, func(ctx context.Context) error {
 			var err error
-			if c.server && !o.Duplex {
+			switch {
+			case o.Duration > 0:
+				rep, err = r.bwDuration(ctx, size)
+			case c.server && !o.Duplex:
 				rep, err = r.recvIterations(ctx, size)
-			} else {
+			default:
 				rep, err = r.bwIterations(ctx, size)
 			}
 			return err
@@ -959,27 +962,32 @@ func runRDMABiBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 }
 
 // bwDuration is -D: operations posted for o.Duration seconds, as many as
-// the tx depth allows; those that complete in the sample window (the run
-// less o.Margin at each end) are counted, over the window's length.
+// the tx depth allows (on the ib_send_bw server, receives taken as they
+// come); those that complete in the sample window (the run less o.Margin
+// at each end) are counted, over the window's length. As perftest, the
+// run ends when the time is up, not waiting for what is still in flight.
 func (r *res) bwDuration(ctx context.Context, size int) (bwReport, error) {
 	o := r.o
+	recv := o.Tool.Verb == Send && o.Server == "" && !o.Duplex
 	start := time.Now()
 	sampleFrom := start.Add(time.Duration(o.Margin) * time.Second)
 	sampleTo := start.Add(time.Duration(o.Duration-o.Margin) * time.Second)
 	end := start.Add(time.Duration(o.Duration) * time.Second)
+	run, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
 	scnt := make([]uint64, len(r.qps))
 	ccnt := make([]uint64, len(r.qps))
 	var counted uint64
-	posting := true
 	list := make([]verbs.SendWR, o.PostList)
-	for {
-		now := time.Now()
-		if posting && !now.Before(end) {
-			posting = false
-		}
-		outstanding := false
+	for time.Now().Before(end) {
 		for q, qp := range r.qps {
-			for posting && scnt[q]-ccnt[q]+uint64(o.PostList) <= uint64(o.TxDepth) {
+			if recv {
+				if err := r.fillRecvs(q, o.RxDepth); err != nil {
+					return bwReport{}, err
+				}
+				continue
+			}
+			for scnt[q]-ccnt[q]+uint64(o.PostList) <= uint64(o.TxDepth) {
 				// Signaled every CQ-moderation count, so that each
 				// completion stands for that many operations.
 				for j := range list {
@@ -992,27 +1000,32 @@ func (r *res) bwDuration(ctx context.Context, size int) (bwReport, error) {
 				}
 				scnt[q] += uint64(o.PostList)
 			}
-			// Unsignaled posts past the last signaled one complete with
-			// nothing to report them; they are not waited for.
-			if scnt[q]/uint64(o.CQMod) > ccnt[q]/uint64(o.CQMod) {
-				outstanding = true
-			}
 		}
-		if !posting && !outstanding {
-			break
-		}
-		wcs, err := r.poll(ctx)
+		wcs, err := r.poll(run)
 		if err != nil {
+			if run.Err() != nil && ctx.Err() == nil {
+				break // the time is up
+			}
 			return bwReport{}, err
 		}
-		now = time.Now()
+		now := time.Now()
+		inWindow := !now.Before(sampleFrom) && now.Before(sampleTo)
 		for _, wc := range wcs {
+			if recv {
+				if q, ok := r.qpIndex[wc.QPNum]; ok && wc.Opcode&verbs.WCRecv != 0 {
+					r.rxPosted[q]--
+					if inWindow {
+						counted++
+					}
+				}
+				continue
+			}
 			q := int(wc.WRID >> 32)
-			if q >= len(r.qps) {
+			if q >= len(r.qps) || wc.Opcode&verbs.WCRecv != 0 {
 				continue
 			}
 			ccnt[q] += uint64(o.CQMod)
-			if !now.Before(sampleFrom) && now.Before(sampleTo) {
+			if inWindow {
 				counted += uint64(o.CQMod)
 			}
 		}
