@@ -193,7 +193,11 @@ func specs(t Tool) []getopt.Spec {
 			getopt.Spec{Short: 'f', Long: "margin", Arg: "SECONDS", Usage: "leave out this much at each end of a -D run", Default: "-D/4"},
 		)
 	} else {
-		s = append(s, getopt.Spec{Short: 'U', Long: "report-unsorted", Usage: "print out unsorted results (default sorted)"})
+		s = append(s,
+			getopt.Spec{Short: 'U', Long: "report-unsorted", Usage: "print out unsorted results (default sorted)"},
+			getopt.Spec{Short: 'D', Long: "duration", Arg: "SECONDS", Usage: "run for a time instead of a number of iterations"},
+			getopt.Spec{Short: 'f', Long: "margin", Arg: "SECONDS", Usage: "leave out this much at each end of a -D run", Default: "-D/4"},
+		)
 	}
 	if t.Verb == Send {
 		s = append(s, getopt.Spec{Short: 'r', Long: "rx-depth", Arg: "DEPTH", Usage: "size of rx queue", Default: strconv.Itoa(d.RxDepth)})

@@ -52,9 +52,37 @@ func (out *output) bwHeader() {
 }
 
 func (out *output) latHeader() {
-	if out.json == nil {
-		printLatHeader(out.table)
+	if out.json != nil {
+		return
 	}
+	if out.o.Duration > 0 {
+		fmt.Fprint(out.table, " #bytes        #iterations       t_avg[usec]    tps average\n")
+		return
+	}
+	printLatHeader(out.table)
+}
+
+// latDurRow is a -D latency row: count round trips (or reads) in window,
+// the average time of one (halved for sends and writes, factor 2) and
+// how many went by a second.
+func (out *output) latDurRow(size, count int, window time.Duration, factor float64) {
+	var avg, tps float64
+	if count > 0 && window > 0 {
+		avg = float64(window.Nanoseconds()) / 1e3 / factor / float64(count)
+		tps = float64(count) / window.Seconds()
+	}
+	out.points = append(out.points, point{size, avg})
+	if out.json == nil {
+		fmt.Fprintf(out.table, " %-7d       %d            %-7.2f        %-7.2f\n", size, count, avg, tps)
+		return
+	}
+	out.json.Encode(struct {
+		Test       string  `json:"test"`
+		Bytes      int     `json:"bytes"`
+		Iterations int     `json:"iterations"`
+		Avg        float64 `json:"t_avg_usec"`
+		TPS        float64 `json:"tps_average"`
+	}{out.o.Tool.Name(), size, count, avg, tps})
 }
 
 // bwRow is one bandwidth row.

@@ -125,7 +125,7 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 	if o, err := ParseArgs(Tool{Write, false}, []string{"-D", "8"}); err != nil || o.Margin != 2 || !o.NoPeak {
 		t.Errorf("-D 8: margin %d, no peak %v, %v; want 2, true", o.Margin, o.NoPeak, err)
 	}
-	for _, args := range [][]string{{"-q", "2"}, {"-l", "2"}, {"--run_infinitely"}, {"-D", "2"}} {
+	for _, args := range [][]string{{"-q", "2"}, {"-l", "2"}, {"--run_infinitely"}, {"-D", "2", "-a"}} {
 		if _, err := ParseArgs(Tool{Send, true}, args); err == nil {
 			t.Errorf("ib_send_lat took %q", args)
 		}
@@ -172,6 +172,9 @@ func TestToolsRunAgainstThemselves(t *testing.T) {
 	t.Run("send_bw-b-q2", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-b", "-q", "2") })
 	t.Run("read_bw-D", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-D", "2", "-q", "2") })
 	t.Run("send_bw-D", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-D", "2") })
+	for _, tool := range []Tool{{Send, true}, {Read, true}, {Atomic, true}} {
+		t.Run(tool.Name()+"-D", func(t *testing.T) { runBoth(t, tool, "-D", "2") })
+	}
 	t.Run("send_bw-UD", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-c", "UD", "-q", "2") })
 	t.Run("send_lat-UD", func(t *testing.T) { runBoth(t, Tool{Send, true}, "-c", "UD") })
 	// Post lists, and every latency listed.

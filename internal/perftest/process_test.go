@@ -38,7 +38,7 @@ func TestToolsAsTwoProcesses(t *testing.T) {
 	for _, tool := range Tools {
 		runs = append(runs, run{tool, ""})
 	}
-	runs = append(runs, run{Tool{Write, false}, " -R"}, run{Tool{Send, false}, " -c UD -q 2"})
+	runs = append(runs, run{Tool{Write, false}, " -R"}, run{Tool{Send, false}, " -c UD -q 2"}, run{Tool{Write, true}, " -D 2"})
 	for _, rn := range runs {
 		t.Run(rn.tool.Name()+strings.ReplaceAll(rn.extra, " ", "_"), func(t *testing.T) {
 			rxePort := freeUDPPort(t)

@@ -743,30 +743,26 @@ func runSendLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 		if _, err := c.handshake(&r.my[0]); err != nil {
 			return err
 		}
-		stamps := make([]time.Time, o.Iters)
 		err := c.during(ctx, func(ctx context.Context) error {
-			for i := 0; i < o.Iters; i++ {
+			return r.latLoop(ctx, out, size, 2, func(ctx context.Context, i int, mark func()) error {
 				if c.server {
 					if err := r.waitRecv(ctx); err != nil {
 						return err
 					}
 				}
-				stamps[i] = time.Now()
+				mark()
 				if err := r.qp.PostSend([]verbs.SendWR{r.sendWR(0, size, true)}); err != nil {
 					return fmt.Errorf("couldn't post send: %w", err)
 				}
 				if !c.server {
-					if err := r.waitRecv(ctx); err != nil {
-						return err
-					}
+					return r.waitRecv(ctx)
 				}
-			}
-			return nil
+				return nil
+			})
 		})
 		if err != nil {
 			return err
 		}
-		out.latRow(size, o.Iters, stamps, 2)
 	}
 	fmt.Fprint(out.table, resultLine)
 	return c.closeConn(&r.my[0])
@@ -807,18 +803,17 @@ func runReadLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 		out.latHeader()
 		err := c.during(ctx, func(ctx context.Context) error {
 			for _, size := range o.sizes() {
-				stamps := make([]time.Time, o.Iters)
-				for i := 0; i < o.Iters; i++ {
-					stamps[i] = time.Now()
-					wr := r.sendWR(0, size, true)
-					if err := r.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+				err := r.latLoop(ctx, out, size, 1, func(ctx context.Context, i int, mark func()) error {
+					mark()
+					if err := r.qp.PostSend([]verbs.SendWR{r.sendWR(0, size, true)}); err != nil {
 						return fmt.Errorf("couldn't post read: %w", err)
 					}
-					if _, err := r.poll(ctx); err != nil {
-						return err
-					}
+					_, err := r.poll(ctx)
+					return err
+				})
+				if err != nil {
+					return err
 				}
-				out.latRow(size, o.Iters, stamps, 1)
 			}
 			return nil
 		})
@@ -843,12 +838,11 @@ func writeLat(ctx context.Context, r *res, out *output) error {
 	out.latHeader()
 	server := o.Server == ""
 	for _, size := range o.sizes() {
-		stamps := make([]time.Time, o.Iters)
 		post := r.buf[size-1 : size]
 		watch := r.half + size - 1
 		// The client's n-th write answers the server's n-th; the server's
 		// first goes unprompted and it waits last for the client's last.
-		for i := 0; i < o.Iters; i++ {
+		err := r.latLoop(ctx, out, size, 2, func(ctx context.Context, i int, mark func()) error {
 			switch {
 			case !server:
 				if err := r.watchByte(ctx, watch, byte(i+1)); err != nil {
@@ -859,24 +853,83 @@ func writeLat(ctx context.Context, r *res, out *output) error {
 					return err
 				}
 			}
-			stamps[i] = time.Now()
+			mark()
 			post[0] = byte(i + 1)
-			wr := r.sendWR(0, size, true)
-			if err := r.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+			if err := r.qp.PostSend([]verbs.SendWR{r.sendWR(0, size, true)}); err != nil {
 				return fmt.Errorf("couldn't post send: scnt=%d: %w", i+1, err)
 			}
 			if _, err := r.poll(ctx); err != nil {
 				return err
 			}
+			if server && i == o.Iters-1 && o.Duration == 0 {
+				return r.watchByte(ctx, watch, byte(o.Iters))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		if server {
-			if err := r.watchByte(ctx, watch, byte(o.Iters)); err != nil {
+		if o.Duration > 0 {
+			r.linger(ctx, watch)
+		}
+	}
+	fmt.Fprint(out.table, resultLine)
+	return nil
+}
+
+// linger keeps a -D write_lat run's QP while the peer, whose clock
+// started a moment apart, still writes into byte i: a write that finds
+// the QP gone is retried by the peer, and perftest waits for its
+// completion without end. It returns once the byte has stood still for
+// lingerQuiet, or after lingerMax.
+func (r *res) linger(ctx context.Context, i int) {
+	const lingerQuiet, lingerMax = 300 * time.Millisecond, 5 * time.Second
+	last, since, start := loadByte(r.buf, i), time.Now(), time.Now()
+	for ctx.Err() == nil && time.Since(start) < lingerMax && time.Since(since) < lingerQuiet {
+		time.Sleep(time.Millisecond)
+		if v := loadByte(r.buf, i); v != last {
+			last, since = v, time.Now()
+		}
+	}
+}
+
+// latLoop runs one size of a latency test: step o.Iters times, then the
+// row of the times step marked (see latStats); with -D, step for
+// o.Duration seconds instead, and the row of the marks in the sample
+// window (perftest's duration report: the average and the rate).
+func (r *res) latLoop(ctx context.Context, out *output, size int, factor float64, step func(ctx context.Context, i int, mark func()) error) error {
+	o := r.o
+	if o.Duration == 0 {
+		stamps := make([]time.Time, o.Iters)
+		for i := range o.Iters {
+			if err := step(ctx, i, func() { stamps[i] = time.Now() }); err != nil {
 				return err
 			}
 		}
-		out.latRow(size, o.Iters, stamps, 2)
+		out.latRow(size, o.Iters, stamps, factor)
+		return nil
 	}
-	fmt.Fprint(out.table, resultLine)
+	start := time.Now()
+	from := start.Add(time.Duration(o.Margin) * time.Second)
+	to := start.Add(time.Duration(o.Duration-o.Margin) * time.Second)
+	end := start.Add(time.Duration(o.Duration) * time.Second)
+	run, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	count := 0
+	mark := func() {
+		if now := time.Now(); !now.Before(from) && now.Before(to) {
+			count++
+		}
+	}
+	for i := 0; time.Now().Before(end); i++ {
+		if err := step(run, i, mark); err != nil {
+			if run.Err() != nil && ctx.Err() == nil {
+				break // the time is up
+			}
+			return err
+		}
+	}
+	out.latDurRow(size, count, to.Sub(from), factor)
 	return nil
 }
 
