@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strconv"
 	"time"
 
@@ -36,6 +37,8 @@ type cmComm struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	done   chan struct{} // the disconnect watcher has returned
+	// deadline, if set, bounds each wait for a completion.
+	deadline time.Time
 }
 
 // cmRetries is how often a client tries to reach a server that may not
@@ -159,7 +162,16 @@ func (m *cmComm) read(b []byte) error {
 // the completion of what it did receive or send: so once it has gone,
 // what is on its way still gets a moment.
 func (m *cmComm) comp(get func(context.Context) (verbs.WC, error)) (verbs.WC, error) {
-	wc, err := get(m.ctx)
+	ctx := m.ctx
+	if !m.deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, m.deadline)
+		defer cancel()
+	}
+	wc, err := get(ctx)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && m.ctx.Err() == nil {
+		return wc, os.ErrDeadlineExceeded
+	}
 	if err != nil && context.Cause(m.ctx) == errPeerGone {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

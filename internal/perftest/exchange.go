@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +23,23 @@ import (
 const Version = "6.06"
 
 // minVersion is the oldest peer perftest accepts.
-const minVersion = 5.70
+const (
+	minVersion       = 5.70
+	minVersionString = "5.70"
+)
+
+// helloTimeout bounds the wait for the peer's version.
+var helloTimeout = 15 * time.Second
+
+// setDeadline bounds the exchanges until it is called again with the
+// zero time.
+func (c *ctrl) setDeadline(t time.Time) {
+	if c.cm != nil {
+		c.cm.deadline = t
+		return
+	}
+	c.c.SetDeadline(t)
+}
 
 // ctrl is the out-of-band channel: perftest's TCP connection, or with -R
 // (and -z) an rdma_cm connection whose messages are SENDs. Every exchange
@@ -122,7 +139,14 @@ const cycleBuffer = 64 << 10
 func (c *ctrl) hello(mtu verbs.MTU) (verbs.MTU, int, error) {
 	v := make([]byte, 16)
 	copy(v, Version)
+	// A peer that is not perftest may never answer: the first exchange
+	// has a time limit.
+	c.setDeadline(time.Now().Add(helloTimeout))
 	peer, err := c.xchg(v)
+	c.setDeadline(time.Time{})
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return 0, 0, fmt.Errorf("the peer sent no perftest version within %v: is it perftest (%s or later)?", helloTimeout, minVersionString)
+	}
 	if err != nil {
 		return 0, 0, err
 	}

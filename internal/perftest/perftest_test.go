@@ -285,3 +285,45 @@ func TestPeerGoneEndsTheRun(t *testing.T) {
 		t.Fatal("the server still waits for a client that is gone")
 	}
 }
+
+// A peer that is not perftest is refused with a clear message: one that
+// answers something else at once, and one that answers nothing within
+// the time allowed.
+func TestNotPerftestPeerIsRefused(t *testing.T) {
+	defer func(d time.Duration) { helloTimeout = d }(helloTimeout)
+	helloTimeout = 500 * time.Millisecond
+	for _, tc := range []struct {
+		name, says, want string
+	}{
+		{"http", "HTTP/1.1 200 OK\r\n\r\n", "not compatible with the peer's perftest version"},
+		{"silent", "", "sent no perftest version"},
+		{"old", "5.60\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", "not compatible with the peer's perftest version \"5.60\""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				c.Write([]byte(tc.says))
+				time.Sleep(2 * time.Second)
+			}()
+			o, _ := ParseArgs(Tool{Write, false}, []string{"-d", "rxe_lo", "-p", itoa(ln.Addr().(*net.TCPAddr).Port), "127.0.0.1"})
+			var out syncBuf
+			start := time.Now()
+			err = Run(context.Background(), o, &out, &out)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run: %v, want an error saying %q", err, tc.want)
+			}
+			if d := time.Since(start); d > 1900*time.Millisecond {
+				t.Errorf("refused after %v", d)
+			}
+		})
+	}
+}
