@@ -40,6 +40,7 @@ func TestInteropWithPerftest(t *testing.T) {
 	runs = append(runs, run{Tool{Write, false}, " -l 4"}, run{Tool{Send, false}, " -l 5"}, run{Tool{Send, true}, " -U"})
 	// ib_send_bw both ways at once.
 	runs = append(runs, run{Tool{Send, false}, " -b"}, run{Tool{Send, false}, " -b -a -n 5"}, run{Tool{Send, false}, " -D 4"})
+	runs = append(runs, run{Tool{Read, false}, " --perform_warm_up"})
 	// Latency for a time.
 	runs = append(runs, run{Tool{Send, true}, " -D 4"}, run{Tool{Write, true}, " -D 4"}, run{Tool{Read, true}, " -D 4"})
 	for _, rn := range runs {

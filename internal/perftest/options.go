@@ -115,6 +115,7 @@ type Options struct {
 	PostList    int    // -l: work requests per post (bandwidth tests)
 	QPTimeout   uint8  // -u: the QPs' local ACK timeout (4.096 µs · 2^n)
 	Unsorted    bool   // -U: print every latency, unsorted (latency tests)
+	WarmUp      bool   // --perform_warm_up: a tx depth of operations before each size (RDMA and atomic bandwidth tests)
 	Infinitely  bool   // --run_infinitely: a row every -D seconds until stopped (bandwidth tests)
 	sizeSet     bool   // -s given
 	RdmaCM      bool   // -R: connect the test's QPs with rdma_cm (implies CMComm)
@@ -187,6 +188,9 @@ func specs(t Tool) []getopt.Spec {
 			getopt.Spec{Short: 'l', Long: "post_list", Arg: "SIZE", Usage: "post lists of SIZE work requests (CQ moderation follows)", Default: "1"},
 			getopt.Spec{Long: "run_infinitely", Usage: "run until stopped, printing a row every -D seconds (default 5)"},
 		)
+		if t.Verb != Send {
+			s = append(s, getopt.Spec{Long: "perform_warm_up", Usage: "perform some iterations before the test to warm up the device"})
+		}
 		s = append(s,
 			getopt.Spec{Short: 'b', Long: "bidirectional", Usage: "measure bidirectional bandwidth"},
 			getopt.Spec{Short: 'D', Long: "duration", Arg: "SECONDS", Usage: "run for a time instead of a number of iterations (with --run_infinitely, the time between rows)"},
@@ -304,6 +308,8 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			o.Unsorted = true
 		case "run_infinitely":
 			o.Infinitely = true
+		case "perform_warm_up":
+			o.WarmUp = true
 		case "R":
 			o.RdmaCM, o.CMComm = true, true
 		case "z":

@@ -130,7 +130,7 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 			t.Errorf("ib_send_lat took %q", args)
 		}
 	}
-	for _, args := range [][]string{{"-D", "2", "-b"}, {"-c", "UD", "-R"}, {"--run_infinitely", "-b"}} {
+	for _, args := range [][]string{{"-D", "2", "-b"}, {"-c", "UD", "-R"}, {"--run_infinitely", "-b"}, {"--perform_warm_up"}} {
 		if _, err := ParseArgs(Tool{Send, false}, args); err == nil {
 			t.Errorf("ib_send_bw took %q", args)
 		}
@@ -170,6 +170,8 @@ func TestToolsRunAgainstThemselves(t *testing.T) {
 	t.Run("read_bw-q2", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-q", "2") })
 	t.Run("write_bw-b", func(t *testing.T) { runBoth(t, Tool{Write, false}, "-b") })
 	t.Run("send_bw-b-q2", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-b", "-q", "2") })
+	t.Run("write_bw-warm-up-q2", func(t *testing.T) { runBoth(t, Tool{Write, false}, "--perform_warm_up", "-q", "2") })
+	t.Run("atomic_bw-warm-up-b", func(t *testing.T) { runBoth(t, Tool{Atomic, false}, "--perform_warm_up", "-b") })
 	t.Run("read_bw-D", func(t *testing.T) { runBoth(t, Tool{Read, false}, "-D", "2", "-q", "2") })
 	t.Run("send_bw-D", func(t *testing.T) { runBoth(t, Tool{Send, false}, "-D", "2") })
 	for _, tool := range []Tool{{Send, true}, {Read, true}, {Atomic, true}} {

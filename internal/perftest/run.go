@@ -494,6 +494,9 @@ func runRDMABW(ctx context.Context, c *ctrl, r *res, out *output) error {
 	if !c.server {
 		err := c.during(ctx, func(ctx context.Context) error {
 			for _, size := range o.sizes() {
+				if err := r.warmUp(ctx, size); err != nil {
+					return err
+				}
 				var rep bwReport
 				var err error
 				if o.Duration > 0 {
@@ -988,6 +991,9 @@ func runRDMABiBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 		}
 		var mine bwReport
 		err := c.during(ctx, func(ctx context.Context) error {
+			if err := r.warmUp(ctx, size); err != nil {
+				return err
+			}
 			var err error
 			mine, err = r.bwIterations(ctx, size)
 			return err
@@ -1013,6 +1019,41 @@ func runRDMABiBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 	fmt.Fprint(out.table, resultLine)
 	return c.closeConn(&r.my[0])
 }
+
+// warmUp is --perform_warm_up: on each QP a tx depth of signaled
+// operations of size bytes (a post list's worth with -l), all waited
+// for, before the measured run.
+func (r *res) warmUp(ctx context.Context, size int) error {
+	o := r.o
+	if !o.WarmUp {
+		return nil
+	}
+	n := o.TxDepth
+	if o.PostList > 1 {
+		n = o.PostList
+	}
+	for q, qp := range r.qps {
+		list := make([]verbs.SendWR, n)
+		for j := range list {
+			list[j] = r.sendWR(q, size, true)
+			list[j].WRID = warmUpWRID
+		}
+		if err := qp.PostSend(list); err != nil {
+			return fmt.Errorf("couldn't post send during warm up: qp %d: %w", q, err)
+		}
+		for done := 0; done < n; {
+			wcs, err := r.poll(ctx)
+			if err != nil {
+				return fmt.Errorf("warm up: %w", err)
+			}
+			done += len(wcs)
+		}
+	}
+	return nil
+}
+
+// warmUpWRID marks the warm-up's requests.
+const warmUpWRID = ^uint64(0)
 
 // bwDuration is -D: operations posted for o.Duration seconds, as many as
 // the tx depth allows (on the ib_send_bw server, receives taken as they
