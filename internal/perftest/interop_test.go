@@ -40,12 +40,17 @@ func TestInteropWithPerftest(t *testing.T) {
 	runs = append(runs, run{Tool{Write, false}, " -l 4"}, run{Tool{Send, false}, " -l 5"}, run{Tool{Send, true}, " -U"})
 	// ib_send_bw both ways at once.
 	runs = append(runs, run{Tool{Send, false}, " -b"}, run{Tool{Send, false}, " -b -a -n 5"}, run{Tool{Send, false}, " -D 4"})
+	// (perftest 4.5's own warm-up waits for ever on kernel Soft-RoCE, C
+	// against C too: only rdmago's client warms up.)
 	runs = append(runs, run{Tool{Read, false}, " --perform_warm_up"})
 	// Latency for a time.
 	runs = append(runs, run{Tool{Send, true}, " -D 4"}, run{Tool{Write, true}, " -D 4"}, run{Tool{Read, true}, " -D 4"})
 	for _, rn := range runs {
 		tool := rn.tool
 		for _, goServes := range []bool{true, false} {
+			if goServes && strings.Contains(rn.extra, "--perform_warm_up") {
+				continue
+			}
 			t.Run(fmt.Sprintf("%s%s/go-serves=%v", tool.Name(), strings.ReplaceAll(rn.extra, " ", "_"), goServes), func(t *testing.T) {
 				flags, size := "-F -n 100 -s 4096"+rn.extra, "4096"
 				switch {
