@@ -7,9 +7,13 @@
 // and rows, so that either side may be perftest's C program and scripts
 // that parse perftest parse these.
 //
-// Offered: RC, UC for send and write, UD for send; -q QPs for the
-// bandwidth tests, -b and -D for the RDMA ones, the TCP exchange with
-// GIDs (RoCE).
+// Offered: RC, UC for send and write, UD for send; -q QPs, -b, -l post
+// lists, --run_infinitely and --perform_warm_up for the bandwidth tests,
+// -D for all, -U for the latency tests; the TCP exchange with GIDs
+// (RoCE), or with -z an rdma_cm one, and with -R the test's QPs
+// connected by rdma_cm. Not offered: XRC, DC and SRD, -R with UD
+// (rdma_cm's UDP port space), multicast, per-port reports and rate
+// limits.
 package perftest
 
 import (
