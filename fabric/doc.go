@@ -68,6 +68,10 @@
 //	fi_write, fi_writedata        Endpoint.Write, WriteData
 //	fi_read                       Endpoint.Read
 //	fi_inject_write               Endpoint.InjectWrite
+//	fi_atomic, fi_fetch_atomic    Endpoint.Atomic, FetchAtomic
+//	fi_compare_atomic             Endpoint.CompareAtomic
+//	fi_atomicvalid (and fetch_, compare_) Endpoint.AtomicValid, ...
+//	enum fi_datatype, enum fi_op  Datatype, AtomicOp
 //	fi_getopt, fi_setopt          Endpoint.GetOpt, SetOpt
 //	fi_mr_reg's address (VIRT_ADDR) (*MR).Addr
 //	fi_close                      Close

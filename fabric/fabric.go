@@ -526,6 +526,10 @@ type Endpoint interface {
 	// (fi_inject_write); it is counted by a BindWrite counter.
 	InjectWrite(buf []byte, dest Addr, addr, key uint64) error
 
+	// Atomics are the FI_ATOMIC operations (fi_atomic,
+	// fi_fetch_atomic, fi_compare_atomic and their valid queries).
+	Atomics
+
 	// GetOpt and SetOpt read and set an endpoint option (fi_getopt,
 	// fi_setopt at FI_OPT_ENDPOINT): ErrNoProtoOpt for an option the
 	// provider does not have.

@@ -237,6 +237,7 @@ type rdEntry struct {
 }
 
 type ep struct {
+	noAtomics
 	d    *fabric.Domain
 	info *fabric.Info
 	ctx  any

@@ -167,6 +167,7 @@ type (
 )
 
 type rdm struct {
+	noAtomics
 	d    *fabric.Domain
 	info *fabric.Info
 	ctx  any

@@ -2,6 +2,7 @@ package vrb_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log"
 	"time"
@@ -14,7 +15,8 @@ import (
 // A server and a client in one program, over the verbs provider on the
 // software device bound to 127.0.0.1: fi_listen, fi_connect with
 // private data, fi_accept, then an RDMA WRITE into the server's
-// registered memory, named by its virtual address and key.
+// registered memory, named by its virtual address and key, and an atomic
+// fetch-and-add on a counter there.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -89,8 +91,20 @@ func Example() {
 	_, err = cli.cq.SRead(ctx, c[:])
 	check(err)
 	fmt.Printf("completion %v; server memory: %q\n", c[0].Context, srv.buf[:n])
+
+	// fi_fetch_atomic FI_SUM on a 64-bit counter in the server's region
+	// (IBV_WR_ATOMIC_FETCH_AND_ADD): the prior value comes back.
+	addend, prior := cli.buf[40:48], cli.buf[48:56]
+	binary.NativeEndian.PutUint64(addend, 5)
+	check(cli.ep.FetchAtomic(addend, cli.mr.Desc(), prior, cli.mr.Desc(), fabric.AddrNotAvail, srv.mr.Addr()+56, srv.mr.Key(),
+		fabric.Uint64, fabric.OpSum, "add"))
+	_, err = cli.cq.SRead(ctx, c[:])
+	check(err)
+	fmt.Printf("completion %v: fetched %d, the counter is now %d\n", c[0].Context,
+		binary.NativeEndian.Uint64(prior), binary.NativeEndian.Uint64(srv.buf[56:]))
 	// Output:
 	// FI_CONNREQ with "hi"
 	// client: FI_CONNECTED
 	// completion w; server memory: "written remotely"
+	// completion add: fetched 0, the counter is now 5
 }

@@ -132,14 +132,14 @@ func template(x devAddr) *fabric.Info {
 		fabric.OrderSAS | fabric.OrderRMARAR | fabric.OrderRMARAW | fabric.OrderRMAWAW | fabric.OrderAtomicRAR |
 		fabric.OrderAtomicRAW | fabric.OrderAtomicWAW
 	i := &fabric.Info{
-		Caps: fabric.CapMsg | fabric.CapRMA | fabric.CapRead | fabric.CapWrite | fabric.CapRecv | fabric.CapSend |
+		Caps: fabric.CapMsg | fabric.CapRMA | fabric.CapAtomic | fabric.CapRead | fabric.CapWrite | fabric.CapRecv | fabric.CapSend |
 			fabric.CapRemoteRead | fabric.CapRemoteWrite | fabric.CapLocalComm | fabric.CapRemoteComm,
 		Mode:       fabric.ModeRxCQData,
 		AddrFormat: fabric.FormatSockaddrIn,
 		SrcAddr:    netip.AddrPortFrom(x.addr, 0),
-		TxAttr: &fabric.TxAttr{Caps: fabric.CapMsg | fabric.CapRMA | fabric.CapRead | fabric.CapWrite | fabric.CapSend,
+		TxAttr: &fabric.TxAttr{Caps: fabric.CapMsg | fabric.CapRMA | fabric.CapAtomic | fabric.CapRead | fabric.CapWrite | fabric.CapSend,
 			MsgOrder: order, CompOrder: fabric.OrderStrict, InjectSize: injectSize, Size: defaultSize, IOVLimit: maxIOV, RMAIOVLimit: 1},
-		RxAttr: &fabric.RxAttr{Caps: fabric.CapMsg | fabric.CapRMA | fabric.CapRecv | fabric.CapRemoteRead | fabric.CapRemoteWrite,
+		RxAttr: &fabric.RxAttr{Caps: fabric.CapMsg | fabric.CapRMA | fabric.CapAtomic | fabric.CapRecv | fabric.CapRemoteRead | fabric.CapRemoteWrite,
 			Mode: fabric.ModeRxCQData, MsgOrder: order, CompOrder: fabric.OrderStrict | fabric.OrderData, Size: defaultSize, IOVLimit: maxIOV},
 		EPAttr: &fabric.EPAttr{Type: fabric.EPMsg, Protocol: fabric.ProtoRDMACMIBRC, ProtocolVersion: 1, MaxMsgSize: maxMsgSize,
 			MaxOrderRAWSize: maxMsgSize, MaxOrderWAWSize: maxMsgSize, TxCtxCnt: 1, RxCtxCnt: 1},
@@ -226,7 +226,7 @@ func (provider) OpenDomain(d *fabric.Domain) (fabric.DomainDriver, error) {
 func (d *domain) RegMR(buf []byte, access, _ uint64) (uint64, uint64, any, error) {
 	acc := verbs.AccessLocalWrite
 	if access&fabric.AccessRemoteWrite != 0 {
-		acc |= verbs.AccessRemoteWrite
+		acc |= verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic // an atomic's target is written
 	}
 	if access&fabric.AccessRemoteRead != 0 {
 		acc |= verbs.AccessRemoteRead

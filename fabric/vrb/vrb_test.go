@@ -3,6 +3,7 @@ package vrb_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"testing"
 	"time"
@@ -208,6 +209,72 @@ func TestMsgEndpointOperations(t *testing.T) {
 	}
 	if !bytes.Equal(srv.buf[2000:2003], []byte("wri")) {
 		t.Fatalf("writedata's bytes %q", srv.buf[2000:2003])
+	}
+}
+
+// The atomics C's verbs provider has, on one 64-bit element of the
+// peer's region: write, read, fetch-and-add and compare-and-swap, each
+// result and the target's memory as the operation says; the ones it has
+// not are ErrNoSys.
+func TestMsgEndpointAtomics(t *testing.T) {
+	cli, srv := connected(t)
+	target := srv.mr.Addr() + 512
+	word := func(b []byte) uint64 { return binary.NativeEndian.Uint64(b) }
+	put := func(b []byte, v uint64) []byte { binary.NativeEndian.PutUint64(b, v); return b }
+	op, res, cmp := cli.buf[0:8], cli.buf[8:16], cli.buf[16:24]
+	done := func(ctx string, flags uint64) {
+		t.Helper()
+		if e := cli.comp(); e.Context != ctx || e.Flags != fabric.CompAtomic|flags {
+			t.Fatalf("%s completion %+v, want flags FI_ATOMIC|%#x", ctx, e, flags)
+		}
+	}
+
+	must(t, cli.ep.Atomic(put(op, 40), cli.mr.Desc(), fabric.AddrNotAvail, target, srv.mr.Key(), fabric.Uint64, fabric.OpAtomicWrite, "write"))
+	done("write", fabric.CompWrite)
+	if v := word(srv.buf[512:]); v != 40 {
+		t.Fatalf("target %d after FI_ATOMIC_WRITE of 40", v)
+	}
+	must(t, cli.ep.FetchAtomic(put(op, 2), cli.mr.Desc(), res, cli.mr.Desc(), fabric.AddrNotAvail, target, srv.mr.Key(), fabric.Int64, fabric.OpSum, "sum"))
+	done("sum", fabric.CompRead)
+	if word(res) != 40 || word(srv.buf[512:]) != 42 {
+		t.Fatalf("FI_SUM of 2: fetched %d, target %d; want 40, 42", word(res), word(srv.buf[512:]))
+	}
+	must(t, cli.ep.CompareAtomic(put(op, 7), cli.mr.Desc(), put(cmp, 1), cli.mr.Desc(), res, cli.mr.Desc(), fabric.AddrNotAvail, target, srv.mr.Key(), fabric.Uint64, fabric.OpCSwap, "cswap-miss"))
+	done("cswap-miss", fabric.CompRead)
+	if word(res) != 42 || word(srv.buf[512:]) != 42 {
+		t.Fatalf("FI_CSWAP against 1: fetched %d, target %d; want 42, 42 (no swap)", word(res), word(srv.buf[512:]))
+	}
+	must(t, cli.ep.CompareAtomic(put(op, 7), cli.mr.Desc(), put(cmp, 42), cli.mr.Desc(), res, cli.mr.Desc(), fabric.AddrNotAvail, target, srv.mr.Key(), fabric.Uint64, fabric.OpCSwap, "cswap-hit"))
+	done("cswap-hit", fabric.CompRead)
+	if word(res) != 42 || word(srv.buf[512:]) != 7 {
+		t.Fatalf("FI_CSWAP against 42: fetched %d, target %d; want 42, 7", word(res), word(srv.buf[512:]))
+	}
+	must(t, cli.ep.FetchAtomic(nil, nil, res, cli.mr.Desc(), fabric.AddrNotAvail, target, srv.mr.Key(), fabric.Uint64, fabric.OpAtomicRead, "read"))
+	done("read", fabric.CompRead)
+	if word(res) != 7 {
+		t.Fatalf("FI_ATOMIC_READ fetched %d, want 7", word(res))
+	}
+
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"fi_atomic FI_SUM", cli.ep.Atomic(op, cli.mr.Desc(), fabric.AddrNotAvail, target, srv.mr.Key(), fabric.Uint64, fabric.OpSum, nil), fabric.ErrNoSys},
+		{"fi_fetch_atomic FI_MIN", cli.ep.FetchAtomic(op, cli.mr.Desc(), res, cli.mr.Desc(), fabric.AddrNotAvail, target, srv.mr.Key(), fabric.Uint64, fabric.OpMin, nil), fabric.ErrNoSys},
+		{"fi_compare_atomic FI_MSWAP", cli.ep.CompareAtomic(op, nil, cmp, nil, res, cli.mr.Desc(), fabric.AddrNotAvail, target, srv.mr.Key(), fabric.Uint64, fabric.OpMSwap, nil), fabric.ErrNoSys},
+		{"FI_UINT32", cli.ep.Atomic(op[:4], cli.mr.Desc(), fabric.AddrNotAvail, target, srv.mr.Key(), fabric.Uint32, fabric.OpAtomicWrite, nil), fabric.ErrInvalid},
+		{"two elements", cli.ep.Atomic(cli.buf[:16], cli.mr.Desc(), fabric.AddrNotAvail, target, srv.mr.Key(), fabric.Uint64, fabric.OpAtomicWrite, nil), fabric.ErrTooBig},
+	} {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, tc.err, tc.want)
+		}
+	}
+	if n, err := cli.ep.FetchAtomicValid(fabric.Int64, fabric.OpSum); n != 1 || err != nil {
+		t.Errorf("fi_fetch_atomicvalid(FI_INT64, FI_SUM) = %d, %v; want 1", n, err)
+	}
+	if _, err := cli.ep.AtomicValid(fabric.Uint64, fabric.OpBXor); !errors.Is(err, fabric.ErrNoSys) {
+		t.Errorf("fi_atomicvalid(FI_UINT64, FI_BXOR): %v, want ErrNoSys", err)
 	}
 }
 
