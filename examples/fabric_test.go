@@ -51,14 +51,18 @@ func fabricPair(t *testing.T, dir, prov string) {
 	if err := srv.Wait(); err != nil {
 		t.Fatalf("server: %v\n%s", err, srvOut.String())
 	}
-	wantCli := fmt.Sprintf("FI_CONNECTED with \"accepted\"\nserver region: 4096 bytes\nwrote %d bytes\nFI_SHUTDOWN\n", len("RDMA WRITE over "+prov))
+	atomics, counter := "", ""
+	if prov == "verbs" { // FI_ATOMIC: C's verbs provider has it, its tcp provider not
+		atomics, counter = "fetch-and-add 5: 0 before, 5 after\n", ", counter 5"
+	}
+	wantCli := fmt.Sprintf("FI_CONNECTED with \"accepted\"\nserver region: 4096 bytes\nwrote %d bytes\n%sFI_SHUTDOWN\n", len("RDMA WRITE over "+prov), atomics)
 	if string(cliOut) != wantCli {
 		t.Errorf("client printed\n%s\nwant\n%s", cliOut, wantCli)
 	}
 	for _, line := range []string{
 		"connection request with \"hello from fabric_client\"",
 		"received \"hello over the fabric\"",
-		"region holds \"RDMA WRITE over " + prov + "\"",
+		"region holds \"RDMA WRITE over " + prov + "\"" + counter + "\n",
 	} {
 		if !strings.Contains(srvOut.String(), line) {
 			t.Errorf("server output lacks %q:\n%s", line, srvOut.String())

@@ -179,7 +179,7 @@ func TestInteropRdmacoreTools(t *testing.T) {
 		{"fabric_server example over verbs on rdma-core, fabric_client on the host's software device",
 			in(1, rdmago+fabSrv+" -p verbs -a 10.77.0.11 -port 9300"),
 			exec.Command(vm, "host", "env", "RDMAGO_RXE_ADDR=10.77.0.1", "timeout", vmtest.Timeout, hostFabCli, "-p", "verbs", "-a", "10.77.0.11", "-port", "9300"),
-			`region holds "RDMA WRITE over verbs"`, "FI_SHUTDOWN"},
+			`region holds "RDMA WRITE over verbs", counter 5`, "fetch-and-add 5: 0 before, 5 after"},
 		{"rping rdmacore client in vm1, software device server on the host",
 			exec.Command(vm, "host", "timeout", vmtest.Timeout, host, "rping", "-s", "-a", "10.77.0.1", "-v", "-C", "10"),
 			in(1, rdmago+bin+" rping -c -a 10.77.0.1 -v -C 10"),

@@ -148,6 +148,28 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("wrote %d bytes\n", n)
+	// Where the provider has FI_ATOMIC (verbs does, tcp does not): add 5
+	// to the 64-bit counter at the end of the server's region
+	// (fi_fetch_atomic FI_SUM), then read it back (FI_ATOMIC_READ).
+	if _, err := ep.FetchAtomicValid(fabric.Uint64, fabric.OpSum); err == nil {
+		counter := addr + uint64(size) - 8
+		operand, result := buf[32:40], buf[40:48]
+		binary.NativeEndian.PutUint64(operand, 5)
+		if err := ep.FetchAtomic(operand, mr.Desc(), result, mr.Desc(), fabric.AddrNotAvail, counter, key, fabric.Uint64, fabric.OpSum, "add"); err != nil {
+			return err
+		}
+		if _, err := next(ctx, cq); err != nil {
+			return err
+		}
+		before := binary.NativeEndian.Uint64(result)
+		if err := ep.FetchAtomic(nil, nil, result, mr.Desc(), fabric.AddrNotAvail, counter, key, fabric.Uint64, fabric.OpAtomicRead, "read"); err != nil {
+			return err
+		}
+		if _, err := next(ctx, cq); err != nil {
+			return err
+		}
+		fmt.Printf("fetch-and-add 5: %d before, %d after\n", before, binary.NativeEndian.Uint64(result))
+	}
 	n = copy(out, "written")
 	if err := ep.SendMsg(&fabric.Msg{Buf: out[:n], Desc: mr.Desc(), Context: "done"}, fabric.FlagDeliveryComplete); err != nil {
 		return err

@@ -166,8 +166,14 @@ func serve(ctx context.Context) error {
 			text := string(c.Buf)
 			fmt.Printf("received %q\n", text)
 			if text == "written" {
-				// The client's fi_write came before this message.
-				fmt.Printf("region holds %q\n", bytes.TrimRight(region, "\x00"))
+				// The client's fi_write (and, over verbs, its atomic on
+				// the region's last 8 bytes) came before this message.
+				text := region[:len(region)-8]
+				fmt.Printf("region holds %q", bytes.TrimRight(text, "\x00"))
+				if c := binary.NativeEndian.Uint64(region[len(region)-8:]); c != 0 {
+					fmt.Printf(", counter %d", c)
+				}
+				fmt.Println()
 				written = true
 			} else if err := ep.Recv(msg, mr.Desc(), fabric.AddrNotAvail, "recv"); err != nil {
 				return err
