@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdmago/rdmago/internal/vmtest"
 )
 
 // The client/server pairs run as separate processes over loopback, as a
@@ -71,24 +72,7 @@ func TestMain(m *testing.M) {
 }
 
 // freeRXEPort returns a UDP port free on both loopback addresses.
-func freeRXEPort(t *testing.T) string {
-	t.Helper()
-	for range 20 {
-		a, err := net.ListenPacket("udp", serverAddr+":0")
-		if err != nil {
-			t.Skipf("cannot use %s (add it to the loopback interface): %v", serverAddr, err)
-		}
-		port := a.LocalAddr().(*net.UDPAddr).Port
-		b, err := net.ListenPacket("udp", net.JoinHostPort(clientAddr, strconv.Itoa(port)))
-		a.Close()
-		if err == nil {
-			b.Close()
-			return strconv.Itoa(port)
-		}
-	}
-	t.Fatal("no UDP port free on both loopback addresses")
-	return ""
-}
+func freeRXEPort(t *testing.T) string { return vmtest.FreeUDPPort(t, serverAddr, clientAddr) }
 
 // proc is a running example program.
 type proc struct {

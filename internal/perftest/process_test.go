@@ -5,10 +5,8 @@ package perftest
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,11 +22,6 @@ func TestToolsAsTwoProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs programs")
 	}
-	probe, err := net.ListenPacket("udp", "127.0.0.2:0")
-	if err != nil {
-		t.Skipf("cannot use 127.0.0.2 (add it to the loopback interface): %v", err)
-	}
-	probe.Close()
 	bin := vmtest.BuildRdmago(t)
 	type run struct {
 		tool  Tool
@@ -41,7 +34,7 @@ func TestToolsAsTwoProcesses(t *testing.T) {
 	runs = append(runs, run{Tool{Write, false}, " -R"}, run{Tool{Send, false}, " -c UD -q 2"}, run{Tool{Write, true}, " -D 2"})
 	for _, rn := range runs {
 		t.Run(rn.tool.Name()+strings.ReplaceAll(rn.extra, " ", "_"), func(t *testing.T) {
-			rxePort := freeUDPPort(t)
+			rxePort := vmtest.FreeUDPPort(t, "127.0.0.2", "127.0.0.1")
 			args := strings.Fields("-n 50 -s 1024 -p " + itoa(freePort(t)) + rn.extra)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -77,23 +70,4 @@ func TestToolsAsTwoProcesses(t *testing.T) {
 			}
 		})
 	}
-}
-
-// freeUDPPort returns a UDP port free on both 127.0.0.1 and 127.0.0.2.
-func freeUDPPort(t *testing.T) string {
-	for range 20 {
-		a, err := net.ListenPacket("udp", "127.0.0.2:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := a.LocalAddr().(*net.UDPAddr).Port
-		b, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
-		a.Close()
-		if err == nil {
-			b.Close()
-			return strconv.Itoa(port)
-		}
-	}
-	t.Fatal("no UDP port free on both loopback addresses")
-	return ""
 }

@@ -1069,31 +1069,11 @@ func (r *res) bwDuration(ctx context.Context, size int) (bwReport, error) {
 	end := start.Add(time.Duration(o.Duration) * time.Second)
 	run, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	scnt := make([]uint64, len(r.qps))
-	ccnt := make([]uint64, len(r.qps))
 	var counted uint64
-	list := make([]verbs.SendWR, o.PostList)
+	t := r.newTimed(recv)
 	for time.Now().Before(end) {
-		for q, qp := range r.qps {
-			if recv {
-				if err := r.fillRecvs(q, o.RxDepth); err != nil {
-					return bwReport{}, err
-				}
-				continue
-			}
-			for scnt[q]-ccnt[q]+uint64(o.PostList) <= uint64(o.TxDepth) {
-				// Signaled every CQ-moderation count, so that each
-				// completion stands for that many operations.
-				for j := range list {
-					c := scnt[q] + uint64(j)
-					list[j] = r.sendWR(q, size, (c+1)%uint64(o.CQMod) == 0)
-					list[j].WRID = uint64(q)<<32 | uint64(uint32(c))
-				}
-				if err := qp.PostSend(list); err != nil {
-					return bwReport{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", q, scnt[q], err)
-				}
-				scnt[q] += uint64(o.PostList)
-			}
+		if err := t.fill(size); err != nil {
+			return bwReport{}, err
 		}
 		wcs, err := r.poll(run)
 		if err != nil {
@@ -1103,38 +1083,12 @@ func (r *res) bwDuration(ctx context.Context, size int) (bwReport, error) {
 			return bwReport{}, err
 		}
 		now := time.Now()
-		inWindow := !now.Before(sampleFrom) && now.Before(sampleTo)
-		for _, wc := range wcs {
-			if recv {
-				if q, ok := r.qpIndex[wc.QPNum]; ok && wc.Opcode&verbs.WCRecv != 0 {
-					r.rxPosted[q]--
-					if inWindow {
-						counted++
-					}
-				}
-				continue
-			}
-			q := int(wc.WRID >> 32)
-			if q >= len(r.qps) || wc.Opcode&verbs.WCRecv != 0 {
-				continue
-			}
-			ccnt[q] += uint64(o.CQMod)
-			if inWindow {
-				counted += uint64(o.CQMod)
-			}
+		if n := t.count(wcs); !now.Before(sampleFrom) && now.Before(sampleTo) {
+			counted += n
 		}
 	}
-	rep := bwReport{size: uint64(size), iters: counted}
-	unit := float64(1 << 20)
-	if o.ReportGbits {
-		unit = 125e6
-	}
 	// Over the sample window, as perftest's alarms time it.
-	if d := sampleTo.Sub(sampleFrom).Seconds(); d > 0 {
-		rep.avg = float64(size) * float64(counted) / d / unit
-		rep.msgRate = float64(counted) / d / 1e6
-	}
-	return rep, nil
+	return rateReport(o, size, counted, sampleTo.Sub(sampleFrom)), nil
 }
 
 // bwInfinitely is --run_infinitely: operations of size bytes posted (on
@@ -1146,59 +1100,96 @@ func (r *res) bwInfinitely(ctx context.Context, size int, out *output) error {
 	period := time.Duration(o.Duration) * time.Second
 	start := time.Now()
 	next := start.Add(period)
-	scnt := make([]uint64, len(r.qps))
-	ccnt := make([]uint64, len(r.qps))
 	var done uint64 // completed in this period
-	list := make([]verbs.SendWR, o.PostList)
+	t := r.newTimed(recv)
 	for {
-		for q, qp := range r.qps {
-			if recv {
-				if err := r.fillRecvs(q, o.RxDepth); err != nil {
-					return err
-				}
-				continue
-			}
-			for scnt[q]-ccnt[q]+uint64(o.PostList) <= uint64(o.TxDepth) {
-				for j := range list {
-					c := scnt[q] + uint64(j)
-					list[j] = r.sendWR(q, size, (c+1)%uint64(o.CQMod) == 0)
-					list[j].WRID = uint64(q)<<32 | uint64(uint32(c))
-				}
-				if err := qp.PostSend(list); err != nil {
-					return fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", q, scnt[q], err)
-				}
-				scnt[q] += uint64(o.PostList)
-			}
+		if err := t.fill(size); err != nil {
+			return err
 		}
 		wcs, err := r.poll(ctx)
 		if err != nil {
 			return err
 		}
-		for _, wc := range wcs {
-			if recv {
-				if q, ok := r.qpIndex[wc.QPNum]; ok && wc.Opcode&verbs.WCRecv != 0 {
-					r.rxPosted[q]--
-					done++
-				}
-				continue
-			}
-			if q := int(wc.WRID >> 32); q < len(r.qps) {
-				ccnt[q] += uint64(o.CQMod)
-				done += uint64(o.CQMod)
-			}
-		}
+		done += t.count(wcs)
 		if now := time.Now(); !now.Before(next) {
-			rep := bwReport{size: uint64(size), iters: done}
-			unit := float64(1 << 20)
-			if o.ReportGbits {
-				unit = 125e6
-			}
-			if d := now.Sub(start).Seconds(); d > 0 {
-				rep.avg = float64(size) * float64(done) / d / unit
-				rep.msgRate = float64(done) / d / 1e6
-			}
-			out.bwRow(rep)
+			out.bwRow(rateReport(o, size, done, now.Sub(start)))
 			start, next, done = now, now.Add(period), 0
 		}
 	}
+}
+
+// timed is the posting of a run that lasts a time (-D,
+// --run_infinitely): on the ib_send_bw server its receive queues kept
+// full, elsewhere its send queues, each request signaled every
+// CQ-moderation count so that a completion stands for that many.
+type timed struct {
+	r          *res
+	recv       bool
+	scnt, ccnt []uint64
+	list       []verbs.SendWR
+}
+
+func (r *res) newTimed(recv bool) *timed {
+	return &timed{r: r, recv: recv, scnt: make([]uint64, len(r.qps)), ccnt: make([]uint64, len(r.qps)),
+		list: make([]verbs.SendWR, r.o.PostList)}
+}
+
+// fill posts what the queues have room for.
+func (t *timed) fill(size int) error {
+	r, o := t.r, t.r.o
+	for q, qp := range r.qps {
+		if t.recv {
+			if err := r.fillRecvs(q, o.RxDepth); err != nil {
+				return err
+			}
+			continue
+		}
+		for t.scnt[q]-t.ccnt[q]+uint64(o.PostList) <= uint64(o.TxDepth) {
+			for j := range t.list {
+				c := t.scnt[q] + uint64(j)
+				t.list[j] = r.sendWR(q, size, (c+1)%uint64(o.CQMod) == 0)
+				t.list[j].WRID = uint64(q)<<32 | uint64(uint32(c))
+			}
+			if err := qp.PostSend(t.list); err != nil {
+				return fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", q, t.scnt[q], err)
+			}
+			t.scnt[q] += uint64(o.PostList)
+		}
+	}
+	return nil
+}
+
+// count takes completions and returns how many operations they finish.
+func (t *timed) count(wcs []verbs.WC) uint64 {
+	r := t.r
+	var n uint64
+	for _, wc := range wcs {
+		if t.recv {
+			if q, ok := r.qpIndex[wc.QPNum]; ok && wc.Opcode&verbs.WCRecv != 0 {
+				r.rxPosted[q]--
+				n++
+			}
+			continue
+		}
+		if q := int(wc.WRID >> 32); q < len(r.qps) && wc.Opcode&verbs.WCRecv == 0 {
+			t.ccnt[q] += uint64(r.o.CQMod)
+			n += uint64(r.o.CQMod)
+		}
+	}
+	return n
+}
+
+// rateReport is the row of n operations of size bytes in d, without a
+// peak (the timed runs').
+func rateReport(o *Options, size int, n uint64, d time.Duration) bwReport {
+	rep := bwReport{size: uint64(size), iters: n}
+	unit := float64(1 << 20)
+	if o.ReportGbits {
+		unit = 125e6
+	}
+	if s := d.Seconds(); s > 0 {
+		rep.avg = float64(size) * float64(n) / s / unit
+		rep.msgRate = float64(n) / s / 1e6
+	}
+	return rep
 }
