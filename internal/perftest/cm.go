@@ -96,6 +96,9 @@ func dialCMCtrl(ctx context.Context, o *Options) (*ctrl, error) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		if err != nil {
+			if m.mr != nil {
+				m.mr.Dereg()
+			}
 			return nil, fmt.Errorf("rdma_cm: couldn't connect to %s: %w", addr, err)
 		}
 	}
