@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
 	"strconv"
@@ -166,6 +167,9 @@ func applyHints(i, h *Info) *Info {
 	}
 	if h.DestAddr.IsValid() {
 		i.DestAddr = h.DestAddr
+	}
+	if h.DestName != nil && h.AddrFormat == i.AddrFormat {
+		i.DestName = bytes.Clone(h.DestName)
 	}
 	return i
 }

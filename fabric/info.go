@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"bytes"
 	"net/netip"
 	"strings"
 )
@@ -112,16 +113,18 @@ type AddrFormat uint32
 
 // Address formats.
 const (
-	FormatUnspec      AddrFormat = 0 // FI_FORMAT_UNSPEC
-	FormatSockaddr    AddrFormat = 1 // FI_SOCKADDR
-	FormatSockaddrIn  AddrFormat = 2 // FI_SOCKADDR_IN
-	FormatSockaddrIn6 AddrFormat = 3 // FI_SOCKADDR_IN6
-	FormatSockaddrIB  AddrFormat = 4 // FI_SOCKADDR_IB
-	FormatAddrStr     AddrFormat = 9 // FI_ADDR_STR
+	FormatUnspec      AddrFormat = 0  // FI_FORMAT_UNSPEC
+	FormatSockaddr    AddrFormat = 1  // FI_SOCKADDR
+	FormatSockaddrIn  AddrFormat = 2  // FI_SOCKADDR_IN
+	FormatSockaddrIn6 AddrFormat = 3  // FI_SOCKADDR_IN6
+	FormatSockaddrIB  AddrFormat = 4  // FI_SOCKADDR_IB
+	FormatAddrStr     AddrFormat = 9  // FI_ADDR_STR
+	FormatIBUD        AddrFormat = 11 // FI_ADDR_IB_UD: a UDName
 )
 
 var addrFormatNames = map[AddrFormat]string{FormatUnspec: "FI_FORMAT_UNSPEC", FormatSockaddr: "FI_SOCKADDR",
-	FormatSockaddrIn: "FI_SOCKADDR_IN", FormatSockaddrIn6: "FI_SOCKADDR_IN6", FormatSockaddrIB: "FI_SOCKADDR_IB", FormatAddrStr: "FI_ADDR_STR"}
+	FormatSockaddrIn: "FI_SOCKADDR_IN", FormatSockaddrIn6: "FI_SOCKADDR_IN6", FormatSockaddrIB: "FI_SOCKADDR_IB", FormatAddrStr: "FI_ADDR_STR",
+	FormatIBUD: "FI_ADDR_IB_UD"}
 
 func (f AddrFormat) String() string {
 	if s, ok := addrFormatNames[f]; ok {
@@ -137,11 +140,12 @@ type Protocol uint32
 const (
 	ProtoUnspec     Protocol = 0  // FI_PROTO_UNSPEC
 	ProtoRDMACMIBRC Protocol = 1  // FI_PROTO_RDMA_CM_IB_RC
-	ProtoSockTCP    Protocol = 11 // FI_PROTO_SOCK_TCP
-	ProtoRXM        Protocol = 14 // FI_PROTO_RXM
+	ProtoIBUD       Protocol = 3  // FI_PROTO_IB_UD
+	ProtoSockTCP    Protocol = 6  // FI_PROTO_SOCK_TCP
+	ProtoRXM        Protocol = 11 // FI_PROTO_RXM
 )
 
-var protoNames = map[Protocol]string{ProtoUnspec: "FI_PROTO_UNSPEC", ProtoRDMACMIBRC: "FI_PROTO_RDMA_CM_IB_RC",
+var protoNames = map[Protocol]string{ProtoUnspec: "FI_PROTO_UNSPEC", ProtoRDMACMIBRC: "FI_PROTO_RDMA_CM_IB_RC", ProtoIBUD: "FI_PROTO_IB_UD",
 	ProtoSockTCP: "FI_PROTO_SOCK_TCP", ProtoRXM: "FI_PROTO_RXM"}
 
 func (p Protocol) String() string {
@@ -301,6 +305,11 @@ type Info struct {
 	AddrFormat AddrFormat
 	SrcAddr    netip.AddrPort // zero: none
 	DestAddr   netip.AddrPort // zero: none
+	// SrcName and DestName hold addresses of a format that is not a
+	// socket address (FI_ADDR_IB_UD: a UDName's bytes), as fi_getname
+	// gives them; nil: none.
+	SrcName  []byte
+	DestName []byte
 	// Handle is, in a CONNREQ event's info, the connection request that
 	// fi_endpoint and Accept answer (info->handle).
 	Handle any
@@ -327,6 +336,7 @@ func (i *Info) Dup() *Info {
 		return nil
 	}
 	d := *i
+	d.SrcName, d.DestName = bytes.Clone(i.SrcName), bytes.Clone(i.DestName)
 	if i.TxAttr != nil {
 		x := *i.TxAttr
 		d.TxAttr = &x

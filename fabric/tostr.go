@@ -50,8 +50,9 @@ var capNames = []flagName{
 }
 
 var modeNames = []flagName{
-	{uint64(ModeContext2), "FI_CONTEXT2"}, {uint64(ModeLocalMR), "FI_LOCAL_MR"}, {uint64(ModeRxCQData), "FI_RX_CQ_DATA"},
-	{uint64(ModeAsyncIOV), "FI_ASYNC_IOV"}, {uint64(ModeMsgPrefix), "FI_MSG_PREFIX"}, {uint64(ModeContext), "FI_CONTEXT"},
+	// In fi_tostr's order.
+	{uint64(ModeContext), "FI_CONTEXT"}, {uint64(ModeMsgPrefix), "FI_MSG_PREFIX"}, {uint64(ModeAsyncIOV), "FI_ASYNC_IOV"},
+	{uint64(ModeRxCQData), "FI_RX_CQ_DATA"}, {uint64(ModeLocalMR), "FI_LOCAL_MR"}, {uint64(ModeContext2), "FI_CONTEXT2"},
 }
 
 var mrModeNames = []flagName{
@@ -146,7 +147,12 @@ func pick(names []string, i int) string {
 }
 
 // addrString prints an address as fi_tostr: "fi_sockaddr_in://127.0.0.1:0".
-func addrString(f AddrFormat, a netip.AddrPort) string {
+func addrString(f AddrFormat, a netip.AddrPort, name []byte) string {
+	if name != nil && f == FormatIBUD {
+		if n, err := ParseUDName(name); err == nil {
+			return n.String()
+		}
+	}
 	if !a.IsValid() {
 		return "(null)"
 	}
@@ -156,8 +162,10 @@ func addrString(f AddrFormat, a netip.AddrPort) string {
 	return fmt.Sprintf("fi_sockaddr_in6://[%s]:%d", a.Addr().WithZone(""), a.Port())
 }
 
-func addrLen(a netip.AddrPort) int {
+func addrLen(a netip.AddrPort, name []byte) int {
 	switch {
+	case name != nil:
+		return len(name)
 	case !a.IsValid():
 		return 0
 	case a.Addr().Is4():
@@ -181,10 +189,10 @@ func (i *Info) String() string {
 	p(4, "caps: %s", CapsString(i.Caps))
 	p(4, "mode: %s", flagList(uint64(i.Mode), modeNames))
 	p(4, "addr_format: %s", i.AddrFormat)
-	p(4, "src_addrlen: %d", addrLen(i.SrcAddr))
-	p(4, "dest_addrlen: %d", addrLen(i.DestAddr))
-	p(4, "src_addr: %s", addrString(i.AddrFormat, i.SrcAddr))
-	p(4, "dest_addr: %s", addrString(i.AddrFormat, i.DestAddr))
+	p(4, "src_addrlen: %d", addrLen(i.SrcAddr, i.SrcName))
+	p(4, "dest_addrlen: %d", addrLen(i.DestAddr, i.DestName))
+	p(4, "src_addr: %s", addrString(i.AddrFormat, i.SrcAddr, i.SrcName))
+	p(4, "dest_addr: %s", addrString(i.AddrFormat, i.DestAddr, i.DestName))
 	p(4, "handle: (nil)")
 	if t := i.TxAttr; t != nil {
 		p(4, "fi_tx_attr:")

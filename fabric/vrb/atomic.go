@@ -79,7 +79,7 @@ func (e *ep) Atomic(buf []byte, desc any, _ fabric.Addr, addr, key uint64, dt fa
 	o := atomicWriteOp
 	o.ctx, o.comp = context, true
 	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: addr, RKey: uint32(key), SendFlags: verbs.SendFence}
-	return e.post(name, wr, buf, desc, o, false)
+	return e.post(name, wr, buf, desc, fabric.AddrNotAvail, o, false)
 }
 
 // FetchAtomic is fi_fetch_atomic: OpAtomicRead (IBV_WR_RDMA_READ of 8
@@ -103,7 +103,7 @@ func (e *ep) FetchAtomic(buf []byte, desc any, result []byte, resultDesc any, _ 
 	}
 	o := atomicReadOp
 	o.ctx, o.comp = context, true
-	return e.post(name, wr, result, resultDesc, o, false)
+	return e.post(name, wr, result, resultDesc, fabric.AddrNotAvail, o, false)
 }
 
 // CompareAtomic is fi_compare_atomic: OpCSwap
@@ -127,5 +127,5 @@ func (e *ep) CompareAtomic(buf []byte, _ any, compare []byte, _ any, result []by
 	o := atomicReadOp
 	o.ctx, o.comp = context, true
 	wr := verbs.SendWR{Opcode: verbs.WRAtomicCmpAndSwp, RemoteAddr: addr, RKey: uint32(key), CompareAdd: cmp, Swap: swap, SendFlags: verbs.SendFence}
-	return e.post(name, wr, result, resultDesc, o, false)
+	return e.post(name, wr, result, resultDesc, fabric.AddrNotAvail, o, false)
 }

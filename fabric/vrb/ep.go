@@ -245,26 +245,21 @@ type ep struct {
 	polls   atomic.Uint64
 	wc      [16]verbs.WC
 	started bool
+	ud      *udState // an FI_EP_DGRAM endpoint's; nil for FI_EP_MSG
 }
 
 func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.Endpoint, error) {
-	if info == nil || info.EPAttr == nil || info.EPAttr.Type != fabric.EPMsg {
-		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the verbs provider's endpoints are FI_EP_MSG")
+	if info == nil || info.EPAttr == nil || (info.EPAttr.Type != fabric.EPMsg && info.EPAttr.Type != fabric.EPDgram) {
+		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the verbs provider's endpoints are FI_EP_MSG and FI_EP_DGRAM")
 	}
 	dom, err := driverOf(d)
 	if err != nil {
 		return nil, err
 	}
-	e := &ep{d: d, dom: dom, info: info.Dup(), ctx: context, ops: map[uint64]op{}, txSize: defaultSize, rxSize: defaultSize, inline: injectSize}
-	if info.TxAttr != nil && info.TxAttr.Size > 0 {
-		e.txSize = info.TxAttr.Size
+	if info.EPAttr.Type == fabric.EPDgram {
+		return newDgram(d, dom, info, context), nil
 	}
-	if info.RxAttr != nil && info.RxAttr.Size > 0 {
-		e.rxSize = info.RxAttr.Size
-	}
-	if info.TxAttr != nil && info.TxAttr.InjectSize > 0 && info.TxAttr.InjectSize < injectSize {
-		e.inline = info.TxAttr.InjectSize
-	}
+	e := newEP(d, dom, info, context, injectSize)
 	if e.ch, err = rdmacm.CreateEventChannel(); err != nil {
 		return nil, fabric.Errorf("fi_endpoint", fabric.ErrNoMemory, err.Error())
 	}
@@ -294,6 +289,22 @@ func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabr
 		}
 	}
 	return e, nil
+}
+
+// newEP makes an endpoint with the queue sizes and inline size (at most
+// inline) info asks for.
+func newEP(d *fabric.Domain, dom *domain, info *fabric.Info, context any, inline int) *ep {
+	e := &ep{d: d, dom: dom, info: info.Dup(), ctx: context, ops: map[uint64]op{}, txSize: defaultSize, rxSize: defaultSize, inline: inline}
+	if info.TxAttr != nil && info.TxAttr.Size > 0 {
+		e.txSize = info.TxAttr.Size
+	}
+	if info.RxAttr != nil && info.RxAttr.Size > 0 {
+		e.rxSize = info.RxAttr.Size
+	}
+	if info.TxAttr != nil && info.TxAttr.InjectSize > 0 && info.TxAttr.InjectSize < inline {
+		e.inline = info.TxAttr.InjectSize
+	}
+	return e
 }
 
 // resolve resolves the address and route to dst, waiting for the events
@@ -350,7 +361,16 @@ func (e *ep) BindCounter(c *fabric.Counter, flags uint64) error {
 	return e.comp.BindCounter(c, flags, e)
 }
 
-func (e *ep) BindAV(*fabric.AV) error { return nil }
+// BindAV binds the address vector a datagram endpoint sends by; a
+// connected endpoint needs none.
+func (e *ep) BindAV(av *fabric.AV) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ud != nil {
+		e.ud.av = av
+	}
+	return nil
+}
 
 // Enable creates the QP (rdma_create_qp) with a CQ of its own.
 func (e *ep) Enable() error {
@@ -358,6 +378,9 @@ func (e *ep) Enable() error {
 	defer e.mu.Unlock()
 	if e.qp != nil {
 		return nil
+	}
+	if e.ud != nil {
+		return e.enableUD()
 	}
 	if e.eq == nil || e.comp.TxCQ == nil || e.comp.RxCQ == nil {
 		return fabric.Errorf("fi_enable", fabric.ErrNoCQ, "bind an EQ and CQs first")
@@ -383,11 +406,17 @@ func (e *ep) Enable() error {
 		return fabric.Errorf("fi_enable", fabric.ErrNoMemory, err.Error())
 	}
 	e.cq, e.qp, e.bounce = cq, e.id.QP(), bounce
+	e.startBackground()
+	return nil
+}
+
+// startBackground starts the goroutine that takes completions while the
+// program does not poll. Called with e.mu held.
+func (e *ep) startBackground() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.wg.Add(1)
 	go e.background(ctx)
-	return nil
 }
 
 // connParam is what C's provider offers in connect and accept.
@@ -404,6 +433,9 @@ func (e *ep) connParam(data []byte) *rdmacm.ConnParam {
 // error entry follows on the EQ. addr must be where the endpoint was
 // opened to (its info's DestAddr), as C's provider resolves it then.
 func (e *ep) Connect(addr netip.AddrPort, param []byte) error {
+	if e.ud != nil {
+		return fabric.Errorf("fi_connect", fabric.ErrNotSupported, "an FI_EP_DGRAM endpoint is not connected")
+	}
 	data, err := withHdr("fi_connect", param)
 	if err != nil {
 		return err
@@ -430,6 +462,9 @@ func (e *ep) Connect(addr netip.AddrPort, param []byte) error {
 // Accept accepts the request the endpoint was opened on (rdma_accept);
 // FI_CONNECTED follows.
 func (e *ep) Accept(param []byte) error {
+	if e.ud != nil {
+		return fabric.Errorf("fi_accept", fabric.ErrNotSupported, "an FI_EP_DGRAM endpoint is not connected")
+	}
 	data, err := withHdr("fi_accept", param)
 	if err != nil {
 		return err
@@ -515,7 +550,7 @@ func (e *ep) events(ctx context.Context) {
 func (e *ep) Shutdown() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.state != stConnected {
+	if e.state != stConnected || e.ud != nil {
 		return nil
 	}
 	e.state = stShutdown
@@ -523,9 +558,19 @@ func (e *ep) Shutdown() error {
 	return nil
 }
 
-func (e *ep) Name() (netip.AddrPort, error) { return e.id.LocalAddr(), nil }
+// Name returns the endpoint's address (fi_getname); a datagram endpoint
+// has a UD name instead, which fabric.GetName returns (RawName).
+func (e *ep) Name() (netip.AddrPort, error) {
+	if e.ud != nil {
+		return netip.AddrPort{}, fabric.Errorf("fi_getname", fabric.ErrAddrNotAvail, "an FI_EP_DGRAM endpoint is named by an FI_ADDR_IB_UD name: use fabric.GetName")
+	}
+	return e.id.LocalAddr(), nil
+}
 
 func (e *ep) Peer() (netip.AddrPort, error) {
+	if e.ud != nil {
+		return netip.AddrPort{}, fabric.Errorf("fi_getpeer", fabric.ErrNotConn, "an FI_EP_DGRAM endpoint is not connected")
+	}
 	p := e.id.PeerAddr()
 	if !p.IsValid() {
 		return p, fabric.Errorf("fi_getpeer", fabric.ErrNotConn, "")
@@ -545,7 +590,7 @@ func (e *ep) Close() error {
 	e.state = stClosed
 	cancel := e.cancel
 	e.mu.Unlock()
-	if was == stConnected {
+	if was == stConnected && e.ud == nil {
 		e.id.Disconnect()
 	}
 	if cancel != nil {
@@ -565,17 +610,26 @@ func (e *ep) Close() error {
 	cq, qp, bounce := e.cq, e.qp, e.bounce
 	e.cq, e.qp, e.bounce = nil, nil, nil
 	e.mu.Unlock()
-	if qp != nil {
-		e.id.DestroyQP()
+	if e.ud != nil {
+		if qp != nil {
+			qp.Destroy()
+		}
+		e.ud.destroyAHs()
+	} else {
+		if qp != nil {
+			e.id.DestroyQP()
+		}
+		e.id.Destroy()
 	}
-	e.id.Destroy()
 	if cq != nil {
 		cq.Destroy()
 	}
 	if bounce != nil {
 		bounce.Dereg()
 	}
-	e.ch.Close()
+	if e.ch != nil {
+		e.ch.Close()
+	}
 	return nil
 }
 
@@ -645,12 +699,18 @@ func (e *ep) Recv(buf []byte, desc any, _ fabric.Addr, context any) error {
 	return nil
 }
 
-// post posts one send work request. Called without e.mu.
-func (e *ep) post(name string, wr verbs.SendWR, buf []byte, desc any, o op, inject bool) error {
+// post posts one send work request; dest addresses a datagram
+// endpoint's. Called without e.mu.
+func (e *ep) post(name string, wr verbs.SendWR, buf []byte, desc any, dest fabric.Addr, o op, inject bool) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.live(name); err != nil {
 		return err
+	}
+	if e.ud != nil {
+		if err := e.ud.address(name, &wr, dest, len(buf)); err != nil {
+			return err
+		}
 	}
 	if inject {
 		if len(buf) > e.inline {
@@ -687,22 +747,22 @@ func (e *ep) post(name string, wr verbs.SendWR, buf []byte, desc any, o op, inje
 
 var sendOp = op{flags: fabric.CompSend | fabric.CompMsg}
 
-func (e *ep) Send(buf []byte, desc any, _ fabric.Addr, context any) error {
+func (e *ep) Send(buf []byte, desc any, dest fabric.Addr, context any) error {
 	o := sendOp
 	o.ctx, o.comp = context, true
-	return e.post("fi_send", verbs.SendWR{Opcode: verbs.WRSend}, buf, desc, o, false)
+	return e.post("fi_send", verbs.SendWR{Opcode: verbs.WRSend}, buf, desc, dest, o, false)
 }
 
 // SendData sends buf with data in the immediate (IBV_WR_SEND_WITH_IMM).
-func (e *ep) SendData(buf []byte, desc any, data uint64, _ fabric.Addr, context any) error {
+func (e *ep) SendData(buf []byte, desc any, data uint64, dest fabric.Addr, context any) error {
 	o := sendOp
 	o.ctx, o.comp = context, true
-	return e.post("fi_senddata", verbs.SendWR{Opcode: verbs.WRSendWithImm, ImmData: uint32(data)}, buf, desc, o, false)
+	return e.post("fi_senddata", verbs.SendWR{Opcode: verbs.WRSendWithImm, ImmData: uint32(data)}, buf, desc, dest, o, false)
 }
 
 // Inject sends buf inline with no completion (fi_inject).
-func (e *ep) Inject(buf []byte, _ fabric.Addr) error {
-	return e.post("fi_inject", verbs.SendWR{Opcode: verbs.WRSend}, buf, nil, sendOp, true)
+func (e *ep) Inject(buf []byte, dest fabric.Addr) error {
+	return e.post("fi_inject", verbs.SendWR{Opcode: verbs.WRSend}, buf, nil, dest, sendOp, true)
 }
 
 // SendMsg sends with flags: FlagInject posts inline, FlagRemoteCQData
@@ -716,7 +776,7 @@ func (e *ep) SendMsg(m *fabric.Msg, flags uint64) error {
 	o := sendOp
 	inject := flags&fabric.FlagInject != 0
 	o.ctx, o.comp = m.Context, !inject
-	return e.post("fi_sendmsg", wr, m.Buf, m.Desc, o, inject)
+	return e.post("fi_sendmsg", wr, m.Buf, m.Desc, m.Addr, o, inject)
 }
 
 func (e *ep) TRecv([]byte, any, fabric.Addr, uint64, uint64, any) error {
@@ -742,7 +802,7 @@ var writeOp = op{flags: fabric.CompRMA | fabric.CompWrite}
 func (e *ep) Write(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context any) error {
 	o := writeOp
 	o.ctx, o.comp = context, true
-	return e.post("fi_write", verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: addr, RKey: uint32(key)}, buf, desc, o, false)
+	return e.post("fi_write", verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: addr, RKey: uint32(key)}, buf, desc, fabric.AddrNotAvail, o, false)
 }
 
 // WriteData is Write with data in the immediate
@@ -750,19 +810,19 @@ func (e *ep) Write(buf []byte, desc any, _ fabric.Addr, addr, key uint64, contex
 func (e *ep) WriteData(buf []byte, desc any, data uint64, _ fabric.Addr, addr, key uint64, context any) error {
 	o := writeOp
 	o.ctx, o.comp = context, true
-	return e.post("fi_writedata", verbs.SendWR{Opcode: verbs.WRRDMAWriteWithImm, RemoteAddr: addr, RKey: uint32(key), ImmData: uint32(data)}, buf, desc, o, false)
+	return e.post("fi_writedata", verbs.SendWR{Opcode: verbs.WRRDMAWriteWithImm, RemoteAddr: addr, RKey: uint32(key), ImmData: uint32(data)}, buf, desc, fabric.AddrNotAvail, o, false)
 }
 
 // InjectWrite writes buf inline with no completion (fi_inject_write).
 func (e *ep) InjectWrite(buf []byte, _ fabric.Addr, addr, key uint64) error {
-	return e.post("fi_inject_write", verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: addr, RKey: uint32(key)}, buf, nil, writeOp, true)
+	return e.post("fi_inject_write", verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: addr, RKey: uint32(key)}, buf, nil, fabric.AddrNotAvail, writeOp, true)
 }
 
 // Read reads the peer's region key at virtual address addr into buf
 // (IBV_WR_RDMA_READ).
 func (e *ep) Read(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context any) error {
 	o := op{ctx: context, flags: fabric.CompRMA | fabric.CompRead, comp: true}
-	return e.post("fi_read", verbs.SendWR{Opcode: verbs.WRRDMARead, RemoteAddr: addr, RKey: uint32(key)}, buf, desc, o, false)
+	return e.post("fi_read", verbs.SendWR{Opcode: verbs.WRRDMARead, RemoteAddr: addr, RKey: uint32(key)}, buf, desc, fabric.AddrNotAvail, o, false)
 }
 
 // GetOpt has FI_OPT_CM_DATA_SIZE (55, as C's provider).

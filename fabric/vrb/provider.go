@@ -1,21 +1,31 @@
-// Package vrb is the fabric provider "verbs": reliable connected
-// endpoints (FI_EP_MSG) on any verbs device — rdmago's software RoCEv2
-// device, or an rdma-core device with the rdmacore build tag — with
-// connections made by rdma_cm, as libfabric 1.17's verbs provider makes
-// them, so that a Go program and a C program using libfabric's verbs
-// provider (fi_pingpong -p verbs -e msg) talk to each other.
+// Package vrb is the fabric provider "verbs" on any verbs device —
+// rdmago's software RoCEv2 device, or an rdma-core device with the
+// rdmacore build tag: reliable connected endpoints (FI_EP_MSG) with
+// connections made by rdma_cm, and unreliable datagram endpoints
+// (FI_EP_DGRAM) on UD queue pairs, as libfabric 1.17's verbs provider
+// makes them, so that a Go program and a C program using libfabric's
+// verbs provider (fi_pingpong -p verbs) talk to each other.
 //
 // Importing the package registers the provider. Its fi_info entries are
-// those of the C provider: one per IP address of each device's GID table,
-// the fabric named after the GID subnet prefix ("IB-0xfe80000000000000"),
-// the domain after the device ("rxe_eth0", "rxe0").
+// those of the C provider: an FI_EP_MSG entry per IP address of each
+// device's GID table, the fabric named after the GID subnet prefix
+// ("IB-0xfe80000000000000"), the domain after the device ("rxe_eth0",
+// "rxe0"); and an FI_EP_DGRAM entry per device, its domain the device's
+// name with "-dgram" after it.
 //
-// On the wire it is what C's provider does: the rdma_cm TCP port space,
-// a one-byte length in front of the private data of connect, accept and
-// reject (C's struct vrb_cm_data_hdr; at most 55 bytes of the program's
-// own), SEND for fi_send, SEND_WITH_IMM for fi_senddata, RDMA WRITE (with
-// immediate for fi_writedata) and RDMA READ, the 32-bit CQ data carried
-// in the immediate.
+// On the wire it is what C's provider does. FI_EP_MSG: the rdma_cm TCP
+// port space, a one-byte length in front of the private data of connect,
+// accept and reject (C's struct vrb_cm_data_hdr; at most 55 bytes of the
+// program's own), SEND for fi_send, SEND_WITH_IMM for fi_senddata, RDMA
+// WRITE (with immediate for fi_writedata) and RDMA READ, the 32-bit CQ
+// data carried in the immediate, IB atomics for FI_ATOMIC. FI_EP_DGRAM:
+// endpoints named by an FI_ADDR_IB_UD name (fabric.UDName: GID, QP
+// number, P_Key) that fabric.GetName returns and AV.InsertName takes; UD
+// SENDs with Q_Key 0x11111111 of at most the MTU; FI_MSG_PREFIX on
+// receive, whose first 40 bytes take the GRH. The GID is the one at index
+// FI_VERBS_GID_IDX (0 unless the variable is set), as in C: to talk to a
+// C program on the kernel's rxe over IPv4, run it with the index of its
+// IPv4 GID (FI_VERBS_GID_IDX=1 there), as perftest takes -x 1.
 //
 // The domain's mr_mode is C's: FI_MR_LOCAL, FI_MR_VIRT_ADDR,
 // FI_MR_ALLOCATED and FI_MR_PROV_KEY. Buffers of sends and receives must
@@ -34,13 +44,13 @@
 // on CQ.Read (fi_cq_read) needs a second P (GOMAXPROCS ≥ 2) for them,
 // while CQ.SRead (fi_cq_sread) waits without spinning and needs none.
 //
-// Not offered yet: FI_ATOMIC, FI_EP_RDM (C's verbs;ofi_rxm) and
-// FI_EP_DGRAM (UD); shared receive contexts.
+// Not offered yet: FI_EP_RDM (C's verbs;ofi_rxm); shared receive
+// contexts.
 package vrb
 
 import (
-	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/rdmago/rdmago/fabric"
 	"github.com/rdmago/rdmago/verbs"
@@ -92,15 +102,15 @@ func deviceAddrs() []devAddr {
 			continue
 		}
 		var v4, v6 []devAddr
-		prefix := ""
+		var prefix verbs.GID
 		seen := map[netip.Addr]bool{}
 		for i := 0; i < pa.GIDTblLen; i++ {
 			g, err := ctx.QueryGID(1, i)
 			if err != nil || g.IsZero() {
 				continue
 			}
-			if prefix == "" {
-				prefix = fmt.Sprintf("IB-0x%02x%02x%02x%02x%02x%02x%02x%02x", g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7])
+			if prefix.IsZero() {
+				prefix = g
 			}
 			a := g.Addr()
 			if a.IsLinkLocalUnicast() || seen[a] {
@@ -115,11 +125,11 @@ func deviceAddrs() []devAddr {
 			}
 		}
 		ctx.Close()
-		if prefix == "" {
-			prefix = "IB-0xfe80000000000000"
+		if prefix.IsZero() {
+			prefix[0], prefix[1] = 0xfe, 0x80
 		}
 		for _, x := range append(v4, v6...) {
-			x.fabric = prefix
+			x.fabric = fabricName(prefix)
 			out = append(out, x)
 		}
 	}
@@ -161,7 +171,15 @@ func template(x devAddr) *fabric.Info {
 // which each entry gets as DestAddr, and only the address the host routes
 // to it from is listed.
 func (provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([]*fabric.Info, error) {
-	if hints != nil && hints.EPAttr != nil && hints.EPAttr.Type != fabric.EPUnspec && hints.EPAttr.Type != fabric.EPMsg {
+	typ := fabric.EPUnspec
+	if hints != nil && hints.EPAttr != nil {
+		typ = hints.EPAttr.Type
+	}
+	switch typ {
+	case fabric.EPDgram:
+		return dgramInfos(), nil
+	case fabric.EPUnspec, fabric.EPMsg:
+	default:
 		return nil, nil
 	}
 	ad, err := fabric.ResolveAddressing(node, service, flags, hints)
@@ -192,6 +210,9 @@ func (provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([
 		}
 		out = append(out, i)
 	}
+	if typ == fabric.EPUnspec {
+		out = append(out, dgramInfos()...)
+	}
 	return out, nil
 }
 
@@ -205,7 +226,7 @@ type domain struct {
 }
 
 func (provider) OpenDomain(d *fabric.Domain) (fabric.DomainDriver, error) {
-	dev, err := verbs.DeviceByName(d.Attr.Name)
+	dev, err := verbs.DeviceByName(strings.TrimSuffix(d.Attr.Name, dgramTag))
 	if err != nil {
 		return nil, fabric.Errorf("fi_domain", fabric.ErrNoDevice, err.Error())
 	}

@@ -57,8 +57,16 @@ func (s *side) open(info *fabric.Info) {
 	must(t, s.ep.BindEQ(s.eq))
 	must(t, s.ep.BindCQ(s.cq, fabric.BindTransmit|fabric.BindRecv))
 	must(t, s.ep.Enable())
-	s.buf = make([]byte, 1<<16)
-	s.mr, err = s.dom.RegMR(s.buf, fabric.AccessSend|fabric.AccessRecv|fabric.AccessRemoteRead|fabric.AccessRemoteWrite, 0)
+	s.register(1<<16, fabric.AccessSend|fabric.AccessRecv|fabric.AccessRemoteRead|fabric.AccessRemoteWrite)
+}
+
+// register registers a buffer of n bytes and closes the endpoint, the
+// region and the domain when the test ends.
+func (s *side) register(n int, access uint64) {
+	t := s.t
+	s.buf = make([]byte, n)
+	var err error
+	s.mr, err = s.dom.RegMR(s.buf, access, 0)
 	must(t, err)
 	t.Cleanup(func() {
 		s.ep.Close()

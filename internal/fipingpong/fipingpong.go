@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -202,11 +201,10 @@ func (c *ctrl) recv(n int) ([]byte, error) {
 }
 
 // sendName sends an endpoint name: its length (big-endian), the address
-// format (host order) and the sockaddr.
-func (c *ctrl) sendName(f fabric.AddrFormat, a netip.AddrPort) error {
-	sa := sockaddr(f, a)
+// format (host order) and fi_getname's bytes.
+func (c *ctrl) sendName(f fabric.AddrFormat, name []byte) error {
 	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(sa)))
+	binary.BigEndian.PutUint32(n[:], uint32(len(name)))
 	if err := c.send(n[:]); err != nil {
 		return err
 	}
@@ -214,67 +212,29 @@ func (c *ctrl) sendName(f fabric.AddrFormat, a netip.AddrPort) error {
 	if err := c.send(n[:]); err != nil {
 		return err
 	}
-	return c.send(sa)
+	return c.send(name)
 }
 
-func (c *ctrl) recvName() (fabric.AddrFormat, netip.AddrPort, error) {
+// maxAddrLen is the longest name the C program takes (PP_MAX_ADDRLEN).
+const maxAddrLen = 1024
+
+func (c *ctrl) recvName() (fabric.AddrFormat, []byte, error) {
 	b, err := c.recv(4)
 	if err != nil {
-		return 0, netip.AddrPort{}, err
+		return 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(b)
-	if n > 1024 {
-		return 0, netip.AddrPort{}, fmt.Errorf("name of %d bytes", n)
+	if n == 0 || n > maxAddrLen {
+		return 0, nil, fmt.Errorf("the peer sent a name of %d bytes (1 to %d)", n, maxAddrLen)
 	}
 	if b, err = c.recv(4); err != nil {
-		return 0, netip.AddrPort{}, err
+		return 0, nil, err
 	}
 	f := fabric.AddrFormat(binary.LittleEndian.Uint32(b))
 	if b, err = c.recv(int(n)); err != nil {
-		return 0, netip.AddrPort{}, err
+		return 0, nil, err
 	}
-	a, err := parseSockaddr(f, b)
-	return f, a, err
-}
-
-// sockaddr encodes a struct sockaddr_in or sockaddr_in6 as Linux lays
-// them out.
-func sockaddr(f fabric.AddrFormat, a netip.AddrPort) []byte {
-	if f == fabric.FormatSockaddrIn6 {
-		b := make([]byte, 28)
-		binary.LittleEndian.PutUint16(b, 10) // AF_INET6
-		binary.BigEndian.PutUint16(b[2:], a.Port())
-		ip := a.Addr().As16()
-		copy(b[8:], ip[:])
-		if z := a.Addr().Zone(); z != "" {
-			if ifi, err := net.InterfaceByName(z); err == nil {
-				binary.LittleEndian.PutUint32(b[24:], uint32(ifi.Index))
-			}
-		}
-		return b
-	}
-	b := make([]byte, 16)
-	binary.LittleEndian.PutUint16(b, 2) // AF_INET
-	binary.BigEndian.PutUint16(b[2:], a.Port())
-	ip := a.Addr().Unmap().As4()
-	copy(b[4:], ip[:])
-	return b
-}
-
-func parseSockaddr(f fabric.AddrFormat, b []byte) (netip.AddrPort, error) {
-	switch {
-	case f == fabric.FormatSockaddrIn && len(b) >= 8 && binary.LittleEndian.Uint16(b) == 2:
-		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), binary.BigEndian.Uint16(b[2:])), nil
-	case f == fabric.FormatSockaddrIn6 && len(b) >= 28 && binary.LittleEndian.Uint16(b) == 10:
-		a := netip.AddrFrom16([16]byte(b[8:24]))
-		if idx := binary.LittleEndian.Uint32(b[24:]); idx != 0 {
-			if ifi, err := net.InterfaceByIndex(int(idx)); err == nil {
-				a = a.WithZone(ifi.Name)
-			}
-		}
-		return netip.AddrPortFrom(a, binary.BigEndian.Uint16(b[2:])), nil
-	}
-	return netip.AddrPort{}, fmt.Errorf("endpoint name of format %v and %d bytes", f, len(b))
+	return f, b, nil
 }
 
 // sync is the per-size handshake: the client asks "q", the server

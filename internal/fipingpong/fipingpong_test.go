@@ -190,8 +190,16 @@ func TestGoPingpongOverVerbs(t *testing.T) {
 	pingpong(t, true, false, "-p verbs -e msg -I 2 -c -S 6291456", 1)
 }
 
+// TestGoPingpongOverVerbsDatagrams: the default endpoint type, FI_EP_DGRAM,
+// on the software device's loopback (MTU 4096): the default sizes up to
+// the MTU, and, as in C, none for a -S above it.
+func TestGoPingpongOverVerbsDatagrams(t *testing.T) {
+	pingpong(t, true, false, "-p verbs -d rxe_lo-dgram -I 20 -c", 4)
+	pingpong(t, true, false, "-p verbs -d rxe_lo-dgram -I 5 -c -S 4097", 0)
+}
+
 // TestDatagramEndpointsAreNotOffered: fi_pingpong's default endpoint
-// type, FI_EP_DGRAM, has no provider here; as in C, the server takes the
+// type, FI_EP_DGRAM, has no tcp provider; as in C, the server takes the
 // client's control connection, then fails in fi_getinfo with -61, and the
 // client sees the control channel close.
 func TestDatagramEndpointsAreNotOffered(t *testing.T) {

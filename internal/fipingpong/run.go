@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"runtime"
 	"time"
 
@@ -30,7 +29,10 @@ type session struct {
 	av   *fabric.AV
 	peer fabric.Addr // the peer's AV handle (FI_EP_RDM)
 
-	tx, rx     []byte
+	sizes      []int  // the sizes that fit the endpoint's max_msg_size
+	tx, rx     []byte // the buffers, prefixes included
+	txPrefix   int    // FI_MSG_PREFIX room before the data
+	rxPrefix   int
 	mr         *fabric.MR // the buffers' registration (FI_MR_LOCAL providers)
 	desc       any
 	injectSize int
@@ -60,7 +62,7 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 		return s.fail(err)
 	}
 	fmt.Fprintf(stdout, "%-8s%-8s%-9s%-8s%8s %10s%13s%13s\n", "bytes", "#sent", "#ack", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec")
-	for _, size := range o.Sizes {
+	for _, size := range s.sizes {
 		if err := s.pingpong(ctx, size); err != nil {
 			return s.fail(err)
 		}
@@ -99,18 +101,31 @@ func (s *session) hints() *fabric.Info {
 // endpoint's name, the client connects to it.
 func (s *session) setup(ctx context.Context) error {
 	hints := s.hints()
+	var serverName []byte
 	if !s.server {
 		f, name, err := s.c.recvName()
 		if err != nil {
 			return err
 		}
-		hints.AddrFormat, hints.DestAddr = f, name
+		hints.AddrFormat, serverName = f, name
+		if a, err := fabric.ParseSockaddr(f, name); err == nil {
+			hints.DestAddr = a
+		} else {
+			hints.DestName = name
+		}
 	}
 	infos, err := fabric.GetInfo("", "", 0, hints)
 	if err != nil {
 		return fmt.Errorf("fi_getinfo(): ret=-%d (%w)", int(fabric.ErrNoData), err)
 	}
 	info := infos[0]
+	// As the C program: the sizes run up to the largest message the
+	// endpoint takes (a datagram's is the MTU); a -S over it runs none.
+	for _, n := range s.o.Sizes {
+		if info.EPAttr == nil || info.EPAttr.MaxMsgSize == 0 || uint64(n) <= info.EPAttr.MaxMsgSize {
+			s.sizes = append(s.sizes, n)
+		}
+	}
 	if s.fab, err = fabric.OpenFabric(info); err != nil {
 		return err
 	}
@@ -118,7 +133,7 @@ func (s *session) setup(ctx context.Context) error {
 		return err
 	}
 	if s.o.EPType != fabric.EPMsg {
-		return s.setupConnectionless(info, hints.DestAddr)
+		return s.setupConnectionless(info, serverName)
 	}
 	if s.server {
 		if s.pep, err = s.fab.OpenPassiveEndpoint(info, nil); err != nil {
@@ -130,11 +145,11 @@ func (s *session) setup(ctx context.Context) error {
 		if err := s.pep.Listen(); err != nil {
 			return err
 		}
-		name, err := s.pep.Name()
+		f, name, err := fabric.GetName(s.pep)
 		if err != nil {
 			return err
 		}
-		if err := s.c.sendName(info.AddrFormat, name); err != nil {
+		if err := s.c.sendName(f, name); err != nil {
 			return err
 		}
 		ev, err := s.event(ctx, fabric.EventConnReq)
@@ -160,30 +175,33 @@ func (s *session) setup(ctx context.Context) error {
 // setupConnectionless trades names as fi_pingpong does for FI_EP_RDM and
 // FI_EP_DGRAM: the server sends its endpoint's name first, then takes the
 // client's; both put the peer in their AV.
-func (s *session) setupConnectionless(info *fabric.Info, serverName netip.AddrPort) error {
+func (s *session) setupConnectionless(info *fabric.Info, serverName []byte) error {
 	if err := s.open(info); err != nil {
 		return err
 	}
-	name, err := s.ep.Name()
+	f, name, err := fabric.GetName(s.ep)
 	if err != nil {
 		return err
 	}
-	peer := serverName
+	peerFormat, peer := f, serverName
 	if s.server {
-		if err := s.c.sendName(info.AddrFormat, name); err != nil {
+		if err := s.c.sendName(f, name); err != nil {
 			return err
 		}
-		if _, peer, err = s.c.recvName(); err != nil {
+		if peerFormat, peer, err = s.c.recvName(); err != nil {
 			return err
 		}
-	} else if err := s.c.sendName(info.AddrFormat, name); err != nil {
+	} else if err := s.c.sendName(f, name); err != nil {
 		return err
 	}
-	hs, err := s.av.Insert(peer)
-	if err != nil {
-		return err
+	if s.peer, err = s.av.InsertName(peerFormat, peer); err != nil {
+		return fmt.Errorf("fi_av_insert(): %w", err)
 	}
-	s.peer = hs[0]
+	if s.o.EPType == fabric.EPDgram {
+		// As the C program: one receive more, so that one is posted for
+		// the peer's "fin" however the last exchange went.
+		return s.postRecv()
+	}
 	return nil
 }
 
@@ -212,12 +230,22 @@ func (s *session) open(info *fabric.Info) error {
 		}
 	}
 	maxSize := 0
-	for _, n := range s.o.Sizes {
+	for _, n := range s.sizes {
 		maxSize = max(maxSize, n)
 	}
+	if info.Mode&fabric.ModeMsgPrefix != 0 && info.EPAttr != nil {
+		// As the C program: the provider's prefix goes in front of the
+		// data in the buffers of the directions whose mode asks for it.
+		if info.TxAttr != nil && info.TxAttr.Mode&fabric.ModeMsgPrefix != 0 {
+			s.txPrefix = info.EPAttr.MsgPrefixSize
+		}
+		if info.RxAttr != nil && info.RxAttr.Mode&fabric.ModeMsgPrefix != 0 {
+			s.rxPrefix = info.EPAttr.MsgPrefixSize
+		}
+	}
 	n := max(maxSize, 64)
-	buf := make([]byte, 2*n)
-	s.tx, s.rx = buf[:n:n], buf[n:]
+	buf := make([]byte, 2*n+s.txPrefix+s.rxPrefix)
+	s.tx, s.rx = buf[:n+s.txPrefix:n+s.txPrefix], buf[n+s.txPrefix:]
 	if info.DomainAttr != nil && info.DomainAttr.MRMode&fabric.MRLocal != 0 {
 		// As fi_pingpong: the whole buffer registered once, key 0xC0DE
 		// asked for (the provider's key is used).
@@ -317,9 +345,9 @@ func (s *session) check(b []byte) error {
 }
 
 func (s *session) send(ctx context.Context, size int) error {
-	b := s.tx[:size]
+	b := s.tx[:s.txPrefix+size]
 	if s.o.Check {
-		s.fill(b)
+		s.fill(b[s.txPrefix:])
 	}
 	if size < s.injectSize {
 		for {
@@ -359,7 +387,7 @@ func (s *session) recv(ctx context.Context, size int) error {
 	}
 	s.received++
 	if s.o.Check {
-		if err := s.check(s.rx[:size]); err != nil {
+		if err := s.check(s.rx[s.rxPrefix : s.rxPrefix+size]); err != nil {
 			return err
 		}
 	}
@@ -403,8 +431,8 @@ func (s *session) pingpong(ctx context.Context, size int) error {
 // finalize sends "fin" with FI_TRANSMIT_COMPLETE, waits for the peer's,
 // and shuts the connection down.
 func (s *session) finalize(ctx context.Context) error {
-	fin := s.tx[:4]
-	copy(fin, "fin\x00")
+	fin := s.tx[:s.txPrefix+4]
+	copy(fin[s.txPrefix:], "fin\x00")
 	msg := &fabric.Msg{Buf: fin, Desc: s.desc, Addr: s.peer}
 	flags := fabric.FlagTransmitComplete | fabric.FlagCompletion
 	var err error
