@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/rxm"
 )
 
 // FI_EP_RDM as libfabric 1.17's tcp;ofi_rxm: reliable messages to any
@@ -19,83 +20,25 @@ import (
 // C's rxm sends them.
 
 const (
-	rxmCMVersion   = 1
-	rxmLittle      = 2
-	rxmCtrlVersion = 4
-	rxmOpVersion   = 3 // advertised in the CM data
-	rxmOpHdrVer    = 2 // in each packet's op header
-	rxmFlowOff     = 2
-	eagerLimit     = 16384
-	rxmRxSize      = 4096
-	rxmPktLen      = 64
-	rndvHdrLen     = 104
-	rxmInjectSize  = 64
-	rxmBufs        = 16   // receive buffers posted per connection
-	maxUnexpected  = 4096 // messages held before a receive is posted
+	rxmRxSize     = 4096
+	rxmInjectSize = 64
+	rxmBufs       = 16   // receive buffers posted per connection
+	maxUnexpected = 4096 // messages held before a receive is posted
+	rxmKeyBase    = 0x80000000
 
-	ctrlEager     = 0
-	ctrlRndvReq   = 2
-	ctrlRndvRdOne = 3
-
-	rxmRemoteCQData = 1 << 17
-	rxmKeyBase      = 0x80000000
+	rxmPktLen  = rxm.PktLen
+	eagerLimit = rxm.EagerLimit
 )
 
-// rxmPkt is the rxm packet header (struct rxm_pkt: ofi_ctrl_hdr and
-// ofi_op_hdr).
-type rxmPkt struct {
-	ctrl   uint8
-	connID uint64
-	msgID  uint64
-	op     uint8
-	flags  uint32
-	size   uint64
-	data   uint64
-	tag    uint64
-}
-
-func (p *rxmPkt) marshal(b []byte) {
-	clear(b[:rxmPktLen])
-	b[0] = rxmCtrlVersion
-	b[1] = p.ctrl
-	binary.LittleEndian.PutUint64(b[8:], p.connID)
-	binary.LittleEndian.PutUint64(b[16:], p.msgID)
-	b[32] = rxmOpHdrVer
-	b[34] = p.op
-	binary.LittleEndian.PutUint32(b[36:], p.flags)
-	binary.LittleEndian.PutUint64(b[40:], p.size)
-	binary.LittleEndian.PutUint64(b[48:], p.data)
-	binary.LittleEndian.PutUint64(b[56:], p.tag)
-}
-
-func parseRxmPkt(b []byte) (rxmPkt, bool) {
-	if len(b) < rxmPktLen || b[0] != rxmCtrlVersion {
-		return rxmPkt{}, false
-	}
-	return rxmPkt{ctrl: b[1], connID: binary.LittleEndian.Uint64(b[8:]), msgID: binary.LittleEndian.Uint64(b[16:]),
-		op: b[34], flags: binary.LittleEndian.Uint32(b[36:]), size: binary.LittleEndian.Uint64(b[40:]),
-		data: binary.LittleEndian.Uint64(b[48:]), tag: binary.LittleEndian.Uint64(b[56:])}, true
-}
-
-// connReqData is rxm's 24-byte connect data.
+// connReqData is rxm's 24-byte connect data: over tcp, without flow
+// control, as C's.
 func connReqData(port uint16, connID uint64) []byte {
-	b := make([]byte, 24)
-	b[0], b[1], b[2], b[3] = rxmCMVersion, rxmLittle, rxmCtrlVersion, rxmOpVersion
-	binary.LittleEndian.PutUint16(b[4:], port)
-	b[6] = rxmFlowOff
-	binary.LittleEndian.PutUint32(b[8:], eagerLimit)
-	binary.LittleEndian.PutUint32(b[12:], rxmRxSize)
-	binary.LittleEndian.PutUint64(b[16:], connID)
-	return b
+	return rxm.Connect{Port: port, Flow: rxm.FlowPeerOff, EagerLimit: eagerLimit, RxSize: rxmRxSize, ConnID: connID}.Bytes()
 }
 
 // connRespData is rxm's 16-byte accept data.
 func connRespData(connID uint64) []byte {
-	b := make([]byte, 16)
-	binary.LittleEndian.PutUint64(b, connID)
-	binary.LittleEndian.PutUint32(b[8:], rxmRxSize)
-	b[12] = rxmFlowOff
-	return b
+	return rxm.Accept{ConnID: connID, RxSize: rxmRxSize, Flow: rxm.FlowPeerOff}.Bytes()
 }
 
 // rconn is the connection to one peer.
@@ -136,7 +79,7 @@ type umsg struct {
 	data   uint64
 	hasCQ  bool
 	eager  []byte // eager payload (a copy)
-	rndv   []rmaIOV
+	rndv   []rxm.IOV
 	size   uint64
 	msgID  uint64
 }
@@ -411,13 +354,12 @@ func (r *rdm) cmEvent(ev fabric.EQEntry) {
 // connReq answers a peer's connection: it checks rxm's connect data and
 // accepts with its own.
 func (r *rdm) connReq(ev fabric.EQEntry) {
-	d := ev.Data
-	if len(d) < 24 || d[0] != rxmCMVersion || d[1] != rxmLittle || d[2] != rxmCtrlVersion || d[3] != rxmOpVersion ||
-		binary.LittleEndian.Uint32(d[8:]) != eagerLimit {
-		r.pep.Reject(ev.Info.Handle, []byte{rxmCMVersion, 1}) // ECONNREFUSED
+	cd, err := rxm.ParseConnect(ev.Data)
+	if err != nil {
+		r.pep.Reject(ev.Info.Handle, rxm.Reject)
 		return
 	}
-	peer := netip.AddrPortFrom(ev.Info.DestAddr.Addr(), binary.LittleEndian.Uint16(d[4:]))
+	peer := netip.AddrPortFrom(ev.Info.DestAddr.Addr(), cd.Port)
 	addr := fabric.AddrNotAvail
 	if r.av != nil {
 		addr = r.av.Find(peer)
@@ -439,7 +381,7 @@ func (r *rdm) connReq(ev fabric.EQEntry) {
 	}
 	c := r.newConn(e, peer, addr)
 	c.waiting = moved
-	c.peerIdx = binary.LittleEndian.Uint64(d[16:]) & 0xffffffff
+	c.peerIdx = cd.ConnID & 0xffffffff
 	if err := e.Accept(connRespData(r.pid<<32 | c.myIdx)); err != nil {
 		r.dropConn(c)
 	}
@@ -497,8 +439,8 @@ func (r *rdm) completion(e fabric.CQEntry) {
 	case *rdOp:
 		// The rendezvous data is in: tell the sender, complete the receive.
 		var b [rxmPktLen]byte
-		p := rxmPkt{ctrl: ctrlRndvRdOne, connID: x.m.c.peerIdx, msgID: x.m.msgID}
-		p.marshal(b[:])
+		p := rxm.Pkt{Ctrl: rxm.CtrlRndvRdDone, ConnID: x.m.c.peerIdx, MsgID: x.m.msgID}
+		p.Marshal(b[:])
 		x.m.c.ep.send(b[:], 0, &txInternal{}, fabric.FlagCompletion)
 		r.deliverDone(x.r, x.m, x.m.size)
 	}
@@ -529,32 +471,29 @@ func (r *rdm) received(b *rxBuf, e fabric.CQEntry) {
 			data: e.Data, hasCQ: e.Flags&fabric.CompRemoteCQData != 0})
 		return
 	}
-	p, ok := parseRxmPkt(data)
+	p, ok := rxm.ParsePkt(data)
 	if !ok {
 		return
 	}
 	body := data[rxmPktLen:]
-	m := umsg{c: b.c, tagged: p.op == opTagged, tag: p.tag, data: p.data, hasCQ: p.flags&rxmRemoteCQData != 0, size: p.size, msgID: p.msgID}
-	switch p.ctrl {
-	case ctrlEager:
-		if p.size > uint64(len(body)) {
+	m := umsg{c: b.c, tagged: p.Op == rxm.OpTagged, tag: p.Tag, data: p.Data, hasCQ: p.Flags&rxm.FlagRemoteCQData != 0, size: p.Size, msgID: p.MsgID}
+	switch p.Ctrl {
+	case rxm.CtrlEager:
+		if p.Size > uint64(len(body)) {
 			return
 		}
-		m.eager = body[:p.size]
+		m.eager = body[:p.Size]
 		r.deliver(m)
-	case ctrlRndvReq:
-		if len(body) < 97 { // 4 iovs and their count
+	case rxm.CtrlRndvReq:
+		iov, ok := rxm.ParseRndvHdr(body)
+		if !ok {
 			return
 		}
-		n := int(body[96])
-		for i := 0; i < n && i < maxIOV; i++ {
-			o := i * rmaIOVLen
-			m.rndv = append(m.rndv, rmaIOV{binary.LittleEndian.Uint64(body[o:]), binary.LittleEndian.Uint64(body[o+8:]), binary.LittleEndian.Uint64(body[o+16:])})
-		}
+		m.rndv = iov
 		r.deliver(m)
-	case ctrlRndvRdOne:
-		if s := r.rndv[p.msgID]; s != nil {
-			delete(r.rndv, p.msgID)
+	case rxm.CtrlRndvRdDone:
+		if s := r.rndv[p.MsgID]; s != nil {
+			delete(r.rndv, p.MsgID)
 			s.mr.Close()
 			r.comp.Done(fabric.CQEntry{Context: s.ctx, Flags: s.flags, Len: s.length})
 		}
@@ -616,12 +555,12 @@ func (r *rdm) complete(u urecv, m umsg) {
 		r.deliverDone(u, m, m.size)
 		return
 	}
-	if m.size > uint64(len(u.buf)) || len(m.rndv) != 1 || m.rndv[0].len != m.size {
+	if m.size > uint64(len(u.buf)) || len(m.rndv) != 1 || m.rndv[0].Len != m.size {
 		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Tag: m.tag}, OLen: m.size, Err: fabric.ErrTrunc})
 		return
 	}
 	v := m.rndv[0]
-	if err := m.c.ep.Read(u.buf[:v.len], nil, fabric.AddrNotAvail, v.addr, v.key, &rdOp{m: m, r: u}); err != nil {
+	if err := m.c.ep.Read(u.buf[:v.Len], nil, fabric.AddrNotAvail, v.Addr, v.Key, &rdOp{m: m, r: u}); err != nil {
 		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m)}, Err: fabric.ErrIO})
 	}
 }
@@ -699,16 +638,16 @@ func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, 
 		p.send = func(c *rconn) { c.ep.sendFrame(buf, data, t, fl, true, tag) }
 	case len(buf) <= eagerLimit:
 		pkt := make([]byte, rxmPktLen+len(buf))
-		h := rxmPkt{ctrl: ctrlEager, size: uint64(len(buf)), data: data}
+		h := rxm.Pkt{Ctrl: rxm.CtrlEager, Size: uint64(len(buf)), Data: data}
 		if flags&fabric.FlagRemoteCQData != 0 {
-			h.flags = rxmRemoteCQData
+			h.Flags = rxm.FlagRemoteCQData
 		}
 		copy(pkt[rxmPktLen:], buf)
 		t := &txUser{ctx: context, flags: cflags, length: uint64(len(buf)), comp: !inject}
 		fl := fabric.FlagCompletion | flags&(fabric.FlagTransmitComplete|fabric.FlagDeliveryComplete)
 		p.send = func(c *rconn) {
-			h.connID = c.peerIdx // known once connected
-			h.marshal(pkt)
+			h.ConnID = c.peerIdx // known once connected
+			h.Marshal(pkt)
 			c.ep.send(pkt, 0, t, fl)
 		}
 	default:
@@ -722,22 +661,18 @@ func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, 
 		id := r.nextMsg
 		r.rndv[id] = &rndvSend{ctx: context, flags: cflags, length: uint64(len(buf)), mr: mr}
 		p.rndv, p.comp = id, false // Close and failures report it through r.rndv
-		pkt := make([]byte, rxmPktLen+rndvHdrLen)
-		h := rxmPkt{ctrl: ctrlRndvReq, msgID: id, size: uint64(len(buf)), data: data, tag: tag}
+		// addr 0: the region is named by offset.
+		pkt := append(make([]byte, rxmPktLen), rxm.RndvHdr([]rxm.IOV{{Addr: 0, Len: uint64(len(buf)), Key: mr.Key()}})...)
+		h := rxm.Pkt{Ctrl: rxm.CtrlRndvReq, MsgID: id, Size: uint64(len(buf)), Data: data, Tag: tag}
 		if tagged {
-			h.op = opTagged
+			h.Op = rxm.OpTagged
 		}
 		if flags&fabric.FlagRemoteCQData != 0 {
-			h.flags = rxmRemoteCQData
+			h.Flags = rxm.FlagRemoteCQData
 		}
-		rh := pkt[rxmPktLen:]
-		binary.LittleEndian.PutUint64(rh[0:], 0) // addr: an offset into the region
-		binary.LittleEndian.PutUint64(rh[8:], uint64(len(buf)))
-		binary.LittleEndian.PutUint64(rh[16:], mr.Key())
-		rh[96] = 1
 		p.send = func(c *rconn) {
-			h.connID = c.peerIdx
-			h.marshal(pkt)
+			h.ConnID = c.peerIdx
+			h.Marshal(pkt)
 			c.ep.send(pkt, 0, &txInternal{}, fabric.FlagCompletion)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/rxm"
 )
 
 // A peer's rendezvous requests that lie must fail the receive, not panic.
@@ -15,7 +16,7 @@ func TestHostileRendezvousRequestsAreRefused(t *testing.T) {
 	c := &rconn{addr: fabric.AddrNotAvail}
 	pkt := func(bodyLen int, size, iovLen uint64) []byte {
 		b := make([]byte, rxmPktLen+bodyLen)
-		(&rxmPkt{ctrl: ctrlRndvReq, size: size}).marshal(b)
+		(&rxm.Pkt{Ctrl: rxm.CtrlRndvReq, Size: size}).Marshal(b)
 		if bodyLen >= 97 {
 			binary.LittleEndian.PutUint64(b[rxmPktLen+8:], iovLen)
 			b[rxmPktLen+96] = 1
