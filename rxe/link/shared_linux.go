@@ -77,6 +77,13 @@ type Shared struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 
+	// leadIdle is true while the device waits in Recv on the port's
+	// socket (it has handled what it read before); leadReads counts the
+	// reads that returned packets. Close uses them to let the device
+	// forward what reached the port before it goes.
+	leadIdle  atomic.Bool
+	leadReads atomic.Uint64
+
 	forwarded, forwardDrops, received atomic.Uint64
 	unreachable                       atomic.Pointer[Unreachable]
 
@@ -281,7 +288,13 @@ func (s *Shared) Recv(pkts []Packet) (int, error) {
 			return 0, net.ErrClosed
 		}
 		if l := s.lead.Load(); l != nil {
-			return l.Recv(pkts)
+			s.leadIdle.Store(true)
+			n, err := l.Recv(pkts)
+			s.leadIdle.Store(false)
+			if n > 0 {
+				s.leadReads.Add(1)
+			}
+			return n, err
 		}
 		select {
 		case fp := <-s.inq:
@@ -686,6 +699,10 @@ func (s *Shared) JoinGroup(group netip.Addr) (Link, error) {
 // Close implements Link.Close: it leaves the address, giving up the port
 // if this process leads (a follower takes it over) and every claim.
 func (s *Shared) Close() error {
+	if s.closed.Load() {
+		return nil
+	}
+	s.settle()
 	if s.closed.Swap(true) {
 		return nil
 	}
@@ -723,6 +740,49 @@ func (s *Shared) Close() error {
 		n.Close()
 	}
 	return nil
+}
+
+// settleMax bounds how long a closing leader waits for its device to
+// forward what reached the port.
+const settleMax = 200 * time.Millisecond
+
+// settle, in a leader with followers, waits until the port's socket has
+// nothing queued and the device has handled all it read: the last
+// packets of a process that exits are often for a follower (the answer
+// to its last request, a final datagram), and a leader that closed
+// before forwarding them would lose them, which a UD peer never
+// recovers from.
+func (s *Shared) settle() {
+	l := s.lead.Load()
+	if l == nil || !s.hasFollowers() {
+		return
+	}
+	deadline := time.Now().Add(settleMax)
+	for time.Now().Before(deadline) {
+		reads := s.leadReads.Load()
+		if l.queued() == 0 && s.leadIdle.Load() {
+			time.Sleep(time.Millisecond)
+			if s.leadReads.Load() == reads && l.queued() == 0 && s.leadIdle.Load() {
+				return
+			}
+			continue
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// hasFollowers reports whether the leader has forwarded to anyone.
+func (s *Shared) hasFollowers() bool {
+	for i := range s.outs {
+		o := &s.outs[i]
+		o.mu.Lock()
+		c := o.c
+		o.mu.Unlock()
+		if c != nil {
+			return true
+		}
+	}
+	return false
 }
 
 var _ Link = (*Shared)(nil)

@@ -156,3 +156,48 @@ func TestSharedLeaderDoesNotWaitForAStoppedOwner(t *testing.T) {
 		t.Errorf("%d packets handed to an owner that reads nothing: more than a socket buffer holds", st.Forwarded)
 	}
 }
+
+// A leader that closes right after a packet for a follower reached the
+// port still forwards it: it lets its device read and forward what is
+// queued before the socket goes (a UD datagram lost there is lost for
+// good). Each round closes the leader the moment the packet is queued.
+func TestSharedLeaderForwardsWhatCameBeforeItClosed(t *testing.T) {
+	for round := range 10 {
+		lead, follow, port := sharedPair(t)
+		done := make(chan struct{})
+		go func() { // the device: everything read goes to owner 1
+			defer close(done)
+			pkts := []link.Packet{{Buf: make([]byte, 9000)}}
+			for {
+				n, err := lead.Recv(pkts)
+				if err != nil {
+					return
+				}
+				for i := range pkts[:n] {
+					lead.Forward(1, &pkts[i])
+				}
+				lead.Flush()
+				pkts[0].Buf = pkts[0].Buf[:cap(pkts[0].Buf)]
+			}
+		}()
+		p2, err := link.ListenUDP(netip.AddrPortFrom(addr2, port), link.UDPOptions{})
+		if err != nil {
+			t.Skipf("port %d taken on %v: %v", port, addr2, err)
+		}
+		send := func(seed uint64) {
+			pkt := link.Packet{Buf: newPacket(t, newRand(seed), wire.UDSendOnly, 64, 5), Addr: addr1}
+			if err := p2.Send([]link.Packet{pkt}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		send(1) // the leader's connection to the follower is made
+		recvAll(t, follow, 1, 5*time.Second)
+		send(2) // queued at the port when Send returns (loopback)
+		lead.Close()
+		if got := recvAll(t, follow, 1, 5*time.Second); len(got) != 1 {
+			t.Fatalf("round %d: the follower got %d packets", round, len(got))
+		}
+		<-done
+		p2.Close()
+	}
+}

@@ -155,3 +155,17 @@ func setMulticastInterface(conn *net.UDPConn, local netip.Addr) {
 		}
 	})
 }
+
+// queued returns the length of the next datagram waiting in the
+// socket's receive queue (SIOCINQ), 0 when there is none.
+func (u *UDP) queued() int {
+	raw, err := u.conn.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	raw.Control(func(fd uintptr) {
+		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	})
+	return n
+}
