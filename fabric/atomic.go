@@ -112,3 +112,36 @@ type Atomics interface {
 	FetchAtomicValid(dt Datatype, op AtomicOp) (count int, err error)
 	CompareAtomicValid(dt Datatype, op AtomicOp) (count int, err error)
 }
+
+// NoAtomics is Atomics for the endpoints of providers without FI_ATOMIC
+// (libfabric's tcp provider, verbs;ofi_rxm): every call fails with
+// ErrNoSys. Providers embed it.
+type NoAtomics struct{}
+
+func errNoAtomic(name string) error {
+	return Errorf(name, ErrNoSys, "the endpoint has no FI_ATOMIC")
+}
+
+func (NoAtomics) Atomic([]byte, any, Addr, uint64, uint64, Datatype, AtomicOp, any) error {
+	return errNoAtomic("fi_atomic")
+}
+
+func (NoAtomics) FetchAtomic([]byte, any, []byte, any, Addr, uint64, uint64, Datatype, AtomicOp, any) error {
+	return errNoAtomic("fi_fetch_atomic")
+}
+
+func (NoAtomics) CompareAtomic([]byte, any, []byte, any, []byte, any, Addr, uint64, uint64, Datatype, AtomicOp, any) error {
+	return errNoAtomic("fi_compare_atomic")
+}
+
+func (NoAtomics) AtomicValid(Datatype, AtomicOp) (int, error) {
+	return 0, errNoAtomic("fi_atomicvalid")
+}
+
+func (NoAtomics) FetchAtomicValid(Datatype, AtomicOp) (int, error) {
+	return 0, errNoAtomic("fi_fetch_atomicvalid")
+}
+
+func (NoAtomics) CompareAtomicValid(Datatype, AtomicOp) (int, error) {
+	return 0, errNoAtomic("fi_compare_atomicvalid")
+}

@@ -237,7 +237,7 @@ type rdEntry struct {
 }
 
 type ep struct {
-	noAtomics
+	fabric.NoAtomics
 	d    *fabric.Domain
 	info *fabric.Info
 	ctx  any

@@ -22,8 +22,7 @@ import (
 const (
 	rxmRxSize     = 4096
 	rxmInjectSize = 64
-	rxmBufs       = 16   // receive buffers posted per connection
-	maxUnexpected = 4096 // messages held before a receive is posted
+	rxmBufs       = 16 // receive buffers posted per connection
 	rxmKeyBase    = 0x80000000
 
 	rxmPktLen  = rxm.PktLen
@@ -62,27 +61,12 @@ type pending struct {
 	rndv  uint64 // the rendezvous's message id, or 0
 }
 
-// urecv is a posted receive.
-type urecv struct {
-	buf         []byte
-	src         fabric.Addr
-	tagged      bool
-	tag, ignore uint64
-	ctx         any
-}
-
-// umsg is a message that came before a receive matched it.
-type umsg struct {
-	c      *rconn
-	tagged bool
-	tag    uint64
-	data   uint64
-	hasCQ  bool
-	eager  []byte // eager payload (a copy)
-	rndv   []rxm.IOV
-	size   uint64
-	msgID  uint64
-}
+// umsg is a message of a connection (its body an eager payload); urecv
+// a receive of the program.
+type (
+	umsg  = rxm.Msg[*rconn]
+	urecv = rxm.Recv
+)
 
 // Internal contexts of the connections' operations.
 type (
@@ -110,7 +94,7 @@ type (
 )
 
 type rdm struct {
-	noAtomics
+	fabric.NoAtomics
 	d    *fabric.Domain
 	info *fabric.Info
 	ctx  any
@@ -127,8 +111,7 @@ type rdm struct {
 	conns   map[netip.AddrPort]*rconn
 	byEP    map[*ep]*rconn
 	nextIdx uint64
-	posted  []urecv
-	unexp   []umsg
+	q       rxm.Queue[*rconn]
 	nextMsg uint64
 	nextKey uint64
 	rndv    map[uint64]*rndvSend
@@ -206,16 +189,7 @@ func (r *rdm) loop() {
 		<-r.done
 		cancel()
 	}()
-	for ctx.Err() == nil {
-		r.pump()
-		wctx, stop := context.WithCancel(ctx)
-		go func() {
-			r.ieq.Wait(wctx)
-			stop()
-		}()
-		r.icq.Wait(wctx)
-		stop()
-	}
+	rxm.Loop(ctx, r.ieq, r.icq, r.pump)
 }
 
 // Progress drives the connections (fabric.Progressor).
@@ -227,35 +201,8 @@ func (r *rdm) pump() {
 		return // someone is at it
 	}
 	defer r.mu.Unlock()
-	if r.closed {
-		return
-	}
-	for {
-		ev, err := r.ieq.Read()
-		if err == fabric.ErrAvail {
-			ee, _ := r.ieq.ReadErr()
-			r.connFailed(ee)
-			continue
-		}
-		if err != nil {
-			break
-		}
-		r.cmEvent(ev)
-	}
-	var buf [16]fabric.CQEntry
-	for {
-		n, err := r.icq.Read(buf[:])
-		if err == fabric.ErrAvail {
-			ee, _ := r.icq.ReadErr()
-			r.opFailed(ee)
-			continue
-		}
-		if n == 0 {
-			return
-		}
-		for _, e := range buf[:n] {
-			r.completion(e)
-		}
+	if !r.closed {
+		rxm.Pump(r.ieq, r.icq, &rxm.Handlers{Event: r.cmEvent, EventErr: r.connFailed, Comp: r.completion, CompErr: r.opFailed})
 	}
 }
 
@@ -439,10 +386,10 @@ func (r *rdm) completion(e fabric.CQEntry) {
 	case *rdOp:
 		// The rendezvous data is in: tell the sender, complete the receive.
 		var b [rxmPktLen]byte
-		p := rxm.Pkt{Ctrl: rxm.CtrlRndvRdDone, ConnID: x.m.c.peerIdx, MsgID: x.m.msgID}
+		p := rxm.Pkt{Ctrl: rxm.CtrlRndvRdDone, ConnID: x.m.Conn.peerIdx, MsgID: x.m.MsgID}
 		p.Marshal(b[:])
-		x.m.c.ep.send(b[:], 0, &txInternal{}, fabric.FlagCompletion)
-		r.deliverDone(x.r, x.m, x.m.size)
+		x.m.Conn.ep.send(b[:], 0, &txInternal{}, fabric.FlagCompletion)
+		r.deliverDone(x.r, x.m, x.m.Size)
 	}
 }
 
@@ -458,7 +405,7 @@ func (r *rdm) opFailed(ee fabric.CQErrEntry) {
 			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: ee.Err})
 		}
 	case *rdOp:
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.ctx, Flags: recvFlags(x.m)}, Err: ee.Err})
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.Ctx, Flags: x.m.Flags()}, Err: ee.Err})
 	}
 }
 
@@ -467,8 +414,8 @@ func (r *rdm) received(b *rxBuf, e fabric.CQEntry) {
 	data := e.Buf
 	if e.Flags&fabric.CompTagged != 0 {
 		// A raw tagged frame: no rxm header.
-		r.deliver(umsg{c: b.c, tagged: true, tag: e.Tag, eager: data, size: uint64(len(data)),
-			data: e.Data, hasCQ: e.Flags&fabric.CompRemoteCQData != 0})
+		r.deliver(umsg{Conn: b.c, From: b.c.addr, Tagged: true, Tag: e.Tag, Body: data, Size: uint64(len(data)),
+			Data: e.Data, HasCQ: e.Flags&fabric.CompRemoteCQData != 0})
 		return
 	}
 	p, ok := rxm.ParsePkt(data)
@@ -476,20 +423,20 @@ func (r *rdm) received(b *rxBuf, e fabric.CQEntry) {
 		return
 	}
 	body := data[rxmPktLen:]
-	m := umsg{c: b.c, tagged: p.Op == rxm.OpTagged, tag: p.Tag, data: p.Data, hasCQ: p.Flags&rxm.FlagRemoteCQData != 0, size: p.Size, msgID: p.MsgID}
+	m := umsg{Conn: b.c, From: b.c.addr, Tagged: p.Op == rxm.OpTagged, Tag: p.Tag, Data: p.Data, HasCQ: p.Flags&rxm.FlagRemoteCQData != 0, Size: p.Size, MsgID: p.MsgID}
 	switch p.Ctrl {
 	case rxm.CtrlEager:
 		if p.Size > uint64(len(body)) {
 			return
 		}
-		m.eager = body[:p.Size]
+		m.Body = body[:p.Size]
 		r.deliver(m)
 	case rxm.CtrlRndvReq:
 		iov, ok := rxm.ParseRndvHdr(body)
 		if !ok {
 			return
 		}
-		m.rndv = iov
+		m.Rndv = iov
 		r.deliver(m)
 	case rxm.CtrlRndvRdDone:
 		if s := r.rndv[p.MsgID]; s != nil {
@@ -500,73 +447,44 @@ func (r *rdm) received(b *rxBuf, e fabric.CQEntry) {
 	}
 }
 
-func recvFlags(m umsg) uint64 {
-	f := fabric.CompRecv | fabric.CompMsg
-	if m.tagged {
-		f = fabric.CompRecv | fabric.CompTagged
-	}
-	if m.hasCQ {
-		f |= fabric.CompRemoteCQData
-	}
-	return f
-}
-
-func matchRecv(u urecv, m umsg) bool {
-	if u.tagged != m.tagged {
-		return false
-	}
-	if u.src != fabric.AddrNotAvail && u.src != m.c.addr {
-		return false
-	}
-	return !u.tagged || (u.tag^m.tag)&^u.ignore == 0
-}
-
 // deliver matches a message with a posted receive, or keeps it.
 func (r *rdm) deliver(m umsg) {
-	for i, u := range r.posted {
-		if matchRecv(u, m) {
-			r.posted = append(r.posted[:i:i], r.posted[i+1:]...)
-			r.complete(u, m)
-			return
-		}
+	u, ok, full := r.q.Arrive(m)
+	switch {
+	case full:
+		// The peer sends far ahead of the receives: drop the connection
+		// rather than buffer without end.
+		r.dropConn(m.Conn)
+	case ok:
+		r.complete(u, m)
 	}
-	if len(r.unexp) >= maxUnexpected {
-		// The peer sends far ahead of the receives: drop the
-		// connection rather than buffer without end.
-		r.dropConn(m.c)
-		return
-	}
-	if m.eager != nil {
-		m.eager = append([]byte(nil), m.eager...)
-	}
-	r.unexp = append(r.unexp, m)
 }
 
 // complete moves a message into a receive: at once when eager, by an RMA
 // read of the sender's memory for a rendezvous.
 func (r *rdm) complete(u urecv, m umsg) {
-	if m.rndv == nil {
-		n := copy(u.buf, m.eager)
-		if uint64(n) < m.size {
-			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Len: uint64(n), Buf: u.buf[:n], Tag: m.tag},
-				OLen: m.size - uint64(n), Err: fabric.ErrTrunc})
+	if m.Rndv == nil {
+		n := copy(u.Buf, m.Body)
+		if uint64(n) < m.Size {
+			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Len: uint64(n), Buf: u.Buf[:n], Tag: m.Tag},
+				OLen: m.Size - uint64(n), Err: fabric.ErrTrunc})
 			return
 		}
-		r.deliverDone(u, m, m.size)
+		r.deliverDone(u, m, m.Size)
 		return
 	}
-	if m.size > uint64(len(u.buf)) || len(m.rndv) != 1 || m.rndv[0].Len != m.size {
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Tag: m.tag}, OLen: m.size, Err: fabric.ErrTrunc})
+	if m.Size > uint64(len(u.Buf)) || len(m.Rndv) != 1 || m.Rndv[0].Len != m.Size {
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Tag: m.Tag}, OLen: m.Size, Err: fabric.ErrTrunc})
 		return
 	}
-	v := m.rndv[0]
-	if err := m.c.ep.Read(u.buf[:v.Len], nil, fabric.AddrNotAvail, v.Addr, v.Key, &rdOp{m: m, r: u}); err != nil {
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m)}, Err: fabric.ErrIO})
+	v := m.Rndv[0]
+	if err := m.Conn.ep.Read(u.Buf[:v.Len], nil, fabric.AddrNotAvail, v.Addr, v.Key, &rdOp{m: m, r: u}); err != nil {
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags()}, Err: fabric.ErrIO})
 	}
 }
 
 func (r *rdm) deliverDone(u urecv, m umsg, n uint64) {
-	r.comp.Done(fabric.CQEntry{Context: u.ctx, Flags: recvFlags(m), Len: n, Buf: u.buf[:n], Data: m.data, Tag: m.tag})
+	r.comp.Done(fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Len: n, Buf: u.Buf[:n], Data: m.Data, Tag: m.Tag})
 }
 
 // ---- The program's calls ----
@@ -577,23 +495,18 @@ func (r *rdm) post(u urecv) error {
 	if r.closed {
 		return fabric.Errorf("fi_recv", fabric.ErrBadFD, "endpoint closed")
 	}
-	for i, m := range r.unexp {
-		if matchRecv(u, m) {
-			r.unexp = append(r.unexp[:i:i], r.unexp[i+1:]...)
-			r.complete(u, m)
-			return nil
-		}
+	if m, ok := r.q.Post(u); ok {
+		r.complete(u, m)
 	}
-	r.posted = append(r.posted, u)
 	return nil
 }
 
 func (r *rdm) Recv(buf []byte, desc any, src fabric.Addr, context any) error {
-	return r.post(urecv{buf: buf, src: src, ctx: context})
+	return r.post(urecv{Buf: buf, Src: src, Ctx: context})
 }
 
 func (r *rdm) TRecv(buf []byte, desc any, src fabric.Addr, tag, ignore uint64, context any) error {
-	return r.post(urecv{buf: buf, src: src, tagged: true, tag: tag, ignore: ignore, ctx: context})
+	return r.post(urecv{Buf: buf, Src: src, Tagged: true, Tag: tag, Ignore: ignore, Ctx: context})
 }
 
 // connFor returns the connection for an operation to dest. Called with
@@ -827,10 +740,9 @@ func (r *rdm) Close() error {
 	for _, c := range conns {
 		r.failWaiting(c, fabric.ErrCanceled)
 	}
-	for _, u := range r.posted {
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
+	for _, u := range r.q.Drain() {
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
 	}
-	r.posted = nil
 	for id, s := range r.rndv {
 		s.mr.Close()
 		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: fabric.ErrCanceled})
@@ -859,7 +771,7 @@ func (r *rdm) Close() error {
 			}
 		case *rdOp:
 			// A receive whose rendezvous read was under way.
-			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.ctx, Flags: recvFlags(x.m)}, Err: fabric.ErrCanceled})
+			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.Ctx, Flags: x.m.Flags()}, Err: fabric.ErrCanceled})
 		}
 	}
 	r.mu.Unlock()

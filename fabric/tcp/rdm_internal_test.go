@@ -25,12 +25,12 @@ func TestHostileRendezvousRequestsAreRefused(t *testing.T) {
 	}
 	// A header cut one byte short of the iov count.
 	r.received(&rxBuf{c: c}, fabric.CQEntry{Buf: pkt(96, 8, 0)})
-	if len(r.unexp) != 0 {
+	if r.q.Held() != 0 {
 		t.Fatal("a truncated rendezvous header was taken")
 	}
 	// An iov longer than the message it announces, into a small buffer.
 	buf := make([]byte, 8)
-	r.posted = append(r.posted, urecv{buf: buf, src: fabric.AddrNotAvail, ctx: "rx"})
+	r.q.Post(urecv{Buf: buf, Src: fabric.AddrNotAvail, Ctx: "rx"})
 	r.received(&rxBuf{c: c}, fabric.CQEntry{Buf: pkt(104, 8, 1<<20)})
 	ee, err := rxcq.ReadErr()
 	if err != nil || ee.Err != fabric.ErrTrunc || ee.Context != "rx" {

@@ -249,8 +249,15 @@ type ep struct {
 }
 
 func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.Endpoint, error) {
-	if info == nil || info.EPAttr == nil || (info.EPAttr.Type != fabric.EPMsg && info.EPAttr.Type != fabric.EPDgram) {
-		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the verbs provider's endpoints are FI_EP_MSG and FI_EP_DGRAM")
+	if info == nil || info.EPAttr == nil {
+		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "no endpoint attributes")
+	}
+	switch info.EPAttr.Type {
+	case fabric.EPMsg, fabric.EPDgram:
+	case fabric.EPRDM:
+		return newRDM(d, info, context)
+	default:
+		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the verbs provider's endpoints are FI_EP_MSG, FI_EP_DGRAM and FI_EP_RDM")
 	}
 	dom, err := driverOf(d)
 	if err != nil {

@@ -3,7 +3,8 @@
 // rdmacore build tag: reliable connected endpoints (FI_EP_MSG) with
 // connections made by rdma_cm, and unreliable datagram endpoints
 // (FI_EP_DGRAM) on UD queue pairs, as libfabric 1.17's verbs provider
-// makes them, so that a Go program and a C program using libfabric's
+// makes them, and reliable unconnected ones (FI_EP_RDM) as its
+// verbs;ofi_rxm stack makes them, so that a Go program and a C program using libfabric's
 // verbs provider (fi_pingpong -p verbs) talk to each other.
 //
 // Importing the package registers the provider. Its fi_info entries are
@@ -44,8 +45,14 @@
 // on CQ.Read (fi_cq_read) needs a second P (GOMAXPROCS ≥ 2) for them,
 // while CQ.SRead (fi_cq_sread) waits without spinning and needs none.
 //
-// Not offered yet: FI_EP_RDM (C's verbs;ofi_rxm); shared receive
-// contexts.
+// FI_EP_RDM is C's verbs;ofi_rxm: rxm's protocol (fabric/internal/rxm)
+// over RC connections this provider makes to each peer on the first
+// send: eager messages up to 16 KiB, SAR segments up to 128 KiB,
+// rendezvous by RDMA READ above; see rdm.go. Its fi_info entries follow
+// the MSG and DGRAM ones, provider name "verbs;ofi_rxm".
+//
+// Not offered: shared receive contexts, XRC, rxm's credit-based flow
+// control (the connection data says so, and C's rxm does without).
 package vrb
 
 import (
@@ -178,7 +185,7 @@ func (provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([
 	switch typ {
 	case fabric.EPDgram:
 		return dgramInfos(), nil
-	case fabric.EPUnspec, fabric.EPMsg:
+	case fabric.EPUnspec, fabric.EPMsg, fabric.EPRDM:
 	default:
 		return nil, nil
 	}
@@ -187,7 +194,7 @@ func (provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([
 		return nil, err
 	}
 	port, nodeAddr, dst, routeSrc := ad.Port, ad.Node, ad.Dest, ad.RouteSrc
-	var out []*fabric.Info
+	var xs []devAddr
 	for _, x := range deviceAddrs() {
 		switch {
 		case routeSrc.IsValid() && x.addr != routeSrc.WithZone(""):
@@ -199,19 +206,32 @@ func (provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([
 		case dst.IsValid() && dst.Addr().Is4() != x.addr.Is4():
 			continue
 		}
-		i := template(x)
-		if flags&fabric.FlagSource != 0 && (node != "" || service != "") {
-			i.SrcAddr = netip.AddrPortFrom(x.addr, port)
-		} else if flags&fabric.FlagSource == 0 && nodeAddr.IsValid() {
-			i.DestAddr = netip.AddrPortFrom(nodeAddr, port)
+		xs = append(xs, x)
+	}
+	var out []*fabric.Info
+	add := func(mk func(devAddr) *fabric.Info) {
+		for _, x := range xs {
+			i := mk(x)
+			if flags&fabric.FlagSource != 0 && (node != "" || service != "") {
+				i.SrcAddr = netip.AddrPortFrom(x.addr, port)
+			} else if flags&fabric.FlagSource == 0 && nodeAddr.IsValid() {
+				i.DestAddr = netip.AddrPortFrom(nodeAddr, port)
+			}
+			if hints != nil && hints.SrcAddr.IsValid() {
+				i.SrcAddr = netip.AddrPortFrom(x.addr, hints.SrcAddr.Port())
+			}
+			out = append(out, i)
 		}
-		if hints != nil && hints.SrcAddr.IsValid() {
-			i.SrcAddr = netip.AddrPortFrom(x.addr, hints.SrcAddr.Port())
-		}
-		out = append(out, i)
+	}
+	// In C's order: MSG, DGRAM, then verbs;ofi_rxm's RDM.
+	if typ != fabric.EPRDM {
+		add(template)
 	}
 	if typ == fabric.EPUnspec {
 		out = append(out, dgramInfos()...)
+	}
+	if typ != fabric.EPMsg {
+		add(rdmTemplate)
 	}
 	return out, nil
 }

@@ -1,0 +1,921 @@
+package vrb
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"sync"
+
+	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/rxm"
+)
+
+// FI_EP_RDM as libfabric 1.17's verbs;ofi_rxm: reliable messages to any
+// peer of the AV over RC connections this provider makes through
+// rdma_cm on the first send to a peer, each message a SEND with rxm's
+// 64-byte header in front:
+//   - up to 16 KiB at once (eager);
+//   - up to 128 KiB in segments of 16 KiB (SAR: each segment a SEND with
+//     its number, the message's id and FIRST, MIDDLE or LAST);
+//   - larger by rendezvous: the sender registers the message for remote
+//     read and sends its virtual address and key; the receiver reads it
+//     with RDMA READ and says so with a "read done".
+//
+// The connection data is rxm's (port, connection index, eager limit)
+// behind the verbs provider's one-byte length. This endpoint offers its
+// peers no credit-based flow control (rxm's FLOW_CTRL_PEER_OFF), which
+// rxm accepts by not counting credits either; receive buffers stay
+// posted, and a sender that outruns them is held back by RC's RNR
+// retries.
+
+const (
+	rdmRxBufs   = 32                          // receive buffers posted per connection
+	rdmTxSlots  = 64                          // registered send buffers of the endpoint
+	rdmSlotLen  = rxm.PktLen + rxm.EagerLimit // a packet of the largest eager message
+	sarLimit    = 8 * rxm.EagerLimit          // C's default FI_OFI_RXM_SAR_LIMIT
+	rdmInject   = 192                         // C's inject_size
+	rdmSize     = 2048                        // C's tx and rx size
+	rdmRxSizeCM = rdmRxBufs                   // the rx_size the connection data announces
+	rdmTagBits  = uint64(0xaaaaaaaaaaaaaaaa)  // mem_tag_format, as C's
+)
+
+// rdmTemplate is the fi_info of C's verbs;ofi_rxm entry for a device
+// address.
+func rdmTemplate(x devAddr) *fabric.Info {
+	i := template(x)
+	caps := fabric.CapMsg | fabric.CapRMA | fabric.CapTagged | fabric.CapRead | fabric.CapWrite | fabric.CapRecv | fabric.CapSend |
+		fabric.CapRemoteRead | fabric.CapRemoteWrite | fabric.CapLocalComm | fabric.CapRemoteComm
+	i.Caps, i.Mode = caps, 0
+	i.TxAttr.Caps = fabric.CapMsg | fabric.CapRMA | fabric.CapTagged | fabric.CapRead | fabric.CapWrite | fabric.CapSend
+	i.TxAttr.CompOrder, i.TxAttr.InjectSize, i.TxAttr.Size = 0, rdmInject, rdmSize
+	i.RxAttr.Caps = fabric.CapMsg | fabric.CapRMA | fabric.CapTagged | fabric.CapRecv | fabric.CapRemoteRead | fabric.CapRemoteWrite
+	i.RxAttr.Mode, i.RxAttr.CompOrder, i.RxAttr.Size = 0, 0, rdmSize
+	i.EPAttr.Type, i.EPAttr.Protocol, i.EPAttr.MemTagFormat = fabric.EPRDM, fabric.ProtoRXM, rdmTagBits
+	i.DomainAttr.DataProgress = fabric.ProgressManual
+	i.DomainAttr.CQCnt, i.DomainAttr.EPCnt, i.DomainAttr.TxCtxCnt, i.DomainAttr.RxCtxCnt = 65536, 32768, 1, 1
+	i.DomainAttr.MaxEPTxCtx, i.DomainAttr.MaxEPRxCtx = 1, 1
+	i.FabricAttr.ProvName = Name + ";ofi_rxm"
+	return i
+}
+
+// rconn is the connection to one peer.
+type rconn struct {
+	ep      *ep
+	peer    netip.AddrPort // the peer's name: its listening address
+	addr    fabric.Addr    // its AV handle, or AddrNotAvail
+	myIdx   uint64
+	peerIdx uint64
+	ready   bool
+	rxMR    *fabric.MR // the receive buffers' registration
+	waiting []func(c *rconn)
+}
+
+// umsg is a message of a connection; urecv a receive of the program.
+type (
+	umsg  = rxm.Msg[*rconn]
+	urecv = rxm.Recv
+)
+
+// sarKey names a message coming in segments.
+type sarKey struct {
+	c  *rconn
+	id uint64
+}
+
+// Contexts of the connections' operations.
+type (
+	rxBuf struct {
+		c   *rconn
+		buf []byte
+	}
+	txOp struct { // a packet this endpoint sent
+		slot int
+		user *userSend // the program's send it is part of, or nil
+	}
+	userSend struct {
+		ctx    any
+		flags  uint64
+		length uint64
+		comp   bool
+		left   int // packets not yet completed
+	}
+	rdOp struct { // a rendezvous read into a program's buffer
+		m     umsg
+		r     urecv
+		local *fabric.MR // a registration of our own, or nil
+	}
+	rndvSend struct {
+		ctx    any
+		flags  uint64
+		length uint64
+		mr     *fabric.MR
+	}
+	rmaOp struct { // the program's RMA, passed to the connection
+		ctx any
+	}
+)
+
+type rdm struct {
+	fabric.NoAtomics
+	d    *fabric.Domain
+	info *fabric.Info
+	ctx  any
+
+	mu      sync.Mutex
+	av      *fabric.AV
+	comp    fabric.Completions
+	enabled bool
+	closed  bool
+	pep     *pep
+	name    netip.AddrPort
+	icq     *fabric.CQ
+	ieq     *fabric.EQ
+	conns   map[netip.AddrPort]*rconn
+	byEP    map[*ep]*rconn
+	nextIdx uint64
+	q       rxm.Queue[*rconn]
+	sar     map[sarKey]*umsg
+	nextMsg uint64
+	rndv    map[uint64]*rndvSend
+	tx      []byte
+	txMR    *fabric.MR
+	free    []int
+	pid     uint64
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func newRDM(d *fabric.Domain, info *fabric.Info, context any) (*rdm, error) {
+	r := &rdm{d: d, info: info.Dup(), ctx: context, conns: map[netip.AddrPort]*rconn{}, byEP: map[*ep]*rconn{},
+		sar: map[sarKey]*umsg{}, rndv: map[uint64]*rndvSend{}, pid: uint64(os.Getpid())}
+	r.icq, _ = d.OpenCQ(nil)
+	r.ieq, _ = d.Fabric.OpenEQ()
+	return r, nil
+}
+
+func (r *rdm) BindEQ(*fabric.EQ) error { return nil }
+
+func (r *rdm) BindAV(av *fabric.AV) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.av = av
+	return nil
+}
+
+func (r *rdm) BindCQ(cq *fabric.CQ, flags uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.comp.BindCQ(cq, flags, r)
+}
+
+func (r *rdm) BindCounter(c *fabric.Counter, flags uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.comp.BindCounter(c, flags, r)
+}
+
+// Enable registers the send buffers and starts the listener peers
+// connect to, whose address Name returns.
+func (r *rdm) Enable() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.enabled {
+		return nil
+	}
+	if r.av == nil || r.comp.TxCQ == nil || r.comp.RxCQ == nil {
+		return fabric.Errorf("fi_enable", fabric.ErrNoAV, "bind an AV and CQs first")
+	}
+	r.tx = make([]byte, rdmTxSlots*rdmSlotLen)
+	mr, err := r.d.RegMR(r.tx, fabric.AccessSend, 0)
+	if err != nil {
+		return err
+	}
+	r.txMR = mr
+	for i := rdmTxSlots - 1; i >= 0; i-- {
+		r.free = append(r.free, i)
+	}
+	li := r.info.Dup()
+	li.EPAttr.Type = fabric.EPMsg
+	pe, err := provider{}.PassiveEndpoint(r.d.Fabric, li, nil)
+	if err != nil {
+		mr.Close()
+		return err
+	}
+	p := pe.(*pep)
+	err = p.Bind(r.ieq)
+	if err == nil {
+		err = p.Listen()
+	}
+	if err != nil {
+		p.Close()
+		mr.Close()
+		return err
+	}
+	r.pep = p
+	r.name, _ = p.Name()
+	r.enabled = true
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		rxm.Loop(ctx, r.ieq, r.icq, r.pump)
+	}()
+	return nil
+}
+
+// pump takes the connections' events and completions and acts on them.
+func (r *rdm) pump() {
+	if !r.mu.TryLock() {
+		return
+	}
+	defer r.mu.Unlock()
+	r.pumpLocked()
+}
+
+// pumpLocked is pump with r.mu held.
+func (r *rdm) pumpLocked() {
+	if !r.closed {
+		rxm.Pump(r.ieq, r.icq, &rxm.Handlers{Event: r.cmEvent, EventErr: r.connFailed, Comp: r.completion, CompErr: r.opFailed})
+	}
+}
+
+// Progress drives the connections (fabric.Progressor).
+func (r *rdm) Progress() { r.pump() }
+
+// ---- Connections ----
+
+// conn returns the connection to dest, making it if there is none.
+// Called with r.mu held.
+func (r *rdm) conn(op string, dest fabric.Addr) (*rconn, error) {
+	if r.closed || !r.enabled {
+		return nil, fabric.Errorf(op, fabric.ErrOpBadState, "endpoint not enabled")
+	}
+	if r.av == nil {
+		return nil, fabric.Errorf(op, fabric.ErrNoAV, "")
+	}
+	peer, err := r.av.Lookup(dest)
+	if err != nil {
+		return nil, err
+	}
+	if c := r.conns[peer]; c != nil {
+		return c, nil
+	}
+	mi := r.info.Dup()
+	mi.EPAttr.Type, mi.DestAddr = fabric.EPMsg, peer
+	mi.TxAttr.Size, mi.RxAttr.Size = 0, 0
+	d, err := provider{}.Endpoint(r.d, mi, nil)
+	if err != nil {
+		return nil, err
+	}
+	c, err := r.newConn(d.(*ep), peer, dest)
+	if err != nil {
+		return nil, err
+	}
+	data := rxm.Connect{Port: r.name.Port(), Flow: rxm.FlowPeerOff, EagerLimit: rxm.EagerLimit, RxSize: rdmRxSizeCM, ConnID: r.pid<<32 | c.myIdx}
+	if err := c.ep.Connect(peer, data.Bytes()); err != nil {
+		r.dropConn(c)
+		return nil, err
+	}
+	return c, nil
+}
+
+// newConn enables a connection's endpoint and posts its receive
+// buffers. Called with r.mu held.
+func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr) (*rconn, error) {
+	c := &rconn{ep: e, peer: peer, addr: addr, myIdx: r.nextIdx}
+	r.nextIdx++
+	e.BindEQ(r.ieq)
+	e.BindCQ(r.icq, fabric.BindTransmit|fabric.BindRecv)
+	if err := e.Enable(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	bufs := make([]byte, rdmRxBufs*rdmSlotLen)
+	mr, err := r.d.RegMR(bufs, fabric.AccessRecv, 0)
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	c.rxMR = mr
+	for i := range rdmRxBufs {
+		b := &rxBuf{c: c, buf: bufs[i*rdmSlotLen : (i+1)*rdmSlotLen : (i+1)*rdmSlotLen]}
+		e.Recv(b.buf, mr.Desc(), fabric.AddrNotAvail, b)
+	}
+	r.conns[peer] = c
+	r.byEP[e] = c
+	return c, nil
+}
+
+// dropConn forgets a connection and closes it in the background (its
+// cancelled receives land in icq, which the closing does not wait on).
+func (r *rdm) dropConn(c *rconn) {
+	if r.conns[c.peer] == c {
+		delete(r.conns, c.peer)
+	}
+	delete(r.byEP, c.ep)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		c.ep.Close()
+		c.rxMR.Close()
+	}()
+}
+
+func (r *rdm) cmEvent(ev fabric.EQEntry) {
+	switch ev.Event {
+	case fabric.EventConnReq:
+		r.connReq(ev)
+	case fabric.EventConnected:
+		e, _ := ev.FID.(*ep)
+		c := r.byEP[e]
+		if c == nil {
+			return
+		}
+		if a, ok := rxm.ParseAccept(ev.Data); ok && !c.ready {
+			c.peerIdx = a.ConnID & 0xffffffff
+		}
+		c.ready = true
+		w := c.waiting
+		c.waiting = nil
+		for _, send := range w {
+			send(c)
+		}
+	case fabric.EventShutdown:
+		if e, ok := ev.FID.(*ep); ok {
+			if c := r.byEP[e]; c != nil {
+				r.dropConn(c)
+			}
+		}
+	}
+}
+
+// connReq answers a peer's connection request: it checks rxm's connect
+// data and accepts with its own.
+func (r *rdm) connReq(ev fabric.EQEntry) {
+	cd, err := rxm.ParseConnect(ev.Data)
+	if err != nil {
+		r.pep.Reject(ev.Info.Handle, rxm.Reject)
+		return
+	}
+	peer := netip.AddrPortFrom(ev.Info.DestAddr.Addr().Unmap(), cd.Port)
+	addr := fabric.AddrNotAvail
+	if r.av != nil {
+		addr = r.av.Find(peer)
+	}
+	mi := ev.Info
+	mi.TxAttr.Size, mi.RxAttr.Size = 0, 0
+	d, err := provider{}.Endpoint(r.d, mi, nil)
+	if err != nil {
+		r.pep.Reject(ev.Info.Handle, rxm.Reject)
+		return
+	}
+	var moved []func(*rconn)
+	if old := r.conns[peer]; old != nil && !old.ready {
+		// Both sides connected at once: keep theirs, drop ours, and send
+		// what waited on ours over theirs once it is up.
+		moved, old.waiting = old.waiting, nil
+		r.dropConn(old)
+	}
+	c, err := r.newConn(d.(*ep), peer, addr)
+	if err != nil {
+		return
+	}
+	c.waiting = moved
+	c.peerIdx = cd.ConnID & 0xffffffff
+	if err := c.ep.Accept(rxm.Accept{ConnID: r.pid<<32 | c.myIdx, RxSize: rdmRxSizeCM, Flow: rxm.FlowPeerOff}.Bytes()); err != nil {
+		r.dropConn(c)
+	}
+}
+
+// connFailed fails what waited on a connection that did not come up.
+func (r *rdm) connFailed(ee fabric.EQErrEntry) {
+	e, _ := ee.FID.(*ep)
+	c := r.byEP[e]
+	if c == nil {
+		return
+	}
+	r.dropConn(c)
+	w := c.waiting
+	c.waiting = nil
+	for _, send := range w {
+		send(nil) // each reports its own failure
+	}
+}
+
+// ---- Completions of the connections ----
+
+func (r *rdm) completion(e fabric.CQEntry) {
+	switch x := e.Context.(type) {
+	case *rxBuf:
+		r.received(x, e)
+		if r.byEP[x.c.ep] == x.c {
+			x.c.ep.Recv(x.buf, x.c.rxMR.Desc(), fabric.AddrNotAvail, x)
+		}
+	case *txOp:
+		r.free = append(r.free, x.slot)
+		if u := x.user; u != nil {
+			if u.left--; u.left == 0 {
+				if u.comp {
+					r.comp.Done(fabric.CQEntry{Context: u.ctx, Flags: u.flags, Len: u.length})
+				} else {
+					r.comp.Count(u.flags)
+				}
+			}
+		}
+	case *rdOp:
+		if x.local != nil {
+			x.local.Close()
+		}
+		p := rxm.Pkt{Ctrl: rxm.CtrlRndvRdDone, MsgID: x.m.MsgID}
+		r.sendCtrl(x.m.Conn, &p, nil)
+		r.comp.Done(fabric.CQEntry{Context: x.r.Ctx, Flags: x.m.Flags(), Len: x.m.Size, Buf: x.r.Buf[:x.m.Size], Data: x.m.Data, Tag: x.m.Tag})
+	case *rmaOp:
+		e.Context = x.ctx
+		r.comp.Done(e)
+	case nil:
+		// A peer's RMA write with CQ data consumed a receive buffer.
+		if e.Flags&fabric.CompRemoteCQData != 0 && r.comp.RxCQ != nil {
+			r.comp.RxCQ.Push(e)
+		}
+	}
+}
+
+func (r *rdm) opFailed(ee fabric.CQErrEntry) {
+	switch x := ee.Context.(type) {
+	case *rxBuf:
+		if ee.Err != fabric.ErrCanceled && r.byEP[x.c.ep] == x.c {
+			x.c.ep.Recv(x.buf, x.c.rxMR.Desc(), fabric.AddrNotAvail, x)
+		}
+	case *txOp:
+		r.free = append(r.free, x.slot)
+		if u := x.user; u != nil && u.left > 0 {
+			u.left = 0 // the first failure reports; the rest are quiet
+			if u.comp {
+				r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: u.flags}, Err: ee.Err})
+			}
+		}
+	case *rdOp:
+		if x.local != nil {
+			x.local.Close()
+		}
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.Ctx, Flags: x.m.Flags()}, Err: ee.Err})
+	case *rmaOp:
+		ee.Context = x.ctx
+		r.comp.Failed(ee)
+	}
+}
+
+// received parses what came on a connection.
+func (r *rdm) received(b *rxBuf, e fabric.CQEntry) {
+	p, ok := rxm.ParsePkt(e.Buf)
+	if !ok {
+		return
+	}
+	body := e.Buf[rxm.PktLen:]
+	m := umsg{Conn: b.c, From: b.c.addr, Tagged: p.Op == rxm.OpTagged, Tag: p.Tag, Data: p.Data, HasCQ: p.Flags&rxm.FlagRemoteCQData != 0, Size: p.Size, MsgID: p.MsgID}
+	switch p.Ctrl {
+	case rxm.CtrlEager:
+		if p.Size > uint64(len(body)) {
+			return
+		}
+		m.Body = body[:p.Size]
+		r.deliver(m)
+	case rxm.CtrlSeg:
+		r.segment(m, p, body)
+	case rxm.CtrlRndvReq:
+		iov, ok := rxm.ParseRndvHdr(body)
+		if !ok {
+			return
+		}
+		m.Rndv = iov
+		r.deliver(m)
+	case rxm.CtrlRndvRdDone:
+		if s := r.rndv[p.MsgID]; s != nil {
+			delete(r.rndv, p.MsgID)
+			s.mr.Close()
+			r.comp.Done(fabric.CQEntry{Context: s.ctx, Flags: s.flags, Len: s.length})
+		}
+	case rxm.CtrlCredit:
+		// Credits for flow control this endpoint did not ask for.
+	}
+}
+
+// segment adds one SAR segment to its message, and delivers the message
+// when the last is in. Segments come in order (one RC connection).
+func (r *rdm) segment(m umsg, p rxm.Pkt, body []byte) {
+	k := sarKey{m.Conn, p.MsgID}
+	a := r.sar[k]
+	if p.CtrlData&3 == rxm.SegFirst || a == nil {
+		delete(r.sar, k)
+		if p.CtrlData&3 != rxm.SegFirst || p.Size <= rxm.EagerLimit || p.Size > sarLimit {
+			return // not a message C's rxm sends in segments
+		}
+		m.Body = make([]byte, 0, p.Size)
+		a = &m
+		r.sar[k] = a
+	}
+	n := int(p.SegSize)
+	if n > len(body) || n > cap(a.Body)-len(a.Body) {
+		delete(r.sar, k) // a segment past the message it belongs to
+		return
+	}
+	a.Body = append(a.Body, body[:n]...)
+	if p.CtrlData&3 == rxm.SegLast || uint64(len(a.Body)) == a.Size {
+		delete(r.sar, k)
+		if uint64(len(a.Body)) != a.Size {
+			return // segments lost to a broken connection
+		}
+		r.deliver(*a)
+	}
+}
+
+// deliver matches a message with a posted receive, or keeps it.
+func (r *rdm) deliver(m umsg) {
+	u, ok, full := r.q.Arrive(m)
+	switch {
+	case full:
+		r.dropConn(m.Conn) // the peer sends far ahead of the receives
+	case ok:
+		r.complete(u, m)
+	}
+}
+
+// complete moves a message into a receive: at once when it is here, by
+// an RDMA READ of the sender's memory for a rendezvous.
+func (r *rdm) complete(u urecv, m umsg) {
+	if m.Rndv == nil {
+		n := copy(u.Buf, m.Body)
+		if uint64(n) < m.Size {
+			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Len: uint64(n), Buf: u.Buf[:n], Tag: m.Tag},
+				OLen: m.Size - uint64(n), Err: fabric.ErrTrunc})
+			return
+		}
+		r.comp.Done(fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Len: m.Size, Buf: u.Buf[:m.Size], Data: m.Data, Tag: m.Tag})
+		return
+	}
+	if m.Size > uint64(len(u.Buf)) || len(m.Rndv) != 1 || m.Rndv[0].Len != m.Size {
+		// Nothing is read; the sender hears it is done with its buffer.
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Tag: m.Tag}, OLen: m.Size, Err: fabric.ErrTrunc})
+		r.sendCtrl(m.Conn, &rxm.Pkt{Ctrl: rxm.CtrlRndvRdDone, MsgID: m.MsgID}, nil)
+		return
+	}
+	v := m.Rndv[0]
+	op := &rdOp{m: m, r: u}
+	desc := u.Desc
+	if _, ok := desc.(*fabric.MR); !ok {
+		mr, err := r.d.RegMR(u.Buf[:v.Len], fabric.AccessRecv, 0)
+		if err != nil {
+			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags()}, Err: fabric.ErrNoMemory})
+			return
+		}
+		op.local, desc = mr, mr.Desc()
+	}
+	if err := m.Conn.ep.Read(u.Buf[:v.Len], desc, fabric.AddrNotAvail, v.Addr, v.Key, op); err != nil {
+		if op.local != nil {
+			op.local.Close()
+		}
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags()}, Err: fabric.ErrIO})
+	}
+}
+
+// ---- The program's calls ----
+
+func (r *rdm) post(u urecv) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return fabric.Errorf("fi_recv", fabric.ErrBadFD, "endpoint closed")
+	}
+	if m, ok := r.q.Post(u); ok {
+		r.complete(u, m)
+	}
+	return nil
+}
+
+func (r *rdm) Recv(buf []byte, desc any, src fabric.Addr, context any) error {
+	return r.post(urecv{Buf: buf, Desc: desc, Src: src, Ctx: context})
+}
+
+func (r *rdm) TRecv(buf []byte, desc any, src fabric.Addr, tag, ignore uint64, context any) error {
+	return r.post(urecv{Buf: buf, Desc: desc, Src: src, Tagged: true, Tag: tag, Ignore: ignore, Ctx: context})
+}
+
+// slot is a registered send buffer taken for one packet.
+type slot struct {
+	i   int
+	pkt []byte
+}
+
+// take reserves n send buffers; false if there are not so many free.
+// Called with r.mu held.
+func (r *rdm) take(n int) ([]slot, bool) {
+	if len(r.free) < n {
+		return nil, false
+	}
+	out := make([]slot, n)
+	for k := range out {
+		i := r.free[len(r.free)-1]
+		r.free = r.free[:len(r.free)-1]
+		out[k] = slot{i: i, pkt: r.tx[i*rdmSlotLen : (i+1)*rdmSlotLen]}
+	}
+	return out, true
+}
+
+// fill writes a packet into s.
+func (s *slot) fill(p *rxm.Pkt, body []byte) {
+	p.Marshal(s.pkt)
+	n := copy(s.pkt[rxm.PktLen:], body)
+	s.pkt = s.pkt[:rxm.PktLen+n]
+}
+
+// postSlot sends the packet in s over c, its connection index set; user
+// is the program's send it is part of. A slot that cannot be posted goes
+// back, and a send it was part of fails. Called with r.mu held.
+func (r *rdm) postSlot(c *rconn, s slot, user *userSend) {
+	if c != nil {
+		binaryPutConnID(s.pkt, c.peerIdx)
+		err := c.ep.Send(s.pkt, r.txMR.Desc(), fabric.AddrNotAvail, &txOp{slot: s.i, user: user})
+		if err == nil {
+			return
+		}
+	}
+	r.free = append(r.free, s.i)
+	if user != nil && user.left > 0 {
+		user.left = 0
+		if user.comp {
+			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: user.ctx, Flags: user.flags}, Err: fabric.ErrConnRefused})
+		}
+	}
+}
+
+// binaryPutConnID sets a packet's connection index (known once the
+// connection is up).
+func binaryPutConnID(pkt []byte, id uint64) {
+	p, _ := rxm.ParsePkt(pkt)
+	p.ConnID = id
+	p.Marshal(pkt)
+}
+
+// sendCtrl sends a control packet with no body of the program's. Called
+// with r.mu held.
+func (r *rdm) sendCtrl(c *rconn, p *rxm.Pkt, body []byte) {
+	s, ok := r.take(1)
+	if !ok {
+		return // the peer's side times out; there is no buffer to say it with
+	}
+	s[0].fill(p, body)
+	r.postSlot(c, s[0], nil)
+}
+
+// queue runs send on c now if it is up, or when it comes up (with nil if
+// it never does).
+func (c *rconn) queue(send func(c *rconn)) {
+	if c.ready {
+		send(c)
+		return
+	}
+	c.waiting = append(c.waiting, send)
+}
+
+// sendTo sends a message to dest: eager, in segments, or by rendezvous.
+// The data is copied into registered send buffers before it returns.
+func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, data uint64, context any, flags uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.conn(op, dest)
+	if err != nil {
+		return err
+	}
+	inject := flags&fabric.FlagInject != 0
+	cflags := fabric.CompSend | fabric.CompMsg
+	h := rxm.Pkt{Size: uint64(len(buf)), Data: data, Tag: tag}
+	if tagged {
+		cflags, h.Op = fabric.CompSend|fabric.CompTagged, rxm.OpTagged
+	}
+	if flags&fabric.FlagRemoteCQData != 0 {
+		h.Flags = rxm.FlagRemoteCQData
+	}
+	u := &userSend{ctx: context, flags: cflags, length: uint64(len(buf)), comp: !inject}
+	switch {
+	case len(buf) <= sarLimit:
+		n := max(1, (len(buf)+rxm.EagerLimit-1)/rxm.EagerLimit)
+		slots, ok := r.take(n)
+		if !ok {
+			r.pumpLocked()
+			if slots, ok = r.take(n); !ok {
+				return fabric.ErrAgain
+			}
+		}
+		u.left = n
+		if n == 1 {
+			h.Ctrl = rxm.CtrlEager
+			slots[0].fill(&h, buf)
+		} else {
+			r.nextMsg++
+			h.Ctrl, h.MsgID = rxm.CtrlSeg, r.nextMsg
+			for i := range slots {
+				seg := buf[i*rxm.EagerLimit : min(len(buf), (i+1)*rxm.EagerLimit)]
+				p := h
+				p.SegSize, p.SegNo, p.CtrlData = uint16(len(seg)), uint32(i), rxm.SegMiddle
+				switch i {
+				case 0:
+					p.CtrlData = rxm.SegFirst
+				case n - 1:
+					p.CtrlData = rxm.SegLast
+				}
+				slots[i].fill(&p, seg)
+			}
+		}
+		c.queue(func(c *rconn) {
+			for _, s := range slots {
+				r.postSlot(c, s, u)
+			}
+		})
+		return nil
+	case inject:
+		return fabric.Errorf(op, fabric.ErrMsgSize, "inject over the inject size")
+	}
+	// Rendezvous: the peer reads buf through a registration of ours.
+	slots, ok := r.take(1)
+	if !ok {
+		return fabric.ErrAgain
+	}
+	mr, err := r.d.RegMR(buf, fabric.AccessRemoteRead, 0)
+	if err != nil {
+		r.free = append(r.free, slots[0].i)
+		return err
+	}
+	r.nextMsg++
+	id := r.nextMsg
+	r.rndv[id] = &rndvSend{ctx: context, flags: cflags, length: uint64(len(buf)), mr: mr}
+	h.Ctrl, h.MsgID = rxm.CtrlRndvReq, id
+	slots[0].fill(&h, rxm.RndvHdr([]rxm.IOV{{Addr: mr.Addr(), Len: uint64(len(buf)), Key: mr.Key()}}))
+	c.queue(func(c *rconn) {
+		if c == nil {
+			r.free = append(r.free, slots[0].i)
+			if s := r.rndv[id]; s != nil {
+				delete(r.rndv, id)
+				s.mr.Close()
+				r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: fabric.ErrConnRefused})
+			}
+			return
+		}
+		r.postSlot(c, slots[0], nil)
+	})
+	return nil
+}
+
+func (r *rdm) Send(buf []byte, desc any, dest fabric.Addr, context any) error {
+	return r.sendTo("fi_send", buf, dest, false, 0, 0, context, 0)
+}
+
+func (r *rdm) SendData(buf []byte, desc any, data uint64, dest fabric.Addr, context any) error {
+	return r.sendTo("fi_senddata", buf, dest, false, 0, data, context, fabric.FlagRemoteCQData)
+}
+
+func (r *rdm) Inject(buf []byte, dest fabric.Addr) error {
+	if len(buf) > rdmInject {
+		return fabric.Errorf("fi_inject", fabric.ErrMsgSize, "inject of more than 192 bytes")
+	}
+	return r.sendTo("fi_inject", buf, dest, false, 0, 0, nil, fabric.FlagInject)
+}
+
+func (r *rdm) SendMsg(m *fabric.Msg, flags uint64) error {
+	return r.sendTo("fi_sendmsg", m.Buf, m.Addr, false, 0, m.Data, m.Context, flags)
+}
+
+func (r *rdm) TSend(buf []byte, desc any, dest fabric.Addr, tag uint64, context any) error {
+	return r.sendTo("fi_tsend", buf, dest, true, tag, 0, context, 0)
+}
+
+func (r *rdm) TSendMsg(m *fabric.Msg, tag uint64, flags uint64) error {
+	return r.sendTo("fi_tsendmsg", m.Buf, m.Addr, true, tag, m.Data, m.Context, flags)
+}
+
+func (r *rdm) TInject(buf []byte, dest fabric.Addr, tag uint64) error {
+	if len(buf) > rdmInject {
+		return fabric.Errorf("fi_tinject", fabric.ErrMsgSize, "inject of more than 192 bytes")
+	}
+	return r.sendTo("fi_tinject", buf, dest, true, tag, 0, nil, fabric.FlagInject)
+}
+
+// RMA goes straight over the connection to the peer, as rxm passes it to
+// its MSG endpoint.
+func (r *rdm) rma(op string, dest fabric.Addr, ctx any, do func(e *ep, o *rmaOp) error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.conn(op, dest)
+	if err != nil {
+		return err
+	}
+	o := &rmaOp{ctx: ctx}
+	if c.ready {
+		return do(c.ep, o)
+	}
+	c.queue(func(c *rconn) {
+		err := fabric.Errorf(op, fabric.ErrConnRefused, "")
+		if c != nil {
+			err = do(c.ep, o)
+		}
+		if err != nil && ctx != nil {
+			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: ctx, Flags: fabric.CompRMA}, Err: fabric.ErrConnRefused})
+		}
+	})
+	return nil
+}
+
+func (r *rdm) Write(buf []byte, desc any, dest fabric.Addr, addr, key uint64, context any) error {
+	return r.rma("fi_write", dest, context, func(e *ep, o *rmaOp) error { return e.Write(buf, desc, fabric.AddrNotAvail, addr, key, o) })
+}
+
+func (r *rdm) WriteData(buf []byte, desc any, data uint64, dest fabric.Addr, addr, key uint64, context any) error {
+	return r.rma("fi_writedata", dest, context, func(e *ep, o *rmaOp) error {
+		return e.WriteData(buf, desc, data, fabric.AddrNotAvail, addr, key, o)
+	})
+}
+
+func (r *rdm) InjectWrite(buf []byte, dest fabric.Addr, addr, key uint64) error {
+	b := append([]byte(nil), buf...)
+	return r.rma("fi_inject_write", dest, nil, func(e *ep, _ *rmaOp) error { return e.InjectWrite(b, fabric.AddrNotAvail, addr, key) })
+}
+
+func (r *rdm) Read(buf []byte, desc any, src fabric.Addr, addr, key uint64, context any) error {
+	return r.rma("fi_read", src, context, func(e *ep, o *rmaOp) error { return e.Read(buf, desc, fabric.AddrNotAvail, addr, key, o) })
+}
+
+func (r *rdm) GetOpt(fabric.Opt) (int, error) {
+	return 0, fabric.Errorf("fi_getopt", fabric.ErrNoProtoOpt, "")
+}
+func (r *rdm) SetOpt(fabric.Opt, int) error {
+	return fabric.Errorf("fi_setopt", fabric.ErrNoProtoOpt, "")
+}
+
+func (r *rdm) Connect(netip.AddrPort, []byte) error {
+	return fabric.Errorf("fi_connect", fabric.ErrNotSupported, "an FI_EP_RDM endpoint connects by itself")
+}
+
+func (r *rdm) Accept([]byte) error {
+	return fabric.Errorf("fi_accept", fabric.ErrNotSupported, "an FI_EP_RDM endpoint accepts by itself")
+}
+
+func (r *rdm) Shutdown() error { return nil }
+
+// Name is the listening address peers connect to (fi_getname).
+func (r *rdm) Name() (netip.AddrPort, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.enabled {
+		return netip.AddrPort{}, fabric.Errorf("fi_getname", fabric.ErrOpBadState, "enable the endpoint first")
+	}
+	return r.name, nil
+}
+
+func (r *rdm) Peer() (netip.AddrPort, error) {
+	return netip.AddrPort{}, fabric.Errorf("fi_getpeer", fabric.ErrNotConn, "an FI_EP_RDM endpoint has no one peer")
+}
+
+// Close closes the connections and the listener; receives and sends
+// outstanding complete with ErrCanceled.
+func (r *rdm) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	cancel := r.cancel
+	conns := r.byEP
+	r.byEP, r.conns = map[*ep]*rconn{}, map[netip.AddrPort]*rconn{}
+	posted, rndv := r.q.Drain(), r.rndv
+	r.rndv = map[uint64]*rndvSend{}
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	r.wg.Wait()
+	r.comp.Detach(r)
+	for _, c := range conns {
+		c.ep.Close()
+		c.rxMR.Close()
+		for _, send := range c.waiting {
+			send(nil)
+		}
+	}
+	if r.pep != nil {
+		r.pep.Close()
+	}
+	for _, u := range posted {
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
+	}
+	for _, s := range rndv {
+		s.mr.Close()
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: fabric.ErrCanceled})
+	}
+	if r.txMR != nil {
+		r.txMR.Close()
+	}
+	r.icq.Close()
+	r.ieq.Close()
+	return nil
+}

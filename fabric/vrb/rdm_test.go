@@ -1,0 +1,199 @@
+package vrb_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/fabric"
+)
+
+// rdmSide is an FI_EP_RDM endpoint (verbs;ofi_rxm) on the software
+// device's loopback, with its CQ, AV and a registered buffer.
+type rdmSide struct {
+	t   *testing.T
+	dom *fabric.Domain
+	ep  fabric.Endpoint
+	cq  *fabric.CQ
+	av  *fabric.AV
+	buf []byte
+	mr  *fabric.MR
+}
+
+func newRDMSide(t *testing.T) *rdmSide {
+	t.Helper()
+	hints := fabric.AllocInfo()
+	hints.FabricAttr.ProvName = "verbs"
+	hints.EPAttr.Type = fabric.EPRDM
+	infos, err := fabric.GetInfo("127.0.0.1", "0", fabric.FlagSource, hints)
+	must(t, err)
+	info := infos[0]
+	if info.FabricAttr.ProvName != "verbs;ofi_rxm" || info.EPAttr.Protocol != fabric.ProtoRXM {
+		t.Fatalf("RDM entry of provider %q, protocol %v", info.FabricAttr.ProvName, info.EPAttr.Protocol)
+	}
+	fab, err := fabric.OpenFabric(info)
+	must(t, err)
+	s := &rdmSide{t: t}
+	s.dom, err = fab.OpenDomain(info)
+	must(t, err)
+	s.cq, _ = s.dom.OpenCQ(nil)
+	s.av, _ = s.dom.OpenAV(nil)
+	s.ep, err = s.dom.OpenEndpoint(info, nil)
+	must(t, err)
+	must(t, s.ep.BindAV(s.av))
+	must(t, s.ep.BindCQ(s.cq, fabric.BindTransmit|fabric.BindRecv))
+	must(t, s.ep.Enable())
+	s.buf = make([]byte, 2<<20)
+	s.mr, err = s.dom.RegMR(s.buf, fabric.AccessSend|fabric.AccessRecv|fabric.AccessRemoteRead|fabric.AccessRemoteWrite, 0)
+	must(t, err)
+	t.Cleanup(func() {
+		s.ep.Close()
+		s.mr.Close()
+		if err := s.dom.Close(); err != nil {
+			t.Errorf("domain close: %v", err)
+		}
+	})
+	return s
+}
+
+// peer puts o's name in s's AV.
+func (s *rdmSide) peer(o *rdmSide) fabric.Addr {
+	name, err := o.ep.Name()
+	must(s.t, err)
+	h, err := s.av.Insert(name)
+	must(s.t, err)
+	return h[0]
+}
+
+// next waits for a completion or an error entry.
+func (s *rdmSide) next() (fabric.CQEntry, *fabric.CQErrEntry) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var e [1]fabric.CQEntry
+	_, err := s.cq.SRead(ctx, e[:])
+	if errors.Is(err, fabric.ErrAvail) {
+		ee, _ := s.cq.ReadErr()
+		return fabric.CQEntry{}, &ee
+	}
+	if err != nil {
+		s.t.Fatalf("no completion: %v", err)
+	}
+	return e[0], nil
+}
+
+func (s *rdmSide) comp() fabric.CQEntry {
+	s.t.Helper()
+	e, ee := s.next()
+	if ee != nil {
+		s.t.Fatalf("error completion %v (%+v)", ee.Err, ee)
+	}
+	return e
+}
+
+func pattern(n, seed int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + seed)
+	}
+	return b
+}
+
+// Messages of each of rxm's protocols arrive whole: eager (up to 16
+// KiB), SAR segments (up to 128 KiB) and the rendezvous, where the
+// receiver reads the sender's memory; tagged ones match by tag, with the
+// ignore mask; CQ data comes with the message; a message that came before
+// its receive waits for it.
+func TestRDMEndpointCarriesEveryProtocol(t *testing.T) {
+	a, b := newRDMSide(t), newRDMSide(t)
+	toB, toA := a.peer(b), b.peer(a)
+
+	for _, n := range []int{0, 1, 16384, 16385, 65536, 131072, 131073, 1 << 20} {
+		want := pattern(n, n)
+		must(t, b.ep.Recv(b.buf[:n+10], b.mr.Desc(), fabric.AddrNotAvail, n))
+		copy(a.buf, want)
+		must(t, a.ep.Send(a.buf[:n], a.mr.Desc(), toB, "s"))
+		if e := a.comp(); e.Context != "s" || e.Len != uint64(n) {
+			t.Fatalf("%d bytes: send completion %+v", n, e)
+		}
+		e := b.comp()
+		if e.Context != n || e.Len != uint64(n) || !bytes.Equal(b.buf[:n], want) {
+			t.Fatalf("%d bytes: receive %+v, data equal %v", n, e, bytes.Equal(b.buf[:n], want))
+		}
+	}
+
+	// Tagged, out of order, and unexpected (sent before the receive).
+	copy(b.buf, "tag seven")
+	must(t, b.ep.TSend(b.buf[:9], b.mr.Desc(), toA, 7, nil))
+	b.comp()
+	must(t, a.ep.TRecv(a.buf[100:200], a.mr.Desc(), fabric.AddrNotAvail, 0x0f, 0x08, "t")) // 7 matches 15 with bit 3 ignored
+	e := a.comp()
+	if e.Context != "t" || e.Tag != 7 || string(a.buf[100:109]) != "tag seven" || e.Flags&fabric.CompTagged == 0 {
+		t.Fatalf("tagged receive %+v %q", e, a.buf[100:109])
+	}
+
+	// fi_senddata and fi_inject.
+	must(t, b.ep.Recv(b.buf[:64], b.mr.Desc(), fabric.AddrNotAvail, nil))
+	must(t, a.ep.SendData(a.buf[:8], a.mr.Desc(), 0xfeed, toB, nil))
+	a.comp()
+	if e := b.comp(); e.Flags&fabric.CompRemoteCQData == 0 || e.Data != 0xfeed {
+		t.Fatalf("senddata %+v", e)
+	}
+	must(t, b.ep.Recv(b.buf[:64], b.mr.Desc(), fabric.AddrNotAvail, nil))
+	must(t, a.ep.Inject([]byte("injected"), toB))
+	if e := b.comp(); string(e.Buf) != "injected" {
+		t.Fatalf("inject arrived as %q", e.Buf)
+	}
+	if err := a.ep.Inject(make([]byte, 193), toB); !errors.Is(err, fabric.ErrMsgSize) {
+		t.Fatalf("193-byte inject: %v", err)
+	}
+
+	// A message longer than its receive is truncated, of each protocol.
+	for _, n := range []int{100, 40000, 200000} {
+		must(t, b.ep.Recv(b.buf[:50], b.mr.Desc(), fabric.AddrNotAvail, "short"))
+		must(t, a.ep.Send(a.buf[:n], a.mr.Desc(), toB, nil))
+		_, ee := b.next()
+		if ee == nil || ee.Err != fabric.ErrTrunc || ee.Context != "short" {
+			t.Fatalf("%d bytes into 50: %+v", n, ee)
+		}
+		a.comp() // (a refused rendezvous is done too: the receiver says so)
+	}
+}
+
+// RMA on an RDM endpoint goes over the connection to the peer: a write
+// into, and a read from, the peer's registered region by address and
+// key.
+func TestRDMEndpointRMA(t *testing.T) {
+	a, b := newRDMSide(t), newRDMSide(t)
+	toB := a.peer(b)
+	copy(a.buf, "written over rxm's connection")
+	must(t, a.ep.Write(a.buf[:29], a.mr.Desc(), toB, b.mr.Addr()+4096, b.mr.Key(), "w"))
+	if e := a.comp(); e.Context != "w" {
+		t.Fatalf("write completion %+v", e)
+	}
+	if got := string(b.buf[4096 : 4096+29]); got != "written over rxm's connection" {
+		t.Fatalf("peer memory %q", got)
+	}
+	must(t, a.ep.Read(a.buf[1000:1029], a.mr.Desc(), toB, b.mr.Addr()+4096, b.mr.Key(), "r"))
+	a.comp()
+	if got := string(a.buf[1000:1029]); got != "written over rxm's connection" {
+		t.Fatalf("read %q", got)
+	}
+}
+
+// Close completes the receives still posted with ErrCanceled, and an
+// operation after it fails.
+func TestRDMEndpointCloseCancelsReceives(t *testing.T) {
+	a := newRDMSide(t)
+	must(t, a.ep.Recv(a.buf[:10], a.mr.Desc(), fabric.AddrNotAvail, "left"))
+	must(t, a.ep.Close())
+	_, ee := a.next()
+	if ee == nil || ee.Err != fabric.ErrCanceled || ee.Context != "left" {
+		t.Fatalf("after close: %+v", ee)
+	}
+	if err := a.ep.Recv(a.buf[:10], a.mr.Desc(), fabric.AddrNotAvail, nil); err == nil {
+		t.Fatal("receive posted on a closed endpoint")
+	}
+}
