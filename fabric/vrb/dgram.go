@@ -113,6 +113,7 @@ type udState struct {
 	maxMsg int
 	name   fabric.UDName
 	ahs    map[fabric.Addr]udDest
+	stale  []*verbs.AH // handles replaced while sends may still use them
 }
 
 // udDest is a peer's address handle, and the name it was made for (an AV
@@ -230,7 +231,8 @@ func (u *udState) address(op string, wr *verbs.SendWR, dest fabric.Addr, n int) 
 	d, ok := u.ahs[dest]
 	if !ok || !bytes.Equal(d.name, name) {
 		if ok {
-			d.ah.Destroy()
+			// (Sends in flight may use it: it goes at Close.)
+			u.stale = append(u.stale, d.ah)
 			delete(u.ahs, dest)
 		}
 		if d, err = u.makeAH(op, name); err != nil {
@@ -269,4 +271,8 @@ func (u *udState) destroyAHs() {
 		d.ah.Destroy()
 		delete(u.ahs, h)
 	}
+	for _, ah := range u.stale {
+		ah.Destroy()
+	}
+	u.stale = nil
 }

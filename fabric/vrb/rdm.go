@@ -2,6 +2,7 @@ package vrb
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"os"
 	"sync"
@@ -37,6 +38,7 @@ const (
 	rdmSize     = 2048                        // C's tx and rx size
 	rdmRxSizeCM = rdmRxBufs                   // the rx_size the connection data announces
 	rdmTagBits  = uint64(0xaaaaaaaaaaaaaaaa)  // mem_tag_format, as C's
+	rdmMaxSAR   = 16                          // messages a connection may have coming in segments at once
 )
 
 // rdmTemplate is the fi_info of C's verbs;ofi_rxm entry for a device
@@ -65,6 +67,8 @@ type rconn struct {
 	addr    fabric.Addr    // its AV handle, or AddrNotAvail
 	myIdx   uint64
 	peerIdx uint64
+	peerPID uint64
+	sarOpen int // messages coming in segments
 	ready   bool
 	rxMR    *fabric.MR // the receive buffers' registration
 	waiting []func(c *rconn)
@@ -91,6 +95,7 @@ type (
 	txOp struct { // a packet this endpoint sent
 		slot int
 		user *userSend // the program's send it is part of, or nil
+		rndv uint64    // the rendezvous it asks for, or 0
 	}
 	userSend struct {
 		ctx    any
@@ -105,6 +110,7 @@ type (
 		local *fabric.MR // a registration of our own, or nil
 	}
 	rndvSend struct {
+		c      *rconn
 		ctx    any
 		flags  uint64
 		length uint64
@@ -140,6 +146,13 @@ type rdm struct {
 	tx      []byte
 	txMR    *fabric.MR
 	free    []int
+	// retry holds work a connection's queue refused (ErrAgain) or that
+	// waits for a send slot: it runs again, in order, after each pump.
+	retry []func() bool
+	// orphans are sends that waited on a connection the peer refused
+	// because its own request to us wins (EALREADY): they go over the
+	// peer's connection when it comes.
+	orphans map[netip.AddrPort][]func(*rconn)
 	pid     uint64
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -147,7 +160,7 @@ type rdm struct {
 
 func newRDM(d *fabric.Domain, info *fabric.Info, context any) (*rdm, error) {
 	r := &rdm{d: d, info: info.Dup(), ctx: context, conns: map[netip.AddrPort]*rconn{}, byEP: map[*ep]*rconn{},
-		sar: map[sarKey]*umsg{}, rndv: map[uint64]*rndvSend{}, pid: uint64(os.Getpid())}
+		sar: map[sarKey]*umsg{}, rndv: map[uint64]*rndvSend{}, orphans: map[netip.AddrPort][]func(*rconn){}, pid: uint64(os.Getpid())}
 	r.icq, _ = d.OpenCQ(nil)
 	r.ieq, _ = d.Fabric.OpenEQ()
 	return r, nil
@@ -185,14 +198,10 @@ func (r *rdm) Enable() error {
 	if r.av == nil || r.comp.TxCQ == nil || r.comp.RxCQ == nil {
 		return fabric.Errorf("fi_enable", fabric.ErrNoAV, "bind an AV and CQs first")
 	}
-	r.tx = make([]byte, rdmTxSlots*rdmSlotLen)
-	mr, err := r.d.RegMR(r.tx, fabric.AccessSend, 0)
+	tx := make([]byte, rdmTxSlots*rdmSlotLen)
+	mr, err := r.d.RegMR(tx, fabric.AccessSend, 0)
 	if err != nil {
 		return err
-	}
-	r.txMR = mr
-	for i := rdmTxSlots - 1; i >= 0; i-- {
-		r.free = append(r.free, i)
 	}
 	li := r.info.Dup()
 	li.EPAttr.Type = fabric.EPMsg
@@ -213,6 +222,10 @@ func (r *rdm) Enable() error {
 	}
 	r.pep = p
 	r.name, _ = p.Name()
+	r.tx, r.txMR, r.free = tx, mr, nil
+	for i := rdmTxSlots - 1; i >= 0; i-- {
+		r.free = append(r.free, i)
+	}
 	r.enabled = true
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -236,7 +249,25 @@ func (r *rdm) pump() {
 // pumpLocked is pump with r.mu held.
 func (r *rdm) pumpLocked() {
 	if !r.closed {
-		rxm.Pump(r.ieq, r.icq, &rxm.Handlers{Event: r.cmEvent, EventErr: r.connFailed, Comp: r.completion, CompErr: r.opFailed})
+		rxm.Pump(r.ieq, r.icq, r.handlers())
+		r.runRetries()
+	}
+}
+
+func (r *rdm) handlers() *rxm.Handlers {
+	return &rxm.Handlers{Event: r.cmEvent, EventErr: r.connFailed, Comp: r.completion, CompErr: r.opFailed}
+}
+
+// runRetries runs the deferred work in order, keeping what still cannot
+// go. Called with r.mu held.
+func (r *rdm) runRetries() {
+	w := r.retry
+	r.retry = nil
+	for i, f := range w {
+		if !f() {
+			r.retry = append(r.retry, w[i:]...)
+			return
+		}
 	}
 }
 
@@ -268,7 +299,7 @@ func (r *rdm) conn(op string, dest fabric.Addr) (*rconn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := r.newConn(d.(*ep), peer, dest)
+	c, err := r.newConn(d.(*ep), peer, dest, true)
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +313,7 @@ func (r *rdm) conn(op string, dest fabric.Addr) (*rconn, error) {
 
 // newConn enables a connection's endpoint and posts its receive
 // buffers. Called with r.mu held.
-func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr) (*rconn, error) {
+func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr, sendable bool) (*rconn, error) {
 	c := &rconn{ep: e, peer: peer, addr: addr, myIdx: r.nextIdx}
 	r.nextIdx++
 	e.BindEQ(r.ieq)
@@ -302,7 +333,9 @@ func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr) (*rconn, err
 		b := &rxBuf{c: c, buf: bufs[i*rdmSlotLen : (i+1)*rdmSlotLen : (i+1)*rdmSlotLen]}
 		e.Recv(b.buf, mr.Desc(), fabric.AddrNotAvail, b)
 	}
-	r.conns[peer] = c
+	if sendable {
+		r.conns[peer] = c
+	}
 	r.byEP[e] = c
 	return c, nil
 }
@@ -314,6 +347,16 @@ func (r *rdm) dropConn(c *rconn) {
 		delete(r.conns, c.peer)
 	}
 	delete(r.byEP, c.ep)
+	for id, s := range r.rndv {
+		if s.c == c {
+			r.failRndv(id, fabric.ErrConnReset)
+		}
+	}
+	for k := range r.sar {
+		if k.c == c {
+			r.endSAR(k)
+		}
+	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -333,7 +376,7 @@ func (r *rdm) cmEvent(ev fabric.EQEntry) {
 			return
 		}
 		if a, ok := rxm.ParseAccept(ev.Data); ok && !c.ready {
-			c.peerIdx = a.ConnID & 0xffffffff
+			c.peerIdx, c.peerPID = a.ConnID&0xffffffff, a.ConnID>>32
 		}
 		c.ready = true
 		w := c.waiting
@@ -363,39 +406,54 @@ func (r *rdm) connReq(ev fabric.EQEntry) {
 	if r.av != nil {
 		addr = r.av.Find(peer)
 	}
+	loopback := false
+	var moved []func(*rconn)
+	if old := r.conns[peer]; old != nil {
+		switch cmp := peer.Compare(r.name); {
+		case old.ready && old.peerPID != cd.ConnID>>32:
+			// A new process at the peer's address: the old connection
+			// is stale.
+			r.dropConn(old)
+		case old.ready:
+			r.pep.Reject(ev.Info.Handle, rxm.RejectAlready)
+			return
+		case cmp < 0:
+			// Both sides connect at once, and as in C's rxm the lower
+			// address gives way: ours goes on, theirs is refused.
+			r.pep.Reject(ev.Info.Handle, rxm.RejectAlready)
+			return
+		case cmp > 0:
+			// Theirs goes on: what waited on ours goes over it.
+			moved, old.waiting = old.waiting, nil
+			r.dropConn(old)
+		default:
+			loopback = true // our own request: its far end
+		}
+	}
 	mi := ev.Info
 	mi.TxAttr.Size, mi.RxAttr.Size = 0, 0
 	d, err := provider{}.Endpoint(r.d, mi, nil)
-	if err != nil {
-		r.pep.Reject(ev.Info.Handle, rxm.Reject)
-		return
+	if err == nil {
+		var c *rconn
+		if c, err = r.newConn(d.(*ep), peer, addr, !loopback); err == nil {
+			c.waiting = append(moved, r.orphans[peer]...)
+			delete(r.orphans, peer)
+			c.peerIdx, c.peerPID = cd.ConnID&0xffffffff, cd.ConnID>>32
+			if err = c.ep.Accept(rxm.Accept{ConnID: r.pid<<32 | c.myIdx, RxSize: rdmRxSizeCM, Flow: rxm.FlowPeerOff}.Bytes()); err != nil {
+				r.dropConn(c)
+				r.failWaiting(c)
+			}
+			return
+		}
 	}
-	var moved []func(*rconn)
-	if old := r.conns[peer]; old != nil && !old.ready {
-		// Both sides connected at once: keep theirs, drop ours, and send
-		// what waited on ours over theirs once it is up.
-		moved, old.waiting = old.waiting, nil
-		r.dropConn(old)
-	}
-	c, err := r.newConn(d.(*ep), peer, addr)
-	if err != nil {
-		return
-	}
-	c.waiting = moved
-	c.peerIdx = cd.ConnID & 0xffffffff
-	if err := c.ep.Accept(rxm.Accept{ConnID: r.pid<<32 | c.myIdx, RxSize: rdmRxSizeCM, Flow: rxm.FlowPeerOff}.Bytes()); err != nil {
-		r.dropConn(c)
+	r.pep.Reject(ev.Info.Handle, rxm.Reject)
+	for _, send := range moved {
+		send(nil)
 	}
 }
 
-// connFailed fails what waited on a connection that did not come up.
-func (r *rdm) connFailed(ee fabric.EQErrEntry) {
-	e, _ := ee.FID.(*ep)
-	c := r.byEP[e]
-	if c == nil {
-		return
-	}
-	r.dropConn(c)
+// failWaiting fails what waited on c.
+func (r *rdm) failWaiting(c *rconn) {
 	w := c.waiting
 	c.waiting = nil
 	for _, send := range w {
@@ -403,12 +461,44 @@ func (r *rdm) connFailed(ee fabric.EQErrEntry) {
 	}
 }
 
+// connFailed fails what waited on a connection that did not come up,
+// unless the peer refused it because its own request to us goes on
+// (EALREADY): then it waits for that one.
+func (r *rdm) connFailed(ee fabric.EQErrEntry) {
+	e, _ := ee.FID.(*ep)
+	c := r.byEP[e]
+	if c == nil {
+		return
+	}
+	r.dropConn(c)
+	if ee.Err == fabric.ErrConnRefused && len(ee.ErrData) >= 2 && ee.ErrData[1] == rxm.ReasonAlready {
+		if nc := r.conns[c.peer]; nc != nil {
+			for _, send := range c.waiting {
+				nc.queue(send)
+			}
+			c.waiting = nil
+			return
+		}
+		r.orphans[c.peer] = append(r.orphans[c.peer], c.waiting...)
+		c.waiting = nil
+		return
+	}
+	r.failWaiting(c)
+}
+
 // ---- Completions of the connections ----
 
 func (r *rdm) completion(e fabric.CQEntry) {
 	switch x := e.Context.(type) {
 	case *rxBuf:
-		r.received(x, e)
+		if e.Flags&fabric.CompRemoteWrite != 0 {
+			// A peer's fi_writedata: its data consumed this buffer.
+			if e.Flags&fabric.CompRemoteCQData != 0 && r.comp.RxCQ != nil {
+				r.comp.RxCQ.Push(fabric.CQEntry{Flags: e.Flags, Data: e.Data})
+			}
+		} else {
+			r.received(x, e)
+		}
 		if r.byEP[x.c.ep] == x.c {
 			x.c.ep.Recv(x.buf, x.c.rxMR.Desc(), fabric.AddrNotAvail, x)
 		}
@@ -433,12 +523,18 @@ func (r *rdm) completion(e fabric.CQEntry) {
 	case *rmaOp:
 		e.Context = x.ctx
 		r.comp.Done(e)
-	case nil:
-		// A peer's RMA write with CQ data consumed a receive buffer.
-		if e.Flags&fabric.CompRemoteCQData != 0 && r.comp.RxCQ != nil {
-			r.comp.RxCQ.Push(e)
-		}
 	}
+}
+
+// failRndv fails a rendezvous send. Called with r.mu held.
+func (r *rdm) failRndv(id uint64, errno fabric.Errno) {
+	s := r.rndv[id]
+	if s == nil {
+		return
+	}
+	delete(r.rndv, id)
+	s.mr.Close()
+	r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: errno})
 }
 
 func (r *rdm) opFailed(ee fabric.CQErrEntry) {
@@ -449,6 +545,9 @@ func (r *rdm) opFailed(ee fabric.CQErrEntry) {
 		}
 	case *txOp:
 		r.free = append(r.free, x.slot)
+		if x.rndv != 0 {
+			r.failRndv(x.rndv, ee.Err)
+		}
 		if u := x.user; u != nil && u.left > 0 {
 			u.left = 0 // the first failure reports; the rest are quiet
 			if u.comp {
@@ -491,7 +590,7 @@ func (r *rdm) received(b *rxBuf, e fabric.CQEntry) {
 		m.Rndv = iov
 		r.deliver(m)
 	case rxm.CtrlRndvRdDone:
-		if s := r.rndv[p.MsgID]; s != nil {
+		if s := r.rndv[p.MsgID]; s != nil && s.c == b.c {
 			delete(r.rndv, p.MsgID)
 			s.mr.Close()
 			r.comp.Done(fabric.CQEntry{Context: s.ctx, Flags: s.flags, Len: s.length})
@@ -507,26 +606,35 @@ func (r *rdm) segment(m umsg, p rxm.Pkt, body []byte) {
 	k := sarKey{m.Conn, p.MsgID}
 	a := r.sar[k]
 	if p.CtrlData&3 == rxm.SegFirst || a == nil {
-		delete(r.sar, k)
-		if p.CtrlData&3 != rxm.SegFirst || p.Size <= rxm.EagerLimit || p.Size > sarLimit {
+		r.endSAR(k)
+		if p.CtrlData&3 != rxm.SegFirst || p.Size <= rxm.EagerLimit || p.Size > sarLimit || m.Conn.sarOpen >= rdmMaxSAR {
 			return // not a message C's rxm sends in segments
 		}
 		m.Body = make([]byte, 0, p.Size)
 		a = &m
 		r.sar[k] = a
+		m.Conn.sarOpen++
 	}
 	n := int(p.SegSize)
 	if n > len(body) || n > cap(a.Body)-len(a.Body) {
-		delete(r.sar, k) // a segment past the message it belongs to
+		r.endSAR(k) // a segment past the message it belongs to
 		return
 	}
 	a.Body = append(a.Body, body[:n]...)
 	if p.CtrlData&3 == rxm.SegLast || uint64(len(a.Body)) == a.Size {
-		delete(r.sar, k)
+		r.endSAR(k)
 		if uint64(len(a.Body)) != a.Size {
 			return // segments lost to a broken connection
 		}
 		r.deliver(*a)
+	}
+}
+
+// endSAR forgets a message coming in segments.
+func (r *rdm) endSAR(k sarKey) {
+	if _, ok := r.sar[k]; ok {
+		delete(r.sar, k)
+		k.c.sarOpen--
 	}
 }
 
@@ -571,11 +679,21 @@ func (r *rdm) complete(u urecv, m umsg) {
 		}
 		op.local, desc = mr, mr.Desc()
 	}
-	if err := m.Conn.ep.Read(u.Buf[:v.Len], desc, fabric.AddrNotAvail, v.Addr, v.Key, op); err != nil {
-		if op.local != nil {
-			op.local.Close()
+	read := func() bool {
+		err := m.Conn.ep.Read(u.Buf[:v.Len], desc, fabric.AddrNotAvail, v.Addr, v.Key, op)
+		if errors.Is(err, fabric.ErrAgain) {
+			return false
 		}
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags()}, Err: fabric.ErrIO})
+		if err != nil {
+			if op.local != nil {
+				op.local.Close()
+			}
+			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags()}, Err: fabric.ErrIO})
+		}
+		return true
+	}
+	if len(r.retry) > 0 || !read() {
+		r.retry = append(r.retry, read)
 	}
 }
 
@@ -630,22 +748,36 @@ func (s *slot) fill(p *rxm.Pkt, body []byte) {
 }
 
 // postSlot sends the packet in s over c, its connection index set; user
-// is the program's send it is part of. A slot that cannot be posted goes
-// back, and a send it was part of fails. Called with r.mu held.
-func (r *rdm) postSlot(c *rconn, s slot, user *userSend) {
-	if c != nil {
-		binaryPutConnID(s.pkt, c.peerIdx)
-		err := c.ep.Send(s.pkt, r.txMR.Desc(), fabric.AddrNotAvail, &txOp{slot: s.i, user: user})
-		if err == nil {
-			return
+// is the program's send it is part of, rndv the rendezvous it asks for.
+// A packet the connection's queue has no room for waits in r.retry; one
+// that cannot go (no connection, a broken one) gives its slot back and
+// fails what it was part of. Called with r.mu held.
+func (r *rdm) postSlot(c *rconn, s slot, user *userSend, rndv uint64) {
+	try := func() bool {
+		if c != nil && r.byEP[c.ep] == c {
+			binaryPutConnID(s.pkt, c.peerIdx)
+			err := c.ep.Send(s.pkt, r.txMR.Desc(), fabric.AddrNotAvail, &txOp{slot: s.i, user: user, rndv: rndv})
+			if err == nil {
+				return true
+			}
+			if errors.Is(err, fabric.ErrAgain) {
+				return false
+			}
 		}
+		r.free = append(r.free, s.i)
+		if rndv != 0 {
+			r.failRndv(rndv, fabric.ErrConnRefused)
+		}
+		if user != nil && user.left > 0 {
+			user.left = 0
+			if user.comp {
+				r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: user.ctx, Flags: user.flags}, Err: fabric.ErrConnRefused})
+			}
+		}
+		return true
 	}
-	r.free = append(r.free, s.i)
-	if user != nil && user.left > 0 {
-		user.left = 0
-		if user.comp {
-			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: user.ctx, Flags: user.flags}, Err: fabric.ErrConnRefused})
-		}
+	if len(r.retry) > 0 || !try() {
+		r.retry = append(r.retry, try) // (behind what waits already: order holds)
 	}
 }
 
@@ -657,15 +789,21 @@ func binaryPutConnID(pkt []byte, id uint64) {
 	p.Marshal(pkt)
 }
 
-// sendCtrl sends a control packet with no body of the program's. Called
-// with r.mu held.
+// sendCtrl sends a control packet with no body of the program's, when a
+// send slot is free. Called with r.mu held.
 func (r *rdm) sendCtrl(c *rconn, p *rxm.Pkt, body []byte) {
-	s, ok := r.take(1)
-	if !ok {
-		return // the peer's side times out; there is no buffer to say it with
+	try := func() bool {
+		s, ok := r.take(1)
+		if !ok {
+			return false
+		}
+		s[0].fill(p, body)
+		r.postSlot(c, s[0], nil, 0)
+		return true
 	}
-	s[0].fill(p, body)
-	r.postSlot(c, s[0], nil)
+	if len(r.retry) > 0 || !try() {
+		r.retry = append(r.retry, try)
+	}
 }
 
 // queue runs send on c now if it is up, or when it comes up (with nil if
@@ -729,7 +867,7 @@ func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, 
 		}
 		c.queue(func(c *rconn) {
 			for _, s := range slots {
-				r.postSlot(c, s, u)
+				r.postSlot(c, s, u, 0)
 			}
 		})
 		return nil
@@ -748,20 +886,14 @@ func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, 
 	}
 	r.nextMsg++
 	id := r.nextMsg
-	r.rndv[id] = &rndvSend{ctx: context, flags: cflags, length: uint64(len(buf)), mr: mr}
+	r.rndv[id] = &rndvSend{c: c, ctx: context, flags: cflags, length: uint64(len(buf)), mr: mr}
 	h.Ctrl, h.MsgID = rxm.CtrlRndvReq, id
 	slots[0].fill(&h, rxm.RndvHdr([]rxm.IOV{{Addr: mr.Addr(), Len: uint64(len(buf)), Key: mr.Key()}}))
 	c.queue(func(c *rconn) {
-		if c == nil {
-			r.free = append(r.free, slots[0].i)
-			if s := r.rndv[id]; s != nil {
-				delete(r.rndv, id)
-				s.mr.Close()
-				r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: fabric.ErrConnRefused})
-			}
-			return
+		if s := r.rndv[id]; s != nil && c != nil {
+			s.c = c // (the connection it goes over may be the peer's)
 		}
-		r.postSlot(c, slots[0], nil)
+		r.postSlot(c, slots[0], nil, id)
 	})
 	return nil
 }
@@ -885,37 +1017,47 @@ func (r *rdm) Close() error {
 	}
 	r.closed = true
 	cancel := r.cancel
-	conns := r.byEP
-	r.byEP, r.conns = map[*ep]*rconn{}, map[netip.AddrPort]*rconn{}
-	posted, rndv := r.q.Drain(), r.rndv
-	r.rndv = map[uint64]*rndvSend{}
 	r.mu.Unlock()
 	if cancel != nil {
 		cancel()
 	}
-	r.wg.Wait()
-	r.comp.Detach(r)
+	r.wg.Wait() // the loop, and the connections dropped before
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	conns := r.byEP
+	r.byEP, r.conns = map[*ep]*rconn{}, map[netip.AddrPort]*rconn{}
 	for _, c := range conns {
 		c.ep.Close()
 		c.rxMR.Close()
-		for _, send := range c.waiting {
+	}
+	// What the connections cancelled (sends, rendezvous reads, RMA)
+	// fails the program's operations it was part of; what never went
+	// fails too.
+	rxm.Pump(r.ieq, r.icq, r.handlers())
+	for _, c := range conns {
+		r.failWaiting(c)
+	}
+	for peer, w := range r.orphans {
+		for _, send := range w {
 			send(nil)
 		}
+		delete(r.orphans, peer)
+	}
+	r.runRetries()
+	for _, u := range r.q.Drain() {
+		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
+	}
+	for id := range r.rndv {
+		r.failRndv(id, fabric.ErrCanceled)
 	}
 	if r.pep != nil {
 		r.pep.Close()
-	}
-	for _, u := range posted {
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
-	}
-	for _, s := range rndv {
-		s.mr.Close()
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: fabric.ErrCanceled})
 	}
 	if r.txMR != nil {
 		r.txMR.Close()
 	}
 	r.icq.Close()
 	r.ieq.Close()
+	r.comp.Detach(r)
 	return nil
 }

@@ -152,8 +152,18 @@ func ParseAccept(b []byte) (Accept, bool) {
 	return Accept{ConnID: binary.LittleEndian.Uint64(b), RxSize: binary.LittleEndian.Uint32(b[8:]), Flow: b[12]}, true
 }
 
-// Reject is the data of a refusal: version 1, reason ECONNREFUSED.
-var Reject = []byte{CMVersion, 1}
+// Reasons of a refusal (enum rxm_cm_reject_reason).
+const (
+	ReasonRefused = 1 // RXM_REJECT_ECONNREFUSED
+	ReasonAlready = 2 // RXM_REJECT_EALREADY: our own request to the peer goes on
+)
+
+// Reject and RejectAlready are the data of refusals (struct
+// rxm_cm_reject: version, reason).
+var (
+	Reject        = []byte{CMVersion, ReasonRefused}
+	RejectAlready = []byte{CMVersion, ReasonAlready}
+)
 
 // IOV is one range of a rendezvous's source (struct ofi_rma_iov).
 type IOV struct {
