@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"encoding/binary"
 	"net/netip"
 	"os"
 	"sync"
@@ -47,6 +46,7 @@ type rconn struct {
 	addr    fabric.Addr    // its AV handle, or AddrNotAvail
 	myIdx   uint64
 	peerIdx uint64
+	peerPID uint64
 	ready   bool
 	waiting []pending // sends waiting for the connection
 }
@@ -109,6 +109,7 @@ type rdm struct {
 	icq     *fabric.CQ // the connections' completions
 	ieq     *fabric.EQ // the connections' and the listener's events
 	conns   map[netip.AddrPort]*rconn
+	orphans map[netip.AddrPort][]pending // sends whose connection the peer refused for its own (EALREADY)
 	byEP    map[*ep]*rconn
 	nextIdx uint64
 	q       rxm.Queue[*rconn]
@@ -121,7 +122,7 @@ type rdm struct {
 }
 
 func newRDM(d *fabric.Domain, info *fabric.Info, context any) (*rdm, error) {
-	r := &rdm{d: d, info: info.Dup(), ctx: context, conns: map[netip.AddrPort]*rconn{}, byEP: map[*ep]*rconn{},
+	r := &rdm{d: d, info: info.Dup(), ctx: context, conns: map[netip.AddrPort]*rconn{}, byEP: map[*ep]*rconn{}, orphans: map[netip.AddrPort][]pending{},
 		rndv: map[uint64]*rndvSend{}, done: make(chan struct{}), pid: uint64(os.Getpid())}
 	r.icq, _ = d.OpenCQ(nil)
 	r.ieq, _ = d.Fabric.OpenEQ()
@@ -226,7 +227,7 @@ func (r *rdm) conn(dest fabric.Addr) (*rconn, error) {
 	mi.TxAttr.Size, mi.RxAttr.Size = 0, 0
 	d, _ := provider{}.Endpoint(r.d, mi, nil)
 	e := d.(*ep)
-	c := r.newConn(e, peer, dest)
+	c := r.newConn(e, peer, dest, true)
 	if err := e.Connect(peer, connReqData(r.port, r.pid<<32|c.myIdx)); err != nil {
 		r.dropConn(c)
 		return nil, err
@@ -235,7 +236,9 @@ func (r *rdm) conn(dest fabric.Addr) (*rconn, error) {
 }
 
 // newConn sets up a connection's endpoint. Called with r.mu held.
-func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr) *rconn {
+// A loopback connection's far end (ours, connecting to ourselves) only
+// receives: it is not the connection sends to peer take.
+func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr, sendable bool) *rconn {
 	c := &rconn{ep: e, peer: peer, addr: addr, myIdx: r.nextIdx}
 	r.nextIdx++
 	e.BindEQ(r.ieq)
@@ -252,7 +255,9 @@ func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr) *rconn {
 		b := &rxBuf{c: c, buf: make([]byte, rxmPktLen+eagerLimit)}
 		e.Recv(b.buf, nil, fabric.AddrNotAvail, b)
 	}
-	r.conns[peer] = c
+	if sendable {
+		r.conns[peer] = c
+	}
 	r.byEP[e] = c
 	return c
 }
@@ -280,8 +285,8 @@ func (r *rdm) cmEvent(ev fabric.EQEntry) {
 		if c == nil {
 			return
 		}
-		if len(ev.Data) >= 8 && !c.ready {
-			c.peerIdx = binary.LittleEndian.Uint64(ev.Data) & 0xffffffff
+		if a, ok := rxm.ParseAccept(ev.Data); ok && !c.ready {
+			c.peerIdx, c.peerPID = a.ConnID&0xffffffff, a.ConnID>>32
 		}
 		c.ready = true
 		w := c.waiting
@@ -306,31 +311,50 @@ func (r *rdm) connReq(ev fabric.EQEntry) {
 		r.pep.Reject(ev.Info.Handle, rxm.Reject)
 		return
 	}
-	peer := netip.AddrPortFrom(ev.Info.DestAddr.Addr(), cd.Port)
+	peer := netip.AddrPortFrom(ev.Info.DestAddr.Addr().Unmap(), cd.Port)
 	addr := fabric.AddrNotAvail
 	if r.av != nil {
 		addr = r.av.Find(peer)
+	}
+	loopback := false
+	var moved []pending
+	if old := r.conns[peer]; old != nil {
+		me, _ := r.pep.Name()
+		switch cmp := peer.Compare(netip.AddrPortFrom(me.Addr().Unmap(), me.Port())); {
+		case old.ready && old.peerPID != cd.ConnID>>32:
+			r.dropConn(old) // a new process at the peer's address
+		case old.ready:
+			r.pep.Reject(ev.Info.Handle, rxm.RejectAlready)
+			return
+		case cmp < 0:
+			// Both sides connect at once, and as in C's rxm the lower
+			// address gives way: ours goes on, theirs is refused.
+			r.pep.Reject(ev.Info.Handle, rxm.RejectAlready)
+			return
+		case cmp > 0:
+			// Theirs goes on: what waited on ours goes over it.
+			moved, old.waiting = old.waiting, nil
+			r.dropConn(old)
+		default:
+			loopback = true // our own request: its far end
+		}
 	}
 	mi := ev.Info
 	mi.TxAttr.Size, mi.RxAttr.Size = 0, 0
 	dd, err := provider{}.Endpoint(r.d, mi, nil)
 	if err != nil {
+		r.pep.Reject(ev.Info.Handle, rxm.Reject)
+		r.failWaiting(&rconn{waiting: moved}, fabric.ErrConnRefused)
 		return
 	}
 	e := dd.(*ep)
-	var moved []pending
-	if old := r.conns[peer]; old != nil && !old.ready {
-		// Both sides connected at once: keep theirs, drop ours, and send
-		// what waited on ours over theirs once it is up.
-		moved = old.waiting
-		old.waiting = nil
-		r.dropConn(old)
-	}
-	c := r.newConn(e, peer, addr)
-	c.waiting = moved
-	c.peerIdx = cd.ConnID & 0xffffffff
+	c := r.newConn(e, peer, addr, !loopback)
+	c.waiting = append(moved, r.orphans[peer]...)
+	delete(r.orphans, peer)
+	c.peerIdx, c.peerPID = cd.ConnID&0xffffffff, cd.ConnID>>32
 	if err := e.Accept(connRespData(r.pid<<32 | c.myIdx)); err != nil {
 		r.dropConn(c)
+		r.failWaiting(c, fabric.ErrConnRefused)
 	}
 }
 
@@ -342,6 +366,18 @@ func (r *rdm) connFailed(ee fabric.EQErrEntry) {
 		return
 	}
 	r.dropConn(c)
+	if ee.Err == fabric.ErrConnRefused && len(ee.ErrData) >= 2 && ee.ErrData[1] == rxm.ReasonAlready {
+		// The peer's own request to us goes on: what waited goes over it.
+		if nc := r.conns[c.peer]; nc != nil {
+			for _, p := range c.waiting {
+				nc.queue(p)
+			}
+		} else {
+			r.orphans[c.peer] = append(r.orphans[c.peer], c.waiting...)
+		}
+		c.waiting = nil
+		return
+	}
 	r.failWaiting(c, ee.Err)
 }
 
@@ -739,6 +775,10 @@ func (r *rdm) Close() error {
 	r.byEP, r.conns = map[*ep]*rconn{}, map[netip.AddrPort]*rconn{}
 	for _, c := range conns {
 		r.failWaiting(c, fabric.ErrCanceled)
+	}
+	for peer, w := range r.orphans {
+		r.failWaiting(&rconn{waiting: w}, fabric.ErrCanceled)
+		delete(r.orphans, peer)
 	}
 	for _, u := range r.q.Drain() {
 		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})

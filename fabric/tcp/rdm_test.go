@@ -224,3 +224,39 @@ func TestRDMRendezvousIsNotARemoteRead(t *testing.T) {
 		t.Fatalf("FI_REMOTE_READ counter %d after a rendezvous send", n)
 	}
 }
+
+// Both sides sending first at once: as in C's rxm, the lower address
+// gives way (its request is refused with EALREADY) and what waited on it
+// goes over the other connection; a send to oneself goes over a loopback
+// connection.
+func TestRDMSimultaneousFirstSendsAndSendsToSelf(t *testing.T) {
+	for round := range 5 {
+		a, b := newRDM(t), newRDM(t)
+		toB, toA := a.peer(t, b), b.peer(t, a)
+		must(t, a.ep.Recv(make([]byte, 100), nil, fabric.AddrNotAvail, "ra"))
+		must(t, b.ep.Recv(make([]byte, 100), nil, fabric.AddrNotAvail, "rb"))
+		errs := make(chan error, 2)
+		go func() { errs <- a.ep.Send([]byte("to b"), nil, toB, "sa") }()
+		go func() { errs <- b.ep.Send([]byte("to a"), nil, toA, "sb") }()
+		must(t, <-errs)
+		must(t, <-errs)
+		got := map[any]bool{}
+		for _, s := range []*rdmSide{a, a, b, b} {
+			got[s.ok(t).Context] = true
+		}
+		if len(got) != 4 {
+			t.Fatalf("round %d: completions %v", round, got)
+		}
+	}
+	a := newRDM(t)
+	me := a.peer(t, a)
+	must(t, a.ep.Recv(make([]byte, 100), nil, fabric.AddrNotAvail, "r"))
+	must(t, a.ep.Send([]byte("to me"), nil, me, "s"))
+	got := map[any]bool{}
+	for range 2 {
+		got[a.ok(t).Context] = true
+	}
+	if !got["r"] || !got["s"] {
+		t.Fatalf("send to self: completions %v", got)
+	}
+}
