@@ -320,23 +320,15 @@ func (r *rdm) connReq(ev fabric.EQEntry) {
 	var moved []pending
 	if old := r.conns[peer]; old != nil {
 		me, _ := r.pep.Name()
-		switch cmp := peer.Compare(netip.AddrPortFrom(me.Addr().Unmap(), me.Port())); {
-		case old.ready && old.peerPID != cd.ConnID>>32:
-			r.dropConn(old) // a new process at the peer's address
-		case old.ready:
+		switch rxm.ResolveClash(old.ready, old.peerPID, cd.ConnID>>32, peer, me) {
+		case rxm.RefuseAlready:
 			r.pep.Reject(ev.Info.Handle, rxm.RejectAlready)
 			return
-		case cmp < 0:
-			// Both sides connect at once, and as in C's rxm the lower
-			// address gives way: ours goes on, theirs is refused.
-			r.pep.Reject(ev.Info.Handle, rxm.RejectAlready)
-			return
-		case cmp > 0:
-			// Theirs goes on: what waited on ours goes over it.
+		case rxm.Replace:
 			moved, old.waiting = old.waiting, nil
 			r.dropConn(old)
-		default:
-			loopback = true // our own request: its far end
+		case rxm.Loopback:
+			loopback = true
 		}
 	}
 	mi := ev.Info

@@ -409,25 +409,15 @@ func (r *rdm) connReq(ev fabric.EQEntry) {
 	loopback := false
 	var moved []func(*rconn)
 	if old := r.conns[peer]; old != nil {
-		switch cmp := peer.Compare(r.name); {
-		case old.ready && old.peerPID != cd.ConnID>>32:
-			// A new process at the peer's address: the old connection
-			// is stale.
-			r.dropConn(old)
-		case old.ready:
+		switch rxm.ResolveClash(old.ready, old.peerPID, cd.ConnID>>32, peer, r.name) {
+		case rxm.RefuseAlready:
 			r.pep.Reject(ev.Info.Handle, rxm.RejectAlready)
 			return
-		case cmp < 0:
-			// Both sides connect at once, and as in C's rxm the lower
-			// address gives way: ours goes on, theirs is refused.
-			r.pep.Reject(ev.Info.Handle, rxm.RejectAlready)
-			return
-		case cmp > 0:
-			// Theirs goes on: what waited on ours goes over it.
+		case rxm.Replace:
 			moved, old.waiting = old.waiting, nil
 			r.dropConn(old)
-		default:
-			loopback = true // our own request: its far end
+		case rxm.Loopback:
+			loopback = true
 		}
 	}
 	mi := ev.Info

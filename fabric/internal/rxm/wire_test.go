@@ -3,6 +3,7 @@ package rxm
 import (
 	"bytes"
 	"encoding/hex"
+	"net/netip"
 	"testing"
 )
 
@@ -77,4 +78,29 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Crossing requests are settled by address as C's rxm_process_connreq
+// settles them.
+func TestResolveClashAsC(t *testing.T) {
+	lo, hi := netip.MustParseAddrPort("10.77.0.1:40000"), netip.MustParseAddrPort("10.77.0.11:30000")
+	for _, c := range []struct {
+		name        string
+		ready       bool
+		oldPID, pid uint64
+		peer, self  netip.AddrPort
+		want        Clash
+	}{
+		{"crossing, the peer lower: ours goes on", false, 0, 7, lo, hi, RefuseAlready},
+		{"crossing, the peer higher: theirs goes on", false, 0, 7, hi, lo, Replace},
+		{"same address and port: ourselves", false, 0, 7, lo, lo, Loopback},
+		{"same address, lower port", false, 0, 7, netip.MustParseAddrPort("10.77.0.1:1"), lo, RefuseAlready},
+		{"IPv4-mapped is the same address", false, 0, 7, netip.MustParseAddrPort("[::ffff:10.77.0.1]:40000"), lo, Loopback},
+		{"connected, same process: refused", true, 7, 7, hi, lo, RefuseAlready},
+		{"connected, a new process: replaced", true, 7, 8, lo, hi, Replace},
+	} {
+		if got := ResolveClash(c.ready, c.oldPID, c.pid, c.peer, c.self); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
 }
