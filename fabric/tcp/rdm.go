@@ -197,14 +197,15 @@ func (r *rdm) loop() {
 func (r *rdm) Progress() { r.pump() }
 
 // pump takes the connections' events and completions and acts on them.
-func (r *rdm) pump() {
+func (r *rdm) pump() bool {
 	if !r.mu.TryLock() {
-		return // someone is at it
+		return false // someone is at it
 	}
 	defer r.mu.Unlock()
 	if !r.closed {
 		rxm.Pump(r.ieq, r.icq, &rxm.Handlers{Event: r.cmEvent, EventErr: r.connFailed, Comp: r.completion, CompErr: r.opFailed})
 	}
+	return true
 }
 
 // ---- Connections ----

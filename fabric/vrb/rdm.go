@@ -238,12 +238,13 @@ func (r *rdm) Enable() error {
 }
 
 // pump takes the connections' events and completions and acts on them.
-func (r *rdm) pump() {
+func (r *rdm) pump() bool {
 	if !r.mu.TryLock() {
-		return
+		return false
 	}
 	defer r.mu.Unlock()
 	r.pumpLocked()
+	return true
 }
 
 // pumpLocked is pump with r.mu held.
@@ -277,7 +278,7 @@ func (r *rdm) Progress() { r.pump() }
 // ---- Connections ----
 
 // conn returns the connection to dest, making it if there is none.
-// Called with r.mu held.
+// Called with r.mu held, which it lets go while it resolves a new peer.
 func (r *rdm) conn(op string, dest fabric.Addr) (*rconn, error) {
 	if r.closed || !r.enabled {
 		return nil, fabric.Errorf(op, fabric.ErrOpBadState, "endpoint not enabled")
@@ -295,9 +296,21 @@ func (r *rdm) conn(op string, dest fabric.Addr) (*rconn, error) {
 	mi := r.info.Dup()
 	mi.EPAttr.Type, mi.DestAddr = fabric.EPMsg, peer
 	mi.TxAttr.Size, mi.RxAttr.Size = 0, 0
+	// Opening the endpoint resolves the peer's address and route, which
+	// may take a while: the connections' progress goes on meanwhile.
+	r.mu.Unlock()
 	d, err := provider{}.Endpoint(r.d, mi, nil)
+	r.mu.Lock()
 	if err != nil {
 		return nil, err
+	}
+	if r.closed {
+		d.Close()
+		return nil, fabric.Errorf(op, fabric.ErrOpBadState, "endpoint closed")
+	}
+	if c := r.conns[peer]; c != nil {
+		d.Close() // another call, or the peer, made one meanwhile
+		return c, nil
 	}
 	c, err := r.newConn(d.(*ep), peer, dest, true)
 	if err != nil {

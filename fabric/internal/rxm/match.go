@@ -2,6 +2,7 @@ package rxm
 
 import (
 	"context"
+	"time"
 
 	"github.com/rdmago/rdmago/fabric"
 )
@@ -158,10 +159,18 @@ func Pump(eq *fabric.EQ, cq *fabric.CQ, h *Handlers) {
 
 // Loop calls pump whenever the event or completion queue has something,
 // until ctx is done: the RDM endpoint's progress while the program does
-// not poll.
-func Loop(ctx context.Context, eq *fabric.EQ, cq *fabric.CQ, pump func()) {
+// not poll. pump reports whether it ran; while someone else holds the
+// endpoint (a program's call, its own poll) Loop backs off rather than
+// spin on the queues that person will empty.
+func Loop(ctx context.Context, eq *fabric.EQ, cq *fabric.CQ, pump func() bool) {
 	for ctx.Err() == nil {
-		pump()
+		if !pump() {
+			select {
+			case <-time.After(100 * time.Microsecond):
+			case <-ctx.Done():
+			}
+			continue
+		}
 		wctx, stop := context.WithCancel(ctx)
 		go func() {
 			eq.Wait(wctx)
