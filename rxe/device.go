@@ -345,7 +345,7 @@ func (c *devctx) QueryDevice() (verbs.DeviceAttr, error) {
 		HWVer:                 0,
 		MaxQP:                 maxQP,
 		MaxQPWR:               maxQPWR,
-		DeviceCapFlags:        verbs.DeviceBadPKeyCntr | verbs.DeviceBadQKeyCntr | verbs.DeviceAutoPathMig | verbs.DeviceChangePhyPort | verbs.DeviceUDAVPortEnforce | verbs.DevicePortActiveEvent | verbs.DeviceSysImageGUID | verbs.DeviceRCRNRNAKGen | verbs.DeviceSRQResize | verbs.DeviceMemWindow | verbs.DeviceMemWindowType2B | verbs.DeviceMemMgtExtensions,
+		DeviceCapFlags:        verbs.DeviceBadPKeyCntr | verbs.DeviceBadQKeyCntr | verbs.DeviceChangePhyPort | verbs.DeviceUDAVPortEnforce | verbs.DevicePortActiveEvent | verbs.DeviceSysImageGUID | verbs.DeviceRCRNRNAKGen | verbs.DeviceSRQResize | verbs.DeviceMemWindow | verbs.DeviceMemWindowType2B | verbs.DeviceMemMgtExtensions,
 		MaxSGE:                maxSGE,
 		MaxSGERD:              maxSGE,
 		MaxCQ:                 maxCQ,

@@ -50,21 +50,23 @@ type DeviceAttr struct {
 
 // Device capability flags (enum ibv_device_cap_flags) that rxe reports.
 const (
-	DeviceResizeMaxWR      = 1 << 0  // IBV_DEVICE_RESIZE_MAX_WR
-	DeviceBadPKeyCntr      = 1 << 1  // IBV_DEVICE_BAD_PKEY_CNTR
-	DeviceBadQKeyCntr      = 1 << 2  // IBV_DEVICE_BAD_QKEY_CNTR
-	DeviceRawMulti         = 1 << 3  // IBV_DEVICE_RAW_MULTI
-	DeviceAutoPathMig      = 1 << 4  // IBV_DEVICE_AUTO_PATH_MIG
-	DeviceChangePhyPort    = 1 << 5  // IBV_DEVICE_CHANGE_PHY_PORT
-	DeviceUDAVPortEnforce  = 1 << 6  // IBV_DEVICE_UD_AV_PORT_ENFORCE
-	DeviceCurrQPStateMod   = 1 << 7  // IBV_DEVICE_CURR_QP_STATE_MOD
-	DeviceShutdownPort     = 1 << 8  // IBV_DEVICE_SHUTDOWN_PORT
-	DeviceInitType         = 1 << 9  // IBV_DEVICE_INIT_TYPE
-	DevicePortActiveEvent  = 1 << 10 // IBV_DEVICE_PORT_ACTIVE_EVENT
-	DeviceSysImageGUID     = 1 << 11 // IBV_DEVICE_SYS_IMAGE_GUID
-	DeviceRCRNRNAKGen      = 1 << 12 // IBV_DEVICE_RC_RNR_NAK_GEN
-	DeviceSRQResize        = 1 << 13 // IBV_DEVICE_SRQ_RESIZE
-	DeviceNMaxSGE          = 1 << 14 // IBV_DEVICE_N_NOTIFY_CQ
+	DeviceResizeMaxWR     = 1 << 0  // IBV_DEVICE_RESIZE_MAX_WR
+	DeviceBadPKeyCntr     = 1 << 1  // IBV_DEVICE_BAD_PKEY_CNTR
+	DeviceBadQKeyCntr     = 1 << 2  // IBV_DEVICE_BAD_QKEY_CNTR
+	DeviceRawMulti        = 1 << 3  // IBV_DEVICE_RAW_MULTI
+	DeviceAutoPathMig     = 1 << 4  // IBV_DEVICE_AUTO_PATH_MIG
+	DeviceChangePhyPort   = 1 << 5  // IBV_DEVICE_CHANGE_PHY_PORT
+	DeviceUDAVPortEnforce = 1 << 6  // IBV_DEVICE_UD_AV_PORT_ENFORCE
+	DeviceCurrQPStateMod  = 1 << 7  // IBV_DEVICE_CURR_QP_STATE_MOD
+	DeviceShutdownPort    = 1 << 8  // IBV_DEVICE_SHUTDOWN_PORT
+	DeviceInitType        = 1 << 9  // IBV_DEVICE_INIT_TYPE
+	DevicePortActiveEvent = 1 << 10 // IBV_DEVICE_PORT_ACTIVE_EVENT
+	DeviceSysImageGUID    = 1 << 11 // IBV_DEVICE_SYS_IMAGE_GUID
+	DeviceRCRNRNAKGen     = 1 << 12 // IBV_DEVICE_RC_RNR_NAK_GEN
+	DeviceSRQResize       = 1 << 13 // IBV_DEVICE_SRQ_RESIZE
+	DeviceNNotifyCQ       = 1 << 14 // IBV_DEVICE_N_NOTIFY_CQ
+	// Deprecated: the flag is IBV_DEVICE_N_NOTIFY_CQ; use DeviceNNotifyCQ.
+	DeviceNMaxSGE          = DeviceNNotifyCQ
 	DeviceMemWindow        = 1 << 17 // IBV_DEVICE_MEM_WINDOW
 	DeviceMemWindowType2B  = 1 << 24 // IBV_DEVICE_MEM_WINDOW_TYPE_2B
 	DeviceMemMgtExtensions = 1 << 21 // IBV_DEVICE_MEM_MGT_EXTENSIONS
