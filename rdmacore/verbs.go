@@ -624,11 +624,21 @@ type cq struct {
 }
 
 func (c *ctx) CreateCQ(cqe int, notify func()) (verbs.CQDriver, error) {
+	return c.CreateCQOnVector(cqe, notify, 0)
+}
+
+// NumCompVectors implements verbs.CompVectors: the context's
+// num_comp_vectors.
+func (c *ctx) NumCompVectors() int { return int(c.s.c.num_comp_vectors) }
+
+// CreateCQOnVector implements verbs.CompVectors (ibv_create_cq's
+// comp_vector).
+func (c *ctx) CreateCQOnVector(cqe int, notify func(), vector int) (verbs.CQDriver, error) {
 	ch, err := C.ibv_create_comp_channel(c.s.c)
 	if ch == nil {
 		return nil, fail("ibv_create_comp_channel", err)
 	}
-	q, err := C.ibv_create_cq(c.s.c, C.int(cqe), nil, ch, 0)
+	q, err := C.ibv_create_cq(c.s.c, C.int(cqe), nil, ch, C.int(vector))
 	if q == nil {
 		C.ibv_destroy_comp_channel(ch)
 		return nil, fail("ibv_create_cq", err)

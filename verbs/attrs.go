@@ -141,6 +141,10 @@ type QPInitAttr struct {
 	// work requests from; the QP then has no receive queue of its own
 	// (Cap.MaxRecvWR and MaxRecvSGE are ignored and reported as 0).
 	SRQ *SRQ
+	// QPContext is the program's value that comes with the QP
+	// (qp_context): QP.QPContext returns it, and the QP of an
+	// AsyncEvent carries it.
+	QPContext any
 }
 
 // QPAttr holds a queue pair's attributes (struct ibv_qp_attr), set by

@@ -20,6 +20,7 @@ type CQ struct {
 	users      int // QPs using this CQ
 	events     uint64
 	acked      uint64
+	userCtx    any
 	closed     bool
 	destroying bool
 }
@@ -27,10 +28,14 @@ type CQ struct {
 // CreateCQ creates a completion queue with room for at least cqe
 // completions (ibv_create_cq). channel, if not nil, receives an event each
 // time the CQ is armed with ReqNotify and a completion arrives.
-// compVector is accepted for compatibility and ignored.
+// compVector is the completion vector its events go to, from 0 to
+// NumCompVectors()-1 (the software device has one).
 func (c *Context) CreateCQ(cqe int, channel *CompChannel, compVector int) (*CQ, error) {
 	if err := c.check("ibv_create_cq"); err != nil {
 		return nil, err
+	}
+	if n := c.NumCompVectors(); compVector < 0 || compVector >= n {
+		return nil, Errorf("ibv_create_cq", ErrInvalidArgument, "comp_vector "+itoa(compVector)+" not in [0, "+itoa(n)+")")
 	}
 	attr, err := c.drv.QueryDevice()
 	if err != nil {
@@ -47,13 +52,51 @@ func (c *Context) CreateCQ(cqe int, channel *CompChannel, compVector int) (*CQ, 
 	if channel != nil {
 		notify = cq.fired
 	}
-	if cq.drv, err = c.drv.CreateCQ(cqe, notify); err != nil {
+	if v, ok := c.drv.(CompVectors); ok && compVector != 0 {
+		cq.drv, err = v.CreateCQOnVector(cqe, notify, compVector)
+	} else {
+		cq.drv, err = c.drv.CreateCQ(cqe, notify)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if channel != nil {
 		channel.attach(1)
 	}
 	return cq, nil
+}
+
+// CompVectors is implemented by context drivers whose device has more
+// than one completion vector (num_comp_vectors).
+type CompVectors interface {
+	NumCompVectors() int
+	// CreateCQOnVector is CreateCQ with the CQ's events on a vector
+	// other than 0.
+	CreateCQOnVector(cqe int, notify func(), vector int) (CQDriver, error)
+}
+
+// NumCompVectors is how many completion vectors the device has
+// (ibv_context's num_comp_vectors): 1 unless the provider says more.
+func (c *Context) NumCompVectors() int {
+	if v, ok := c.drv.(CompVectors); ok {
+		return max(v.NumCompVectors(), 1)
+	}
+	return 1
+}
+
+// SetCQContext sets the program's value that comes with the CQ (the
+// cq_context of ibv_create_cq, which ibv_get_cq_event returns with it).
+func (cq *CQ) SetCQContext(v any) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	cq.userCtx = v
+}
+
+// CQContext returns the value SetCQContext set (cq->cq_context).
+func (cq *CQ) CQContext() any {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.userCtx
 }
 
 // CQDriverOf returns the provider's side of cq, for providers: a QP's

@@ -15,6 +15,8 @@ type QP struct {
 	sendCQ *CQ
 	recvCQ *CQ
 	srq    *SRQ
+	// userCtx is QPInitAttr.QPContext.
+	userCtx any
 
 	mu        sync.Mutex
 	destroyed bool
@@ -56,7 +58,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 		pd.release()
 		return nil, err
 	}
-	qp := &QP{pd: pd, drv: drv, num: drv.Num(), typ: attr.QPType, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
+	qp := &QP{pd: pd, drv: drv, num: drv.Num(), typ: attr.QPType, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ, userCtx: attr.QPContext}
 	qp.sendCQ.use()
 	qp.recvCQ.use()
 	c := pd.ctx
@@ -84,6 +86,10 @@ func (qp *QP) RecvCQ() *CQ { return qp.recvCQ }
 // SRQ returns the shared receive queue the QP receives from, or nil.
 func (qp *QP) SRQ() *SRQ { return qp.srq }
 
+// QPContext returns the QPContext of the QP's init attributes
+// (qp->qp_context).
+func (qp *QP) QPContext() any { return qp.userCtx }
+
 // Modify changes the attributes mask names (ibv_modify_qp), moving the QP
 // through its states RESET → INIT → RTR → RTS, and to SQD, SQE, ERR or
 // back to RESET. Each transition requires and allows the attributes of
@@ -102,7 +108,7 @@ func (qp *QP) Query() (QPAttr, QPInitAttr, error) {
 		return QPAttr{}, QPInitAttr{}, err
 	}
 	a, init, err := qp.drv.Query()
-	init.SRQ = qp.srq
+	init.SRQ, init.QPContext = qp.srq, qp.userCtx
 	return a, init, err
 }
 

@@ -21,6 +21,9 @@ type SRQAttr struct {
 // ibv_srq_init_attr).
 type SRQInitAttr struct {
 	Attr SRQAttr
+	// SRQContext is the program's value that comes with the SRQ
+	// (srq_context): SRQ.SRQContext returns it.
+	SRQContext any
 }
 
 // SRQAttrMask names the fields ModifySRQ changes (enum ibv_srq_attr_mask).
@@ -34,8 +37,9 @@ const (
 // SRQ is a shared receive queue (struct ibv_srq): receive work requests
 // that any queue pair created with it consumes, in the order posted.
 type SRQ struct {
-	pd  *PD
-	drv SRQDriver
+	pd      *PD
+	drv     SRQDriver
+	userCtx any
 
 	mu        sync.Mutex
 	users     int // QPs attached
@@ -57,6 +61,9 @@ func (pd *PD) CreateSRQ(attr *SRQInitAttr) (*SRQ, error) {
 		return nil, err
 	}
 	s := &SRQ{pd: pd, drv: drv}
+	if attr != nil {
+		s.userCtx = attr.SRQContext
+	}
 	c := pd.ctx
 	c.mu.Lock()
 	c.srqs[drv] = s
@@ -66,6 +73,10 @@ func (pd *PD) CreateSRQ(attr *SRQInitAttr) (*SRQ, error) {
 
 // PD returns the SRQ's protection domain.
 func (s *SRQ) PD() *PD { return s.pd }
+
+// SRQContext returns the SRQContext of the SRQ's init attributes
+// (srq->srq_context).
+func (s *SRQ) SRQContext() any { return s.userCtx }
 
 // Modify resizes the SRQ or arms its limit (ibv_modify_srq).
 func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {

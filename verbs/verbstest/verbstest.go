@@ -18,6 +18,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -75,6 +76,7 @@ var cases = []testCase{
 	{"MW/window_bounds", testMWBounds},
 	{"MW/type2_bind", testMWType2},
 	{"MW/send_with_invalidate", testSendInv},
+	{"Contexts/user_values_and_comp_vectors", testUserContexts},
 	{"CQ/Wait", testCQWait},
 	{"CQ/completion_channel", testCompChannel},
 	{"CQ/solicited_only", testSolicited},
@@ -360,6 +362,55 @@ func testQuery(t *testing.T, tg *Target) {
 	pickGID(t, ctx, tg.Port)
 	if _, err := ctx.QueryPort(99); err == nil {
 		t.Fatal("QueryPort(99) succeeded")
+	}
+}
+
+// testUserContexts: the program's values of a QP, an SRQ and a CQ
+// (qp_context, srq_context, cq_context) come back from them and from
+// ibv_query_qp; comp_vector is checked against num_comp_vectors.
+func testUserContexts(t *testing.T, tg *Target) {
+	ctx, err := tg.A.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	n := ctx.NumCompVectors()
+	if n < 1 {
+		t.Fatalf("num_comp_vectors %d", n)
+	}
+	cq, err := ctx.CreateCQ(16, nil, n-1)
+	if err != nil {
+		t.Fatalf("CreateCQ on vector %d of %d: %v", n-1, n, err)
+	}
+	defer cq.Destroy()
+	for _, v := range []int{-1, n} {
+		if _, err := ctx.CreateCQ(16, nil, v); !errors.Is(err, verbs.ErrInvalidArgument) {
+			t.Errorf("CreateCQ on vector %d of %d: %v, want EINVAL", v, n, err)
+		}
+	}
+	cq.SetCQContext("the CQ's")
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Dealloc()
+	srq, err := pd.CreateSRQ(&verbs.SRQInitAttr{Attr: verbs.SRQAttr{MaxWR: 4, MaxSGE: 1}, SRQContext: "the SRQ's"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srq.Destroy()
+	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC, SRQ: srq, QPContext: 42,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Destroy()
+	_, init, err := qp.Query()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cq.CQContext() != "the CQ's" || srq.SRQContext() != "the SRQ's" || qp.QPContext() != 42 || init.QPContext != 42 {
+		t.Fatalf("contexts: CQ %v, SRQ %v, QP %v, queried QP %v", cq.CQContext(), srq.SRQContext(), qp.QPContext(), init.QPContext)
 	}
 }
 
