@@ -33,7 +33,9 @@ func TestCloseMidFrameCancelsTheReceive(t *testing.T) {
 		t.Fatal(err)
 	}
 	name, _ := pep.Name()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// (A bound for a loaded machine running the race detector, not a
+	// speed: the transfer is 64 MiB.)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	open := func(info *fabric.Info) (fabric.Endpoint, *fabric.CQ, *fabric.EQ) {
 		dom, _ := fab.OpenDomain(info)
@@ -63,8 +65,12 @@ func TestCloseMidFrameCancelsTheReceive(t *testing.T) {
 	if err := srv.Accept(nil); err != nil {
 		t.Fatal(err)
 	}
-	seq.SRead(ctx)
-	ceq.SRead(ctx)
+	if _, err := seq.SRead(ctx); err != nil {
+		t.Fatalf("server's FI_CONNECTED: %v", err)
+	}
+	if _, err := ceq.SRead(ctx); err != nil {
+		t.Fatalf("client's FI_CONNECTED: %v", err)
+	}
 	const n = 64 << 20
 	srv.Recv(make([]byte, n), nil, fabric.AddrNotAvail, "big")
 	cli.Send(make([]byte, n), nil, fabric.AddrNotAvail, nil)
