@@ -199,5 +199,6 @@ func TestSharedLeaderForwardsWhatCameBeforeItClosed(t *testing.T) {
 		}
 		<-done
 		p2.Close()
+		follow.Close() // (its owner name would clash with a later round's on the same port)
 	}
 }
