@@ -95,9 +95,10 @@ type (
 
 type rdm struct {
 	fabric.NoAtomics
-	d    *fabric.Domain
-	info *fabric.Info
-	ctx  any
+	rxm.Sends // the send calls, over sendTo
+	d         *fabric.Domain
+	info      *fabric.Info
+	ctx       any
 
 	mu      sync.Mutex
 	av      *fabric.AV
@@ -119,11 +120,13 @@ type rdm struct {
 	done    chan struct{}
 	wg      sync.WaitGroup
 	pid     uint64
+	h       *rxm.Handlers // what pumping the connections calls, made once
 }
 
 func newRDM(d *fabric.Domain, info *fabric.Info, context any) (*rdm, error) {
 	r := &rdm{d: d, info: info.Dup(), ctx: context, conns: map[netip.AddrPort]*rconn{}, byEP: map[*ep]*rconn{}, orphans: map[netip.AddrPort][]pending{},
 		rndv: map[uint64]*rndvSend{}, done: make(chan struct{}), pid: uint64(os.Getpid())}
+	r.Sends = rxm.Sends{To: r.sendTo, InjectSize: rxmInjectSize}
 	r.icq, _ = d.OpenCQ(nil)
 	r.ieq, _ = d.Fabric.OpenEQ()
 	return r, nil
@@ -203,7 +206,10 @@ func (r *rdm) pump() bool {
 	}
 	defer r.mu.Unlock()
 	if !r.closed {
-		rxm.Pump(r.ieq, r.icq, &rxm.Handlers{Event: r.cmEvent, EventErr: r.connFailed, Comp: r.completion, CompErr: r.opFailed})
+		if r.h == nil {
+			r.h = &rxm.Handlers{Event: r.cmEvent, EventErr: r.connFailed, Comp: r.completion, CompErr: r.opFailed}
+		}
+		rxm.Pump(r.ieq, r.icq, r.h)
 	}
 	return true
 }
@@ -622,40 +628,6 @@ func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, 
 	return nil
 }
 
-func (r *rdm) Send(buf []byte, desc any, dest fabric.Addr, context any) error {
-	return r.sendTo("fi_send", buf, dest, false, 0, 0, context, 0)
-}
-
-func (r *rdm) SendData(buf []byte, desc any, data uint64, dest fabric.Addr, context any) error {
-	return r.sendTo("fi_senddata", buf, dest, false, 0, data, context, fabric.FlagRemoteCQData)
-}
-
-func (r *rdm) Inject(buf []byte, dest fabric.Addr) error {
-	if len(buf) > rxmInjectSize {
-		return fabric.Errorf("fi_inject", fabric.ErrMsgSize, "inject of more than 64 bytes")
-	}
-	return r.sendTo("fi_inject", buf, dest, false, 0, 0, nil, fabric.FlagInject)
-}
-
-func (r *rdm) SendMsg(m *fabric.Msg, flags uint64) error {
-	return r.sendTo("fi_sendmsg", m.Buf, m.Addr, false, 0, m.Data, m.Context, flags)
-}
-
-func (r *rdm) TSend(buf []byte, desc any, dest fabric.Addr, tag uint64, context any) error {
-	return r.sendTo("fi_tsend", buf, dest, true, tag, 0, context, 0)
-}
-
-func (r *rdm) TSendMsg(m *fabric.Msg, tag uint64, flags uint64) error {
-	return r.sendTo("fi_tsendmsg", m.Buf, m.Addr, true, tag, m.Data, m.Context, flags)
-}
-
-func (r *rdm) TInject(buf []byte, dest fabric.Addr, tag uint64) error {
-	if len(buf) > rxmInjectSize {
-		return fabric.Errorf("fi_tinject", fabric.ErrMsgSize, "inject of more than 64 bytes")
-	}
-	return r.sendTo("fi_tinject", buf, dest, true, tag, 0, nil, fabric.FlagInject)
-}
-
 // RMA on an RDM endpoint goes straight over the connection to the peer,
 // as rxm passes it to its MSG endpoints: the peer's tcp endpoint serves
 // it against the peer's registered regions, with no rxm header.
@@ -721,24 +693,8 @@ func (r *rdm) Read(buf []byte, desc any, src fabric.Addr, addr, key uint64, cont
 
 // GetOpt: an RDM endpoint has no options (it offers neither FI_MULTI_RECV
 // nor FI_BUFFERED_RECV, whose options rxm has).
-func (r *rdm) GetOpt(fabric.Opt) (int, error) {
-	return 0, fabric.Errorf("fi_getopt", fabric.ErrNoProtoOpt, "")
-}
 
 // SetOpt: see GetOpt.
-func (r *rdm) SetOpt(fabric.Opt, int) error {
-	return fabric.Errorf("fi_setopt", fabric.ErrNoProtoOpt, "")
-}
-
-func (r *rdm) Connect(netip.AddrPort, []byte) error {
-	return fabric.Errorf("fi_connect", fabric.ErrNotSupported, "FI_EP_RDM endpoints are connectionless")
-}
-
-func (r *rdm) Accept([]byte) error {
-	return fabric.Errorf("fi_accept", fabric.ErrNotSupported, "FI_EP_RDM endpoints are connectionless")
-}
-
-func (r *rdm) Shutdown() error { return nil }
 
 // Name is the listening address peers connect to (fi_getname).
 func (r *rdm) Name() (netip.AddrPort, error) {
@@ -748,10 +704,6 @@ func (r *rdm) Name() (netip.AddrPort, error) {
 		return netip.AddrPort{}, fabric.Errorf("fi_getname", fabric.ErrOpBadState, "enable the endpoint first")
 	}
 	return r.pep.Name()
-}
-
-func (r *rdm) Peer() (netip.AddrPort, error) {
-	return netip.AddrPort{}, fabric.Errorf("fi_getpeer", fabric.ErrNotSupported, "FI_EP_RDM endpoints are connectionless")
 }
 
 // Close closes the connections and the listener; posted receives and

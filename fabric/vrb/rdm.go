@@ -123,9 +123,10 @@ type (
 
 type rdm struct {
 	fabric.NoAtomics
-	d    *fabric.Domain
-	info *fabric.Info
-	ctx  any
+	rxm.Sends // the send calls, over sendTo
+	d         *fabric.Domain
+	info      *fabric.Info
+	ctx       any
 
 	mu      sync.Mutex
 	av      *fabric.AV
@@ -154,6 +155,7 @@ type rdm struct {
 	// peer's connection when it comes.
 	orphans map[netip.AddrPort][]func(*rconn)
 	pid     uint64
+	h       *rxm.Handlers
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 }
@@ -161,6 +163,7 @@ type rdm struct {
 func newRDM(d *fabric.Domain, info *fabric.Info, context any) (*rdm, error) {
 	r := &rdm{d: d, info: info.Dup(), ctx: context, conns: map[netip.AddrPort]*rconn{}, byEP: map[*ep]*rconn{},
 		sar: map[sarKey]*umsg{}, rndv: map[uint64]*rndvSend{}, orphans: map[netip.AddrPort][]func(*rconn){}, pid: uint64(os.Getpid())}
+	r.Sends = rxm.Sends{To: r.sendTo, InjectSize: rdmInject}
 	r.icq, _ = d.OpenCQ(nil)
 	r.ieq, _ = d.Fabric.OpenEQ()
 	return r, nil
@@ -255,8 +258,12 @@ func (r *rdm) pumpLocked() {
 	}
 }
 
+// handlers are what pumping the connections calls, made once.
 func (r *rdm) handlers() *rxm.Handlers {
-	return &rxm.Handlers{Event: r.cmEvent, EventErr: r.connFailed, Comp: r.completion, CompErr: r.opFailed}
+	if r.h == nil {
+		r.h = &rxm.Handlers{Event: r.cmEvent, EventErr: r.connFailed, Comp: r.completion, CompErr: r.opFailed}
+	}
+	return r.h
 }
 
 // runRetries runs the deferred work in order, keeping what still cannot
@@ -758,7 +765,7 @@ func (s *slot) fill(p *rxm.Pkt, body []byte) {
 func (r *rdm) postSlot(c *rconn, s slot, user *userSend, rndv uint64) {
 	try := func() bool {
 		if c != nil && r.byEP[c.ep] == c {
-			binaryPutConnID(s.pkt, c.peerIdx)
+			rxm.SetConnID(s.pkt, c.peerIdx)
 			err := c.ep.Send(s.pkt, r.txMR.Desc(), fabric.AddrNotAvail, &txOp{slot: s.i, user: user, rndv: rndv})
 			if err == nil {
 				return true
@@ -782,14 +789,6 @@ func (r *rdm) postSlot(c *rconn, s slot, user *userSend, rndv uint64) {
 	if len(r.retry) > 0 || !try() {
 		r.retry = append(r.retry, try) // (behind what waits already: order holds)
 	}
-}
-
-// binaryPutConnID sets a packet's connection index (known once the
-// connection is up).
-func binaryPutConnID(pkt []byte, id uint64) {
-	p, _ := rxm.ParsePkt(pkt)
-	p.ConnID = id
-	p.Marshal(pkt)
 }
 
 // sendCtrl sends a control packet with no body of the program's, when a
@@ -901,40 +900,6 @@ func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, 
 	return nil
 }
 
-func (r *rdm) Send(buf []byte, desc any, dest fabric.Addr, context any) error {
-	return r.sendTo("fi_send", buf, dest, false, 0, 0, context, 0)
-}
-
-func (r *rdm) SendData(buf []byte, desc any, data uint64, dest fabric.Addr, context any) error {
-	return r.sendTo("fi_senddata", buf, dest, false, 0, data, context, fabric.FlagRemoteCQData)
-}
-
-func (r *rdm) Inject(buf []byte, dest fabric.Addr) error {
-	if len(buf) > rdmInject {
-		return fabric.Errorf("fi_inject", fabric.ErrMsgSize, "inject of more than 192 bytes")
-	}
-	return r.sendTo("fi_inject", buf, dest, false, 0, 0, nil, fabric.FlagInject)
-}
-
-func (r *rdm) SendMsg(m *fabric.Msg, flags uint64) error {
-	return r.sendTo("fi_sendmsg", m.Buf, m.Addr, false, 0, m.Data, m.Context, flags)
-}
-
-func (r *rdm) TSend(buf []byte, desc any, dest fabric.Addr, tag uint64, context any) error {
-	return r.sendTo("fi_tsend", buf, dest, true, tag, 0, context, 0)
-}
-
-func (r *rdm) TSendMsg(m *fabric.Msg, tag uint64, flags uint64) error {
-	return r.sendTo("fi_tsendmsg", m.Buf, m.Addr, true, tag, m.Data, m.Context, flags)
-}
-
-func (r *rdm) TInject(buf []byte, dest fabric.Addr, tag uint64) error {
-	if len(buf) > rdmInject {
-		return fabric.Errorf("fi_tinject", fabric.ErrMsgSize, "inject of more than 192 bytes")
-	}
-	return r.sendTo("fi_tinject", buf, dest, true, tag, 0, nil, fabric.FlagInject)
-}
-
 // RMA goes straight over the connection to the peer, as rxm passes it to
 // its MSG endpoint.
 func (r *rdm) rma(op string, dest fabric.Addr, ctx any, do func(e *ep, o *rmaOp) error) error {
@@ -979,23 +944,6 @@ func (r *rdm) Read(buf []byte, desc any, src fabric.Addr, addr, key uint64, cont
 	return r.rma("fi_read", src, context, func(e *ep, o *rmaOp) error { return e.Read(buf, desc, fabric.AddrNotAvail, addr, key, o) })
 }
 
-func (r *rdm) GetOpt(fabric.Opt) (int, error) {
-	return 0, fabric.Errorf("fi_getopt", fabric.ErrNoProtoOpt, "")
-}
-func (r *rdm) SetOpt(fabric.Opt, int) error {
-	return fabric.Errorf("fi_setopt", fabric.ErrNoProtoOpt, "")
-}
-
-func (r *rdm) Connect(netip.AddrPort, []byte) error {
-	return fabric.Errorf("fi_connect", fabric.ErrNotSupported, "an FI_EP_RDM endpoint connects by itself")
-}
-
-func (r *rdm) Accept([]byte) error {
-	return fabric.Errorf("fi_accept", fabric.ErrNotSupported, "an FI_EP_RDM endpoint accepts by itself")
-}
-
-func (r *rdm) Shutdown() error { return nil }
-
 // Name is the listening address peers connect to (fi_getname).
 func (r *rdm) Name() (netip.AddrPort, error) {
 	r.mu.Lock()
@@ -1004,10 +952,6 @@ func (r *rdm) Name() (netip.AddrPort, error) {
 		return netip.AddrPort{}, fabric.Errorf("fi_getname", fabric.ErrOpBadState, "enable the endpoint first")
 	}
 	return r.name, nil
-}
-
-func (r *rdm) Peer() (netip.AddrPort, error) {
-	return netip.AddrPort{}, fabric.Errorf("fi_getpeer", fabric.ErrNotConn, "an FI_EP_RDM endpoint has no one peer")
 }
 
 // Close closes the connections and the listener; receives and sends

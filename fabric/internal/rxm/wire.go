@@ -80,6 +80,10 @@ func (p *Pkt) Marshal(b []byte) {
 	binary.LittleEndian.PutUint64(b[56:], p.Tag)
 }
 
+// SetConnID sets the connection index of a header marshalled into b
+// (known once the connection is up).
+func SetConnID(b []byte, id uint64) { binary.LittleEndian.PutUint64(b[8:], id) }
+
 // ParsePkt reads a header; false if b is short or of another version.
 func ParsePkt(b []byte) (Pkt, bool) {
 	if len(b) < PktLen || b[0] != CtrlVersion {

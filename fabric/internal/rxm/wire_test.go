@@ -46,6 +46,10 @@ func TestSegmentHeaderOfACapture(t *testing.T) {
 	if !bytes.Equal(out, b) {
 		t.Fatalf("marshal %x, want %x", out, b)
 	}
+	SetConnID(out, 0x1234)
+	if q, _ := ParsePkt(out); q.ConnID != 0x1234 || q.MsgID != 1 || q.Size != 65536 {
+		t.Fatalf("after SetConnID: %+v", q)
+	}
 }
 
 // FuzzParse: no input makes the parsers panic, and what they take comes
