@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/internal/units"
 )
 
 // session is one side's fabric objects.
@@ -486,12 +487,12 @@ func (s *session) close() {
 func Row(size, iters, ack int, elapsed time.Duration) string {
 	usec := float64(elapsed.Microseconds())
 	total := int64(iters) * int64(size) * 2
-	ackCol := "=" + cntStr(int64(ack))
+	ackCol := "=" + units.Count(int64(ack))
 	switch {
 	case iters > ack:
-		ackCol = "+" + cntStr(int64(iters-ack))
+		ackCol = "+" + units.Count(int64(iters-ack))
 	case iters < ack:
-		ackCol = "-" + cntStr(int64(ack-iters))
+		ackCol = "-" + units.Count(int64(ack-iters))
 	}
 	mbps, perXfer, rate := 0.0, 0.0, 0.0
 	if usec > 0 {
@@ -500,34 +501,5 @@ func Row(size, iters, ack int, elapsed time.Duration) string {
 		rate = 1 / perXfer
 	}
 	return fmt.Sprintf("%-8s%-8s%-9s%-8s%8.2fs%10.2f%11.2f%11.2f\n",
-		sizeStr(int64(size)), cntStr(int64(iters)), ackCol, sizeStr(total), usec/1e6, mbps, perXfer, rate)
-}
-
-// sizeStr is size_str: binary units, one decimal below 10 when not whole.
-func sizeStr(n int64) string {
-	for _, u := range []struct {
-		base int64
-		suf  string
-	}{{1 << 30, "g"}, {1 << 20, "m"}, {1 << 10, "k"}} {
-		if n >= u.base {
-			if n/u.base < 10 && n%u.base != 0 {
-				return fmt.Sprintf("%.1f%s", float64(n)/float64(u.base), u.suf)
-			}
-			return fmt.Sprintf("%d%s", n/u.base, u.suf)
-		}
-	}
-	return fmt.Sprint(n)
-}
-
-// cntStr is cnt_str: decimal units, integer division.
-func cntStr(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%db", n/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%dm", n/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%dk", n/1e3)
-	}
-	return fmt.Sprint(n)
+		units.Size(int64(size)), units.Count(int64(iters)), ackCol, units.Size(total), usec/1e6, mbps, perXfer, rate)
 }
