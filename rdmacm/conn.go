@@ -27,6 +27,11 @@ type Options struct {
 	Cap verbs.QPCap
 	// SQSigAll makes every send work request signaled.
 	SQSigAll bool
+	// SharedCQ gives the QP one completion queue for its send and receive
+	// queues (Conn.SendCQ == Conn.RecvCQ), sized for both, as programs
+	// that poll one CQ make it (rsocket does). Otherwise each queue has
+	// its own.
+	SharedCQ bool
 	// Param is what Connect or Accept offer (struct rdma_conn_param); nil
 	// means rdma_cm's defaults.
 	Param *ConnParam
@@ -48,6 +53,30 @@ type Options struct {
 	// and post receives, so that the peer's first message finds one.
 	// If it fails, Dial gives up and Accept rejects the request.
 	Setup func(*Conn) error
+	// ConnData, if set, is called after Setup and returns the private
+	// data for this connection's request (Dial) or reply (Accept),
+	// replacing PrivateData: the place for data that names what Setup
+	// registered, such as an address and rkey. On Accept the request's
+	// private data is in c.PrivateData. If it fails, Dial gives up and
+	// Accept rejects the request.
+	ConnData func(c *Conn) ([]byte, error)
+	// Undo, if set, is called when Dial or Accept fails after Setup
+	// succeeded, with the same connection and before its QP is
+	// destroyed: the place to free what Setup made.
+	Undo func(c *Conn)
+}
+
+// privateData returns the private data to offer on c: ConnData's, or
+// nil to keep PrivateData.
+func (o *Options) privateData(c *Conn) ([]byte, error) {
+	if o.ConnData == nil {
+		return nil, nil
+	}
+	pd, err := o.ConnData(c)
+	if err == nil && pd == nil {
+		pd = []byte{}
+	}
+	return pd, err
 }
 
 func (o *Options) qpAttr() *verbs.QPInitAttr {
@@ -68,9 +97,13 @@ func (o *Options) qpAttr() *verbs.QPInitAttr {
 }
 
 // connectParam is what Dial passes to Connect for id: nil for rdma_cm's
-// defaults, unless private data must go with them.
-func (o *Options) connectParam(id *ID) *ConnParam {
-	if o.Param == nil && o.PrivateData == nil {
+// defaults, unless private data must go with them. data, if not nil,
+// replaces o.PrivateData.
+func (o *Options) connectParam(id *ID, data []byte) *ConnParam {
+	if data == nil {
+		data = o.PrivateData
+	}
+	if o.Param == nil && data == nil {
 		return nil
 	}
 	var p ConnParam
@@ -87,15 +120,19 @@ func (o *Options) connectParam(id *ID) *ConnParam {
 		}
 		p.RetryCount, p.RNRRetryCount = 7, 7
 	}
-	if o.PrivateData != nil {
-		p.PrivateData = o.PrivateData
+	if data != nil {
+		p.PrivateData = data
 	}
 	return &p
 }
 
-// acceptParam is what Accept passes to Accept for a request offering req.
-func (o *Options) acceptParam(req ConnParam) *ConnParam {
-	if o.Param == nil && o.PrivateData == nil {
+// acceptParam is what Accept passes to Accept for a request offering
+// req. data, if not nil, replaces o.PrivateData.
+func (o *Options) acceptParam(req ConnParam, data []byte) *ConnParam {
+	if data == nil {
+		data = o.PrivateData
+	}
+	if o.Param == nil && data == nil {
 		return nil
 	}
 	var p ConnParam
@@ -106,8 +143,8 @@ func (o *Options) acceptParam(req ConnParam) *ConnParam {
 		// resources mirrored, infinite RNR retries.
 		p = ConnParam{ResponderResources: req.InitiatorDepth, InitiatorDepth: req.ResponderResources, RNRRetryCount: 7}
 	}
-	if o.PrivateData != nil {
-		p.PrivateData = o.PrivateData
+	if data != nil {
+		p.PrivateData = data
 	}
 	return &p
 }
@@ -297,7 +334,7 @@ func dial(ctx context.Context, ai *AddrInfo, opts *Options) (c *Conn, err error)
 	if _, err := waitEvent(ctx, ch, EventRouteResolved); err != nil {
 		return nil, fmt.Errorf("resolving route to %v: %w", ai.DstAddr.Addr(), err)
 	}
-	if err := id.CreateQP(nil, opts.qpAttr()); err != nil { // rdma_create_qp
+	if err := id.createQPShared(opts.qpAttr(), opts.SharedCQ); err != nil { // rdma_create_qp
 		return nil, fmt.Errorf("creating the QP: %w", err)
 	}
 	c = newConn(id, ch)
@@ -305,8 +342,20 @@ func dial(ctx context.Context, ai *AddrInfo, opts *Options) (c *Conn, err error)
 		if err := opts.Setup(c); err != nil {
 			return nil, err
 		}
+		if opts.Undo != nil {
+			made := c // c is nil once an error is returned
+			defer func() {
+				if err != nil {
+					opts.Undo(made)
+				}
+			}()
+		}
 	}
-	if err := id.Connect(opts.connectParam(id)); err != nil { // rdma_connect
+	data, err := opts.privateData(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := id.Connect(opts.connectParam(id, data)); err != nil { // rdma_connect
 		return nil, fmt.Errorf("connecting: %w", err)
 	}
 	ev, err := waitEvent(ctx, ch, EventEstablished)
@@ -439,7 +488,7 @@ func (l *Listener) accept(ctx context.Context, ev *Event) (c *Conn, err error) {
 	if err := id.Migrate(ch); err != nil { // rdma_migrate_id
 		return nil, err
 	}
-	if err := id.CreateQP(nil, l.opts.qpAttr()); err != nil { // rdma_create_qp
+	if err := id.createQPShared(l.opts.qpAttr(), l.opts.SharedCQ); err != nil { // rdma_create_qp
 		return nil, err
 	}
 	c = newConn(id, ch)
@@ -448,8 +497,20 @@ func (l *Listener) accept(ctx context.Context, ev *Event) (c *Conn, err error) {
 		if err := l.opts.Setup(c); err != nil {
 			return nil, err
 		}
+		if l.opts.Undo != nil {
+			made := c // c is nil once an error is returned
+			defer func() {
+				if err != nil {
+					l.opts.Undo(made)
+				}
+			}()
+		}
 	}
-	if err := id.Accept(l.opts.acceptParam(req)); err != nil { // rdma_accept
+	data, err := l.opts.privateData(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := id.Accept(l.opts.acceptParam(req, data)); err != nil { // rdma_accept
 		return nil, err
 	}
 	accepted = true

@@ -16,6 +16,16 @@ import (
 // librdmacm does; DestroyQP frees them. attr.Cap gets the sizes the device
 // gave.
 func (id *ID) CreateQP(pd *verbs.PD, attr *verbs.QPInitAttr) error {
+	return id.createQPOn(pd, attr, false)
+}
+
+// createQPShared is CreateQP on the device's PD; with shared, the QP's
+// send and receive queues share the CQ made for it.
+func (id *ID) createQPShared(attr *verbs.QPInitAttr, shared bool) error {
+	return id.createQPOn(nil, attr, shared)
+}
+
+func (id *ID) createQPOn(pd *verbs.PD, attr *verbs.QPInitAttr, shareCQ bool) error {
 	const op = "rdma_create_qp"
 	var devCtx *verbs.Context
 	var devPD *verbs.PD
@@ -35,12 +45,13 @@ func (id *ID) CreateQP(pd *verbs.PD, attr *verbs.QPInitAttr) error {
 	if has {
 		return verbs.Errorf(op, verbs.ErrExist, "the ID already has a QP")
 	}
-	return id.createQP(op, devCtx, devPD, pd, attr, initQP)
+	return id.createQP(op, devCtx, devPD, pd, attr, initQP, shareCQ)
 }
 
 // createQP makes the ID's QP on devCtx, with pd or the device's devPD, and
-// moves it on with initQP.
-func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, attr *verbs.QPInitAttr, initQP func(*verbs.QP) error) error {
+// moves it on with initQP. With shareCQ, a QP given no CQs gets one for
+// both queues.
+func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, attr *verbs.QPInitAttr, initQP func(*verbs.QP) error, shareCQ bool) error {
 	if attr == nil {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "no QP attributes")
 	}
@@ -79,12 +90,19 @@ func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, at
 			return fail(err)
 		}
 		sendCh = ch
-		cq, err := ctx.CreateCQ(int(max(init.Cap.MaxSendWR, 1)), ch, 0)
+		n := int(max(init.Cap.MaxSendWR, 1))
+		if shareCQ && init.RecvCQ == nil {
+			n += int(max(init.Cap.MaxRecvWR, 1))
+		}
+		cq, err := ctx.CreateCQ(n, ch, 0)
 		if err != nil {
 			return fail(err)
 		}
 		madeCQs = append(madeCQs, cq)
 		init.SendCQ = cq
+		if shareCQ && init.RecvCQ == nil {
+			init.RecvCQ = cq // freeQP destroys it once, with sendCh
+		}
 	}
 	if init.RecvCQ == nil {
 		ch, err := ctx.CreateCompChannel()

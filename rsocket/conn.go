@@ -1,0 +1,761 @@
+package rsocket
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rdmago/rdmago/rdmacm"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// Limits and defaults of librdmacm's rsocket.c.
+const (
+	olapStart   = 2048  // RS_OLAP_START_SIZE: a send's first chunk
+	maxTransfer = 65536 // RS_MAX_TRANSFER: the largest chunk
+	sndLowat    = 2048  // RS_SNDLOWAT: send-buffer room a chunk waits for
+	qpMinSize   = 16    // RS_QP_MIN_SIZE
+	qpMaxSize   = 0xfffe
+	ctrlSlots   = 4 // RS_QP_CTRL_SIZE: control messages in flight
+
+	defaultBuffer    = 128 << 10 // mem_default, wmem_default
+	defaultQueueSize = 384       // sqsize_default, rqsize_default
+	defaultInline    = 64        // inline_default
+	// DefaultKeepAlive is the keepalive period of a Config that sets
+	// none, the period Go's net package gives TCP.
+	DefaultKeepAlive = 15 * time.Second
+	// closeWait bounds how long Close and CloseWrite wait for their
+	// last messages to be acknowledged.
+	closeWait = 2 * time.Second
+)
+
+// recvFlag marks a receive's work request ID (RS_WR_ID_FLAG_RECV); a
+// send's ID is its immediate.
+const recvFlag = 1 << 63
+
+// Config holds rsockets' tunables: the files of rsocket's configuration
+// directory and the socket options that override them. The zero value
+// means librdmacm's defaults, so both sides agree with a C peer's.
+type Config struct {
+	// RecvBuffer is the size of the receive ring the peer writes into
+	// (mem_default; SO_RCVBUF sets twice the value it is given). Default
+	// 128 KiB, at least 4 KiB.
+	RecvBuffer int
+	// SendBuffer is the size of the registered buffer sends are copied
+	// into (wmem_default; SO_SNDBUF). Default 128 KiB, at least 4 KiB.
+	SendBuffer int
+	// QueueSize is the number of send and of receive work requests
+	// (sqsize_default, rqsize_default): 384 by default, within [16,
+	// 65534]. The receive queue size is the credit the peer is given.
+	QueueSize int
+	// InlineSize is the largest send posted inline (inline_default,
+	// RDMA_INLINE): 64 by default; negative means none.
+	InlineSize int
+	// KeepAlive is the period of keepalive messages (SO_KEEPALIVE with
+	// TCP_KEEPIDLE): DefaultKeepAlive if zero, none if negative. A
+	// keepalive is a zero-length RDMA WRITE: a peer that no longer
+	// answers fails it after the QP's retries, ending the connection.
+	KeepAlive time.Duration
+	// ACKTimeout is the QP's local ACK timeout code (4.096 µs << code;
+	// rdma_set_option RDMA_OPTION_ID_ACK_TIMEOUT); 0 means rdma_cm's
+	// default, 19 (about 2.1 s). A peer that vanishes is given up on
+	// after 8 such timeouts.
+	ACKTimeout uint8
+}
+
+func (c *Config) sizes() (rbuf, sbuf, qsize, inline int) {
+	rbuf, sbuf, qsize, inline = c.RecvBuffer, c.SendBuffer, c.QueueSize, c.InlineSize
+	if rbuf == 0 {
+		rbuf = defaultBuffer
+	}
+	if sbuf == 0 {
+		sbuf = defaultBuffer
+	}
+	rbuf = max(rbuf, 2*sndLowat) &^ 1 // two equal halves
+	sbuf = max(sbuf, 2*sndLowat)
+	if qsize == 0 {
+		qsize = defaultQueueSize
+	}
+	qsize = min(max(qsize, qpMinSize), qpMaxSize)
+	switch {
+	case inline == 0:
+		inline = defaultInline
+	case inline < 0:
+		inline = 0
+	}
+	return
+}
+
+func (c *Config) keepAlive() time.Duration {
+	switch {
+	case c.KeepAlive == 0:
+		return DefaultKeepAlive
+	case c.KeepAlive < 0:
+		return 0
+	}
+	return c.KeepAlive
+}
+
+// Addr is the address of an rsocket endpoint: an IP address and an
+// rdma_cm port in the TCP port space. It prints as a TCP address does.
+type Addr struct{ netip.AddrPort }
+
+// Network returns "rsocket".
+func (Addr) Network() string { return "rsocket" }
+
+// Conn is a connected rsocket: a byte stream over an RC QP, wire-
+// compatible with librdmacm's rsockets (rsocket, rconnect, raccept,
+// rsend, rrecv, rshutdown, rclose). It implements net.Conn; reads and
+// writes may run at once, from different goroutines.
+type Conn struct {
+	rc     *rdmacm.Conn
+	qp     *verbs.QP
+	cq     *verbs.CQ
+	smr    *verbs.MR // the send buffer, then ctrlSlots control-message slots
+	rmr    *verbs.MR // the receive ring
+	tmr    *verbs.MR // the target SGL array the peer writes receive buffers into
+	local  Addr
+	remote Addr
+
+	rbufSize, sbufSize, qsize, inline int
+
+	rmu, wmu sync.Mutex // one Read, one Write at a time
+	rdl, wdl *deadline
+
+	ctx    context.Context // canceled by Close: ends the goroutines
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	ka     *time.Timer
+
+	mu      sync.Mutex
+	wake    chan struct{} // closed and replaced when the state moves
+	waiting int           // goroutines waiting on wake
+	closed  bool
+
+	connected, readable, writable bool
+	err                           error // the connection's failure
+
+	// Sending (librdmacm's sseq_no, sseq_comp, sqe_avail, sbuf_bytes_avail,
+	// target_sgl, target_sge, ctrl_seqno, ctrl_max_seqno, remote_sgl,
+	// remote_sge).
+	sseqNo, sseqComp uint16
+	sqeAvail         int
+	sbufAvail        int
+	sbufHead         int // where the next send is copied to
+	tgt              [sglSize]SGE
+	tgtIdx           int // the entry sends go to
+	tgtNext          int // the entry the peer writes next
+	ctrlSeq, ctrlMax uint32
+	remoteSGL        SGE
+	remoteSGE        int
+	peerBE           bool // the peer's SGL array is big-endian
+
+	// Receiving (rmsg, rbuf_offset, rbuf_bytes_avail, rbuf_free_offset,
+	// rseq_no, rseq_comp).
+	rmsg      []uint32 // lengths of the data messages received, in order
+	rmsgHead  int
+	rmsgLen   int
+	rbufOff   int
+	rbufAvail int // free ring not yet given to the peer
+	rbufFree  int // where the next half given to the peer starts
+	rqueued   int // bytes received and not yet read
+	rseqNo    uint16
+	rseqComp  uint16
+	ka0       time.Duration
+}
+
+// errReset and errShutdown are the causes writes report after the peer
+// disconnected or after CloseWrite.
+var (
+	errReset    = fmt.Errorf("the peer disconnected: %w", syscall.ECONNRESET)
+	errShutdown = fmt.Errorf("write after CloseWrite: %w", syscall.EPIPE)
+)
+
+// setup registers a new connection's memory and posts its receives,
+// before it is connected (rs_create_ep, rs_init_bufs). It runs as
+// rdmacm's Setup.
+func (c *Conn) setup(rc *rdmacm.Conn) error {
+	c.rc, c.qp, c.cq = rc, rc.QP, rc.RecvCQ
+	pd := rc.PD
+	var err error
+	if c.smr, err = pd.RegMR(make([]byte, c.sbufSize+ctrlSlots*sgeLen), verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	rw := verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+	if c.tmr, err = pd.RegMR(make([]byte, sglSize*sgeLen), rw); err != nil {
+		return err
+	}
+	if c.rmr, err = pd.RegMR(make([]byte, c.rbufSize), rw); err != nil {
+		return err
+	}
+	recvs := make([]verbs.RecvWR, c.qsize)
+	for i := range recvs {
+		recvs[i].WRID = recvFlag
+	}
+	return c.qp.PostRecv(recvs)
+}
+
+// connData is this side's rs_conn_data (rs_format_conn_data).
+func (c *Conn) connData() []byte {
+	d := ConnData{
+		Version:   Version,
+		Flags:     connFlagIOMap, // the SGL array is little-endian; the iomap is empty
+		Credits:   uint16(c.qsize),
+		TargetSGL: SGE{Addr: c.tmr.Addr(), Key: c.tmr.RKey(), Length: sglSize},
+		DataBuf:   SGE{Addr: c.rmr.Addr(), Key: c.rmr.RKey(), Length: uint32(c.rbufSize / 2)},
+	}
+	return d.Marshal()
+}
+
+// start takes the peer's connection data (rs_save_conn_data) and starts
+// the connection's goroutines.
+func (c *Conn) start(peer ConnData, keepAlive time.Duration) {
+	c.remoteSGL = peer.TargetSGL
+	c.remoteSGE = 1
+	c.peerBE = peer.BigEndian()
+	c.tgt[0] = peer.DataBuf
+	c.tgtNext = 1
+	c.sseqComp = peer.Credits
+	c.sqeAvail = c.qsize - ctrlSlots
+	c.ctrlMax = ctrlSlots
+	c.sbufAvail = c.sbufSize
+	c.rbufFree, c.rbufAvail = c.rbufSize/2, c.rbufSize/2
+	c.rseqComp = uint16(c.qsize / 2)
+	c.rmsg = make([]uint32, c.qsize+1)
+	c.connected, c.readable, c.writable = true, true, true
+	c.local = Addr{c.rc.LocalAddr()}
+	c.remote = Addr{c.rc.RemoteAddr()}
+	c.wake = make(chan struct{})
+	c.rdl, c.wdl = newDeadline(), newDeadline()
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.wg.Add(2)
+	go c.progress()
+	go c.watchCM()
+	if keepAlive > 0 {
+		c.mu.Lock()
+		c.ka0 = keepAlive
+		c.ka = time.AfterFunc(keepAlive, c.keepAlive)
+		c.mu.Unlock()
+	}
+}
+
+// release frees what setup made, on a connection that never started.
+func (c *Conn) release() {
+	for _, mr := range []*verbs.MR{c.smr, c.tmr, c.rmr} {
+		if mr != nil {
+			mr.Dereg()
+		}
+	}
+}
+
+// progress takes the CQ's completions as they come (rs_poll_cq), for
+// the connection's life.
+func (c *Conn) progress() {
+	defer c.wg.Done()
+	wcs := make([]verbs.WC, 32)
+	for {
+		n, err := c.cq.Poll(wcs)
+		if err != nil {
+			c.mu.Lock()
+			c.fail(fmt.Errorf("polling the CQ: %w", err))
+			c.mu.Unlock()
+			return
+		}
+		if n == 0 {
+			if c.cq.Wait(c.ctx) != nil {
+				return
+			}
+			continue
+		}
+		c.mu.Lock()
+		recvs := 0
+		for i := range wcs[:n] {
+			if c.complete(&wcs[i]) {
+				recvs++
+			}
+		}
+		if recvs > 0 && c.connected {
+			c.repost(recvs)
+		}
+		c.updateCredits()
+		c.broadcast()
+		c.mu.Unlock()
+	}
+}
+
+// complete takes one completion and reports whether it consumed a
+// receive to repost.
+func (c *Conn) complete(wc *verbs.WC) bool {
+	if wc.WRID&recvFlag != 0 {
+		if wc.Status != verbs.WCSuccess {
+			return false
+		}
+		if wc.WCFlags&verbs.WCWithImm == 0 {
+			return true // a SEND: rsockets over RoCE sends none
+		}
+		c.message(wc.ImmData, wc.ByteLen)
+		return true
+	}
+	m := uint32(wc.WRID)
+	switch msgOp(m) {
+	case opSGL:
+		c.ctrlMax++
+	case opCtrl:
+		c.ctrlMax++
+		if msgData(m) == ctrlDisconnect {
+			c.connected, c.readable, c.writable = false, false, false
+		}
+	default:
+		c.sqeAvail++
+		c.sbufAvail += int(msgData(m))
+	}
+	if wc.Status != verbs.WCSuccess && c.connected {
+		c.fail(fmt.Errorf("a send failed (%v): %w", wc.Status, statusErr(wc.Status)))
+	}
+	return false
+}
+
+func statusErr(s verbs.WCStatus) error {
+	switch s {
+	case verbs.WCRetryExcErr, verbs.WCRNRRetryExcErr:
+		return syscall.ETIMEDOUT
+	}
+	return syscall.EIO
+}
+
+// message takes one message from the peer: an immediate and the length
+// its RDMA WRITE carried.
+func (c *Conn) message(imm, n uint32) {
+	switch msgOp(imm) {
+	case opSGL:
+		c.sseqComp = uint16(msgData(imm))
+		if n == sgeLen {
+			// RC ordering put the peer's new receive buffer in the
+			// target SGL array before this completion.
+			c.tgt[c.tgtNext] = getSGE(binary.LittleEndian, c.tmr.Buf()[c.tgtNext*sgeLen:])
+			c.tgtNext = (c.tgtNext + 1) % sglSize
+		}
+	case opIOMap, opWrite:
+		// An iomap entry was written; this side maps none.
+	case opCtrl:
+		switch msgData(imm) {
+		case ctrlDisconnect:
+			c.connected, c.readable, c.writable = false, false, false
+		case ctrlShutdown:
+			if c.writable {
+				c.readable = false
+			} else {
+				c.connected, c.readable = false, false
+			}
+		}
+	default: // opData and the reserved data operations
+		d := msgData(imm)
+		if c.rmsgLen == len(c.rmsg) || c.rqueued+int(d) > c.rbufSize {
+			c.fail(fmt.Errorf("the peer sent %d bytes beyond its credit: %w", d, syscall.EPROTO))
+			return
+		}
+		if d == 0 {
+			return
+		}
+		c.rmsg[(c.rmsgHead+c.rmsgLen)%len(c.rmsg)] = d
+		c.rmsgLen++
+		c.rqueued += int(d)
+	}
+}
+
+// repost posts n receives again (rs_post_recv).
+func (c *Conn) repost(n int) {
+	var buf [32]verbs.RecvWR
+	wrs := buf[:n]
+	for i := range wrs {
+		wrs[i].WRID = recvFlag
+	}
+	if err := c.qp.PostRecv(wrs); err != nil {
+		c.fail(fmt.Errorf("reposting receives: %w", err))
+	}
+}
+
+// fail ends the connection with err, unless it already failed.
+func (c *Conn) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+	c.connected, c.readable, c.writable = false, false, false
+	c.broadcast()
+}
+
+// broadcast wakes the goroutines waiting for the state to move.
+func (c *Conn) broadcast() {
+	if c.waiting > 0 {
+		close(c.wake)
+		c.wake = make(chan struct{})
+		c.waiting = 0
+	}
+}
+
+// wait lets go of c.mu until the state moves, dl passes or c is closed,
+// and takes it again.
+func (c *Conn) wait(dl *deadline) error {
+	w := c.wake
+	c.waiting++
+	c.mu.Unlock()
+	var err error
+	select {
+	case <-w:
+	case <-dl.done():
+		err = os.ErrDeadlineExceeded
+	case <-c.ctx.Done():
+		err = net.ErrClosed
+	}
+	c.mu.Lock()
+	return err
+}
+
+// watchCM waits for the connection manager's DISCONNECTED event: the
+// peer's rdma_disconnect, or a connection the CM gave up on.
+func (c *Conn) watchCM() {
+	defer c.wg.Done()
+	if c.rc.WaitDisconnect(c.ctx) != nil {
+		return
+	}
+	c.mu.Lock()
+	c.connected, c.writable = false, false
+	c.readable = false
+	c.broadcast()
+	c.mu.Unlock()
+}
+
+// keepAlive sends a zero-length RDMA WRITE (rsocket's keepalive, which
+// needs no answer from the peer's application) and arms the next.
+func (c *Conn) keepAlive() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	if c.connected && c.ctrlSeq != c.ctrlMax {
+		c.ctrlSeq++
+		c.post(verbs.SendWR{WRID: uint64(msg(opCtrl, ctrlKeepAlive)), Opcode: verbs.WRRDMAWrite})
+	}
+	c.ka.Reset(c.ka0)
+}
+
+// post posts one send, failing the connection if the QP refuses it.
+func (c *Conn) post(wr verbs.SendWR) {
+	if err := c.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+		c.fail(fmt.Errorf("posting a send: %w", err))
+	}
+}
+
+// updateCredits returns credits to the peer when enough of the ring is
+// free or its messages run short (rs_update_credits).
+func (c *Conn) updateCredits() {
+	if !c.connected || c.ctrlSeq == c.ctrlMax {
+		return
+	}
+	if c.rbufAvail < c.rbufSize/2 && int16(c.rseqNo-c.rseqComp) < 0 {
+		return
+	}
+	c.ctrlSeq++
+	limit := msg(opSGL, uint32(c.rseqNo)+uint32(c.qsize))
+	c.rseqComp = c.rseqNo + uint16(c.qsize/2)
+	if c.rbufAvail < c.rbufSize/2 {
+		// Credits alone: a zero-length write with immediate.
+		c.post(verbs.SendWR{WRID: uint64(limit), Opcode: verbs.WRRDMAWriteWithImm, ImmData: limit})
+		return
+	}
+	// Half the ring is free: name it in the peer's target SGL array, in
+	// the peer's byte order, in the same write.
+	var o binary.ByteOrder = binary.LittleEndian
+	if c.peerBE {
+		o = binary.BigEndian
+	}
+	slot := c.sbufSize + int(c.ctrlSeq%ctrlSlots)*sgeLen
+	putSGE(o, c.smr.Buf()[slot:], SGE{Addr: c.rmr.Addr() + uint64(c.rbufFree), Key: c.rmr.RKey(), Length: uint32(c.rbufSize / 2)})
+	wr := verbs.SendWR{
+		WRID: uint64(limit), Opcode: verbs.WRRDMAWriteWithImm, ImmData: limit,
+		SGList:     []verbs.SGE{c.smr.SGE(slot, sgeLen)},
+		RemoteAddr: c.remoteSGL.Addr + uint64(c.remoteSGE*sgeLen), RKey: c.remoteSGL.Key,
+	}
+	if c.inline >= sgeLen {
+		wr.SendFlags = verbs.SendInline
+	}
+	c.post(wr)
+	c.rbufAvail -= c.rbufSize / 2
+	c.rbufFree = (c.rbufFree + c.rbufSize/2) % c.rbufSize
+	c.remoteSGE = (c.remoteSGE + 1) % int(c.remoteSGL.Length)
+}
+
+// canSend reports whether a data message may go now (rs_can_send).
+func (c *Conn) canSend() bool {
+	return c.sqeAvail > 0 && c.sbufAvail >= sndLowat && c.sseqNo != c.sseqComp && c.tgt[c.tgtIdx].Length != 0
+}
+
+// Read reads data the peer sent (rrecv). It returns io.EOF once the peer
+// has shut down its side or disconnected and every byte before that was
+// read.
+func (c *Conn) Read(b []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usable(c.rdl); err != nil {
+		return 0, c.opError("read", err)
+	}
+	if len(b) == 0 {
+		return 0, nil
+	}
+	for c.rmsgLen == 0 {
+		if c.closed {
+			return 0, c.opError("read", net.ErrClosed)
+		}
+		if !c.readable {
+			if c.err != nil {
+				return 0, c.opError("read", c.err)
+			}
+			return 0, io.EOF
+		}
+		if err := c.wait(c.rdl); err != nil {
+			return 0, c.opError("read", err)
+		}
+	}
+	n := 0
+	ring := c.rmr.Buf()
+	for n < len(b) && c.rmsgLen > 0 {
+		d := int(c.rmsg[c.rmsgHead])
+		take := min(d, len(b)-n)
+		for left := take; left > 0; {
+			k := copy(b[n:n+left], ring[c.rbufOff:])
+			n += k
+			left -= k
+			c.rbufOff = (c.rbufOff + k) % c.rbufSize
+		}
+		c.rbufAvail += take
+		c.rqueued -= take
+		if take == d {
+			c.rseqNo++
+			c.rmsgHead = (c.rmsgHead + 1) % len(c.rmsg)
+			c.rmsgLen--
+		} else {
+			c.rmsg[c.rmsgHead] -= uint32(take)
+		}
+	}
+	c.updateCredits()
+	return n, nil
+}
+
+// Write sends b (rsend): it copies b into the registered send buffer in
+// chunks, each an RDMA WRITE WITH IMMEDIATE into the peer's ring, and
+// returns once all of b is posted or the connection or a deadline ends
+// it.
+func (c *Conn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usable(c.wdl); err != nil {
+		return 0, c.opError("write", err)
+	}
+	n := 0
+	olap := olapStart
+	for n < len(b) {
+		if c.closed {
+			return n, c.opError("write", net.ErrClosed)
+		}
+		if !c.writable {
+			return n, c.opError("write", c.writeErr())
+		}
+		if !c.canSend() {
+			if err := c.wait(c.wdl); err != nil {
+				return n, c.opError("write", err)
+			}
+			continue
+		}
+		size := len(b) - n
+		if olap < size {
+			size = olap
+			if olap < maxTransfer {
+				olap <<= 1
+			}
+		}
+		size = min(size, c.sbufAvail, int(c.tgt[c.tgtIdx].Length))
+		c.writeData(b[n : n+size])
+		n += size
+	}
+	return n, nil
+}
+
+// writeData copies p into the send buffer and posts it to the current
+// target entry (rs_write_data).
+func (c *Conn) writeData(p []byte) {
+	var sges [2]verbs.SGE
+	sgl := sges[:1]
+	buf := c.smr.Buf()[:c.sbufSize]
+	if k := copy(buf[c.sbufHead:], p); k < len(p) {
+		copy(buf, p[k:])
+		sges[0] = c.smr.SGE(c.sbufHead, k)
+		sges[1] = c.smr.SGE(0, len(p)-k)
+		sgl = sges[:2]
+	} else {
+		sges[0] = c.smr.SGE(c.sbufHead, len(p))
+	}
+	c.sbufHead = (c.sbufHead + len(p)) % c.sbufSize
+	c.sseqNo++
+	c.sqeAvail--
+	c.sbufAvail -= len(p)
+	t := &c.tgt[c.tgtIdx]
+	m := msg(opData, uint32(len(p)))
+	wr := verbs.SendWR{WRID: uint64(m), Opcode: verbs.WRRDMAWriteWithImm, ImmData: m, SGList: sgl, RemoteAddr: t.Addr, RKey: t.Key}
+	if len(p) <= c.inline {
+		wr.SendFlags = verbs.SendInline
+	}
+	t.Addr += uint64(len(p))
+	t.Length -= uint32(len(p))
+	if t.Length == 0 {
+		c.tgtIdx = (c.tgtIdx + 1) % sglSize
+	}
+	c.post(wr)
+}
+
+// usable is the error a read or write meets before it starts: the Conn
+// closed or the deadline passed.
+func (c *Conn) usable(dl *deadline) error {
+	if c.closed {
+		return net.ErrClosed
+	}
+	select {
+	case <-dl.done():
+		return os.ErrDeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+func (c *Conn) writeErr() error {
+	switch {
+	case c.err != nil:
+		return c.err
+	case c.connected:
+		return errShutdown
+	}
+	return errReset
+}
+
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "rsocket", Source: c.local, Addr: c.remote, Err: err}
+}
+
+// CloseWrite shuts down the sending side (rshutdown SHUT_WR): the peer
+// reads io.EOF after the data already written. It waits, a short while
+// at most, for that data to be acknowledged.
+func (c *Conn) CloseWrite() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.opError("close", net.ErrClosed)
+	}
+	if !c.connected || !c.writable {
+		return nil
+	}
+	c.writable = false
+	ctrl := uint32(ctrlShutdown)
+	if !c.readable {
+		ctrl = ctrlDisconnect
+	}
+	c.shutdown(ctrl)
+	return nil
+}
+
+// shutdown sends a control message and waits for every send to be
+// acknowledged, for closeWait at most.
+func (c *Conn) shutdown(ctrl uint32) {
+	dl := newDeadline()
+	dl.set(time.Now().Add(closeWait))
+	defer dl.stop()
+	for c.connected && c.ctrlSeq == c.ctrlMax {
+		if c.wait(dl) != nil {
+			return
+		}
+	}
+	if !c.connected {
+		return
+	}
+	c.ctrlSeq++
+	c.post(verbs.SendWR{WRID: uint64(msg(opCtrl, ctrl)), Opcode: verbs.WRRDMAWriteWithImm, ImmData: msg(opCtrl, ctrl)})
+	for c.err == nil && int(c.ctrlMax-c.ctrlSeq)+c.sqeAvail != c.qsize {
+		if c.wait(dl) != nil {
+			return
+		}
+	}
+}
+
+// Close sends rsockets' disconnect message, waits a short while for the
+// data written to be acknowledged, disconnects (rdma_disconnect), and
+// frees the QP, its memory and the connection's goroutines (rclose).
+// Blocked reads and writes return net.ErrClosed.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return c.opError("close", net.ErrClosed)
+	}
+	if c.connected {
+		c.readable, c.writable = false, false
+		c.shutdown(ctrlDisconnect)
+	}
+	c.closed = true
+	c.broadcast()
+	c.mu.Unlock()
+	if c.ka != nil {
+		c.ka.Stop() // keepAlive sees closed and does not rearm it
+	}
+	c.cancel()
+	c.wg.Wait()
+	c.rdl.stop()
+	c.wdl.stop()
+	err := c.rc.Close()
+	c.rmu.Lock()
+	c.wmu.Lock()
+	c.release()
+	c.wmu.Unlock()
+	c.rmu.Unlock()
+	return err
+}
+
+// LocalAddr returns the local address.
+func (c *Conn) LocalAddr() net.Addr { return c.local }
+
+// RemoteAddr returns the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.rdl.set(t)
+	c.wdl.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the time after which reads fail with an error
+// wrapping os.ErrDeadlineExceeded; the zero time means none.
+func (c *Conn) SetReadDeadline(t time.Time) error { c.rdl.set(t); return nil }
+
+// SetWriteDeadline sets the time after which writes fail with an error
+// wrapping os.ErrDeadlineExceeded; the zero time means none.
+func (c *Conn) SetWriteDeadline(t time.Time) error { c.wdl.set(t); return nil }
+
+// QPNum returns the number of the connection's QP.
+func (c *Conn) QPNum() uint32 { return c.qp.Num() }
+
+// String describes the connection: "10.0.0.1:40000->10.0.0.2:7471".
+func (c *Conn) String() string { return c.local.String() + "->" + c.remote.String() }
+
+var _ net.Conn = (*Conn)(nil)

@@ -1,0 +1,316 @@
+package rsocket_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/rdmacm"
+	"github.com/rdmago/rdmago/rsocket"
+	"github.com/rdmago/rdmago/rxe"
+	"github.com/rdmago/rdmago/rxe/link"
+)
+
+var subnet atomic.Int32
+
+// testNet makes two software devices on an in-memory network, known to
+// the connection manager until the test ends, and returns their
+// addresses and the network.
+func testNet(t testing.TB) (cli, srv netip.Addr, network *link.Network) {
+	t.Helper()
+	n := subnet.Add(1)
+	network = link.NewNetwork(uint64(n))
+	cli = netip.AddrFrom4([4]byte{10, 78, byte(n), 1})
+	srv = netip.AddrFrom4([4]byte{10, 78, byte(n), 2})
+	for _, a := range []netip.Addr{cli, srv} {
+		l, err := network.Attach(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev, err := rxe.NewDevice(rxe.Config{Name: "rs_" + a.String(), Links: []link.Link{l}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rdmacm.RegisterDevice(dev))
+		ctx, err := dev.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ctx.Close() })
+	}
+	return cli, srv, network
+}
+
+// noLeaks fails the test if it leaves goroutines behind.
+func noLeaks(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Errorf("%d goroutines before the test, %d after:\n%s", before, n, buf)
+		}
+	})
+}
+
+// pair connects a client and a server rsocket on a fresh network.
+func pair(t testing.TB, dcfg, lcfg rsocket.Config) (cli, srv *rsocket.Conn, network *link.Network) {
+	t.Helper()
+	ca, sa, network := testNet(t)
+	lc := rsocket.ListenConfig{Config: lcfg}
+	l, err := lc.Listen(context.Background(), "rsocket", netip.AddrPortFrom(sa, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type result struct {
+		c   *rsocket.Conn
+		err error
+	}
+	acc := make(chan result, 1)
+	go func() {
+		c, err := l.AcceptRsocket(ctx)
+		acc <- result{c, err}
+	}()
+	d := rsocket.Dialer{Config: dcfg, LocalAddr: netip.AddrPortFrom(ca, 0)}
+	cli, err = d.Dial(ctx, "tcp", l.Addr().String())
+	a := <-acc
+	if err != nil || a.err != nil {
+		t.Fatalf("Dial: %v; Accept: %v", err, a.err)
+	}
+	t.Cleanup(func() { cli.Close(); a.c.Close() })
+	return cli, a.c, network
+}
+
+func TestEchoAcrossSizes(t *testing.T) {
+	noLeaks(t)
+	tests := []struct {
+		name string
+		cfg  rsocket.Config
+	}{
+		{"defaults", rsocket.Config{}},
+		{"small ring and queue", rsocket.Config{RecvBuffer: 4096, SendBuffer: 4096, QueueSize: 16}},
+		{"no inline", rsocket.Config{InlineSize: -1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cli, srv, _ := pair(t, tc.cfg, tc.cfg)
+			go io.Copy(srv, srv) // echo until the client closes its side
+			rng := rand.New(rand.NewPCG(1, 2))
+			for _, size := range []int{1, 63, 64, 65, 2048, 4095, 65536, 300000} {
+				msg := make([]byte, size)
+				for i := range msg {
+					msg[i] = byte(rng.Uint32())
+				}
+				errc := make(chan error, 1)
+				go func() {
+					_, err := cli.Write(msg)
+					errc <- err
+				}()
+				got := make([]byte, size)
+				if _, err := io.ReadFull(cli, got); err != nil {
+					t.Fatalf("size %d: reading the echo: %v", size, err)
+				}
+				if err := <-errc; err != nil {
+					t.Fatalf("size %d: Write: %v", size, err)
+				}
+				if !bytes.Equal(got, msg) {
+					t.Fatalf("size %d: the echo differs", size)
+				}
+			}
+		})
+	}
+}
+
+func TestCloseWriteGivesThePeerEOFAfterTheData(t *testing.T) {
+	noLeaks(t)
+	cli, srv, _ := pair(t, rsocket.Config{}, rsocket.Config{})
+	data := bytes.Repeat([]byte("rsocket "), 10000)
+	if _, err := cli.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(srv)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("ReadAll: %d bytes, %v; want %d bytes", len(got), err, len(data))
+	}
+	// The other direction still works.
+	if _, err := srv.Write([]byte("reply")); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err = io.ReadAll(cli)
+	if err != nil || string(got) != "reply" {
+		t.Fatalf("client ReadAll: %q, %v", got, err)
+	}
+	if _, err := cli.Write([]byte("x")); err == nil {
+		t.Error("Write after CloseWrite succeeded")
+	}
+}
+
+func TestCloseGivesThePeerEOFAndFailsItsWrites(t *testing.T) {
+	noLeaks(t)
+	cli, srv, _ := pair(t, rsocket.Config{}, rsocket.Config{})
+	if _, err := cli.Write([]byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(srv)
+	if err != nil || string(got) != "last words" {
+		t.Fatalf("ReadAll: %q, %v", got, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err = srv.Write([]byte("anyone?"))
+		if err != nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err == nil {
+		t.Fatal("writes to a closed peer keep succeeding")
+	}
+	if _, err := cli.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Read on a closed Conn: %v, want net.ErrClosed", err)
+	}
+	if err := cli.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("second Close: %v, want net.ErrClosed", err)
+	}
+}
+
+func TestDeadlines(t *testing.T) {
+	noLeaks(t)
+	cli, srv, _ := pair(t, rsocket.Config{RecvBuffer: 4096, SendBuffer: 4096}, rsocket.Config{RecvBuffer: 4096})
+	cli.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	start := time.Now()
+	_, err := cli.Read(make([]byte, 10))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past its deadline: %v", err)
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("the deadline error %v is not a net.Error timeout", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the read deadline took %v", d)
+	}
+	// A deadline in the past fails at once; clearing it lets reads on.
+	cli.SetReadDeadline(time.Now().Add(-time.Second))
+	if _, err := cli.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read with a past deadline: %v", err)
+	}
+	cli.SetReadDeadline(time.Time{})
+	go srv.Write([]byte("ok"))
+	if b := make([]byte, 2); func() error { _, err := io.ReadFull(cli, b); return err }() != nil {
+		t.Fatal("Read after clearing the deadline failed")
+	}
+
+	// The server never reads: the client's writes fill the peer's ring
+	// and then wait for credits until the write deadline.
+	cli.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	n, err := cli.Write(make([]byte, 1<<20))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Write past its deadline: %d, %v", n, err)
+	}
+	if n <= 0 || n >= 1<<20 {
+		t.Errorf("Write past its deadline wrote %d bytes", n)
+	}
+	// What was written arrives whole once the server reads.
+	cli.SetWriteDeadline(time.Time{})
+	got := make([]byte, n)
+	if _, err := io.ReadFull(srv, got); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCloseEndsBlockedCalls(t *testing.T) {
+	noLeaks(t)
+	cli, _, _ := pair(t, rsocket.Config{}, rsocket.Config{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cli.Read(make([]byte, 10))
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	cli.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) && err != io.EOF {
+			t.Errorf("Read blocked through Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close left a Read blocked")
+	}
+}
+
+func TestConcurrentReadersAndWritersKeepMessagesWhole(t *testing.T) {
+	noLeaks(t)
+	cli, srv, _ := pair(t, rsocket.Config{SendBuffer: 8192}, rsocket.Config{RecvBuffer: 8192})
+	const writers, each = 4, 200
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec := bytes.Repeat([]byte{byte('a' + w)}, 1000)
+			for range each {
+				if _, err := cli.Write(rec); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); cli.CloseWrite() }()
+	got, err := io.ReadAll(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != writers*each*1000 {
+		t.Fatalf("read %d bytes, want %d", len(got), writers*each*1000)
+	}
+	for i := 0; i < len(got); i += 1000 {
+		if !bytes.Equal(got[i:i+1000], bytes.Repeat(got[i:i+1], 1000)) {
+			t.Fatalf("record at %d is torn", i)
+		}
+	}
+}
+
+func TestDialRefusedAndBadNetwork(t *testing.T) {
+	noLeaks(t)
+	_, sa, _ := testNet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := rsocket.Dial(ctx, "udp", netip.AddrPortFrom(sa, 1).String()); err == nil {
+		t.Error("Dial on udp succeeded")
+	}
+	if _, err := rsocket.Dial(ctx, "tcp", netip.AddrPortFrom(sa, 9).String()); err == nil {
+		t.Error("Dial to a port nobody listens on succeeded")
+	}
+	if _, err := rsocket.Listen("unix", "x"); err == nil {
+		t.Error("Listen on unix succeeded")
+	}
+}
