@@ -34,6 +34,10 @@ const (
 	// closeWait bounds how long Close and CloseWrite wait for their
 	// last messages to be acknowledged.
 	closeWait = 2 * time.Second
+	// keepAliveMisses is how many keepalive periods in a row may pass
+	// with sends outstanding and none completed before the peer is
+	// given up on.
+	keepAliveMisses = 3
 )
 
 // recvFlag marks a receive's work request ID (RS_WR_ID_FLAG_RECV); a
@@ -60,8 +64,14 @@ type Config struct {
 	InlineSize int
 	// KeepAlive is the period of keepalive messages (SO_KEEPALIVE with
 	// TCP_KEEPIDLE): DefaultKeepAlive if zero, none if negative. A
-	// keepalive is a zero-length RDMA WRITE: a peer that no longer
-	// answers fails it after the QP's retries, ending the connection.
+	// keepalive is a zero-length RDMA WRITE, which the peer's device
+	// acknowledges without its application. When three periods in a row
+	// pass with sends outstanding and none acknowledged, the peer is
+	// given up on: reads and writes fail with an error wrapping
+	// syscall.ETIMEDOUT, about four periods (a minute by default) after
+	// the peer vanished. (A QP with a finite retry count may give up
+	// sooner; software RoCE retries for ever with rsockets' retry count
+	// of 7.)
 	KeepAlive time.Duration
 	// ACKTimeout is the QP's local ACK timeout code (4.096 µs << code;
 	// rdma_set_option RDMA_OPTION_ID_ACK_TIMEOUT); 0 means rdma_cm's
@@ -168,7 +178,13 @@ type Conn struct {
 	rqueued   int // bytes received and not yet read
 	rseqNo    uint16
 	rseqComp  uint16
+
+	// Keepalive: its period, sends completed so far, that count at the
+	// last tick, and the ticks in a row that saw none complete.
 	ka0       time.Duration
+	sendsDone uint64
+	doneAtKA  uint64
+	kaMisses  int
 }
 
 // errReset and errShutdown are the causes writes report after the peer
@@ -304,6 +320,7 @@ func (c *Conn) complete(wc *verbs.WC) bool {
 		return true
 	}
 	m := uint32(wc.WRID)
+	c.sendsDone++
 	switch msgOp(m) {
 	case opSGL:
 		c.ctrlMax++
@@ -433,14 +450,26 @@ func (c *Conn) watchCM() {
 }
 
 // keepAlive sends a zero-length RDMA WRITE (rsocket's keepalive, which
-// needs no answer from the peer's application) and arms the next.
+// needs no answer from the peer's application) and arms the next, or
+// gives up on a peer that has acknowledged nothing for keepAliveMisses
+// periods.
 func (c *Conn) keepAlive() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed || !c.connected {
 		return
 	}
-	if c.connected && c.ctrlSeq != c.ctrlMax {
+	if c.sendsDone == c.doneAtKA && !c.allSendsDone() {
+		c.kaMisses++
+	} else {
+		c.kaMisses = 0
+	}
+	c.doneAtKA = c.sendsDone
+	if c.kaMisses >= keepAliveMisses {
+		c.fail(fmt.Errorf("the peer acknowledged nothing for %v: %w", keepAliveMisses*c.ka0, syscall.ETIMEDOUT))
+		return
+	}
+	if c.ctrlSeq != c.ctrlMax {
 		c.ctrlSeq++
 		c.post(verbs.SendWR{WRID: uint64(msg(opCtrl, ctrlKeepAlive)), Opcode: verbs.WRRDMAWrite})
 	}
@@ -491,6 +520,12 @@ func (c *Conn) updateCredits() {
 	c.rbufAvail -= c.rbufSize / 2
 	c.rbufFree = (c.rbufFree + c.rbufSize/2) % c.rbufSize
 	c.remoteSGE = (c.remoteSGE + 1) % int(c.remoteSGL.Length)
+}
+
+// allSendsDone reports whether no send is outstanding
+// (rs_conn_all_sends_done).
+func (c *Conn) allSendsDone() bool {
+	return int(c.ctrlMax-c.ctrlSeq)+c.sqeAvail == c.qsize
 }
 
 // canSend reports whether a data message may go now (rs_can_send).
@@ -691,7 +726,7 @@ func (c *Conn) shutdown(ctrl uint32) {
 	}
 	c.ctrlSeq++
 	c.post(verbs.SendWR{WRID: uint64(msg(opCtrl, ctrl)), Opcode: verbs.WRRDMAWriteWithImm, ImmData: msg(opCtrl, ctrl)})
-	for c.err == nil && int(c.ctrlMax-c.ctrlSeq)+c.sqeAvail != c.qsize {
+	for c.err == nil && !c.allSendsDone() {
 		if c.wait(dl) != nil {
 			return
 		}

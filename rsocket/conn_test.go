@@ -314,3 +314,49 @@ func TestDialRefusedAndBadNetwork(t *testing.T) {
 		t.Error("Listen on unix succeeded")
 	}
 }
+
+func TestVanishedPeerEndsReadsAndWrites(t *testing.T) {
+	noLeaks(t)
+	// An ACK timeout of 4.096 µs << 12 (17 ms) with 7 retries gives up
+	// on a silent peer after about 140 ms; keepalives every 50 ms find
+	// it while the connection is idle.
+	cfg := rsocket.Config{KeepAlive: 50 * time.Millisecond, ACKTimeout: 12}
+	cli, srv, network := pair(t, cfg, cfg)
+	network.SetFaults(link.Faults{Drop: 1}) // the peer is gone: nothing passes any more
+	// Let the connection manager's disconnection through at the end,
+	// so that its retries do not outlive the test.
+	t.Cleanup(func() { network.SetFaults(link.Faults{}) })
+	start := time.Now()
+	errc := make(chan error, 2)
+	go func() {
+		_, err := cli.Read(make([]byte, 1))
+		errc <- err
+	}()
+	go func() {
+		_, err := srv.Write(make([]byte, 100000))
+		errc <- err
+	}()
+	for range 2 {
+		select {
+		case err := <-errc:
+			if err == nil || err == io.EOF {
+				t.Errorf("a call on a vanished peer ended with %v", err)
+			}
+			t.Logf("after %v: %v", time.Since(start).Round(time.Millisecond), err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("a call on a vanished peer still waits")
+		}
+	}
+}
+
+func TestKeepAliveKeepsAnIdleConnection(t *testing.T) {
+	noLeaks(t)
+	cfg := rsocket.Config{KeepAlive: 10 * time.Millisecond, ACKTimeout: 12}
+	cli, srv, _ := pair(t, cfg, cfg)
+	time.Sleep(300 * time.Millisecond) // some 30 keepalives each way
+	go srv.Write([]byte("still here"))
+	b := make([]byte, 10)
+	if _, err := io.ReadFull(cli, b); err != nil || string(b) != "still here" {
+		t.Fatalf("after idling: %q, %v", b, err)
+	}
+}

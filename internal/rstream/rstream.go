@@ -1,0 +1,536 @@
+// Package rstream is `rdmago rstream`: rdma-core's rstream
+// (librdmacm/examples/rstream.c), flag for flag and line for line, over
+// package rsocket, so that it streams to and from rstream on Linux. It
+// times ping-pongs and one-way bursts over one connection and prints
+// rstream's table.
+package rstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rdmago/rdmago/internal/units"
+	"github.com/rdmago/rdmago/rsocket"
+)
+
+// Options are rstream's settings.
+type Options struct {
+	Dst, Src    string // -s, -b
+	Port        string // -p (default 7471)
+	Buffer      int    // -B: SO_SNDBUF and SO_RCVBUF (0: 512 KiB)
+	Inline      int    // -i (64)
+	Iterations  int    // -I
+	Count       int    // -C
+	Size        int    // -S n
+	AllSizes    bool   // -S all
+	Custom      bool   // -I, -C or -S n was given
+	KeepAlive   int    // -k seconds
+	Sockets     bool   // -T s (and f): TCP sockets instead of rsockets
+	Verify      bool   // -T v
+	AddrFormat6 bool   // -f ipv6
+}
+
+// Defaults returns rstream's defaults.
+func Defaults() Options {
+	return Options{Port: "7471", Inline: 64, Iterations: 1, Count: 1000, Size: 1000}
+}
+
+// ExitError carries the status the tool exits with.
+type ExitError struct {
+	Status int
+	What   string
+}
+
+func (e *ExitError) Error() string { return e.What }
+
+// ExitStatus maps Run's and ParseArgs's errors to an exit status.
+func ExitStatus(err error) int {
+	var ee *ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.Status
+	}
+	return 1
+}
+
+// Usage prints rstream's usage text.
+func Usage(w io.Writer) {
+	fmt.Fprint(w, `usage: rdmago rstream
+	[-s server_address]
+	[-b bind_address]
+	[-f address_format]
+	    name, ip, ipv6, or gid
+	[-B buffer_size]
+	[-i inline_size]
+	[-I iterations]
+	[-C transfer_count]
+	[-S transfer_size or all]
+	[-p port_number]
+	[-k keepalive_time]
+	[-T test_option]
+	    s|sockets - use standard tcp/ip sockets
+	    a|async - asynchronous operation (use poll)
+	    b|blocking - use blocking calls
+	    f|fork - fork server processing
+	    n|nonblocking - use nonblocking calls
+	    r|resolve - use rdma cm to resolve address
+	    v|verify - verify data
+`)
+}
+
+// ParseArgs parses rstream's command line: getopt "s:b:f:B:i:I:C:S:p:k:T:".
+// A bad option or -T value prints the usage, and the error exits 1 as
+// rstream does.
+func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
+	o := Defaults()
+	usage := func() (Options, error) {
+		Usage(stdout)
+		return o, &ExitError{Status: 1, What: "usage"}
+	}
+	num := func(opt byte, v string) (int, error) {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 {
+			fmt.Fprintf(stderr, "rdmago rstream: -%c %q: want a number from 0\n", opt, v)
+			return 0, &ExitError{Status: 1, What: "bad number"}
+		}
+		return n, nil
+	}
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			break
+		}
+		if len(arg) < 2 || arg[0] != '-' {
+			continue
+		}
+		for j := 1; j < len(arg); j++ {
+			opt := arg[j]
+			if !strings.ContainsRune("sbfBiICSpkT", rune(opt)) {
+				fmt.Fprintf(stderr, "rdmago rstream: invalid option -- '%c'\n", opt)
+				return usage()
+			}
+			var val string
+			switch {
+			case j+1 < len(arg):
+				val = arg[j+1:]
+			case i+1 < len(args):
+				i++
+				val = args[i]
+			default:
+				fmt.Fprintf(stderr, "rdmago rstream: option requires an argument -- '%c'\n", opt)
+				return usage()
+			}
+			j = len(arg)
+			var err error
+			switch opt {
+			case 's':
+				o.Dst = val
+			case 'b':
+				o.Src = val
+			case 'f':
+				switch v := strings.ToLower(val); {
+				case strings.HasPrefix(v, "gid"):
+					fmt.Fprintln(stderr, "rdmago rstream: -f gid: AF_IB addresses are not supported")
+					return o, &ExitError{Status: 1, What: "AF_IB"}
+				case strings.HasPrefix(v, "ipv6"):
+					o.AddrFormat6 = true
+				case strings.HasPrefix(v, "ip"), strings.HasPrefix(v, "name"):
+				default:
+					fmt.Fprintln(stderr, "Warning: unknown address format")
+				}
+			case 'B':
+				o.Buffer, err = num(opt, val)
+			case 'i':
+				o.Inline, err = num(opt, val)
+			case 'I':
+				o.Custom = true
+				o.Iterations, err = num(opt, val)
+			case 'C':
+				o.Custom = true
+				o.Count, err = num(opt, val)
+			case 'S':
+				if strings.HasPrefix(strings.ToLower(val), "all") {
+					o.AllSizes = true
+				} else {
+					o.Custom = true
+					o.Size, err = num(opt, val)
+				}
+			case 'p':
+				o.Port = val
+			case 'k':
+				o.KeepAlive, err = num(opt, val)
+			case 'T':
+				if !setTestOpt(&o, val) {
+					return usage()
+				}
+			}
+			if err != nil {
+				return o, err
+			}
+		}
+	}
+	if o.Custom && o.Size == 0 {
+		fmt.Fprintln(stderr, "rdmago rstream: -S 0: a transfer needs at least one byte")
+		return o, &ExitError{Status: 1, What: "bad size"}
+	}
+	return o, nil
+}
+
+// setTestOpt takes one -T value (set_test_opt): a letter or a word.
+func setTestOpt(o *Options, arg string) bool {
+	words := map[string]byte{"socket": 's', "async": 'a', "block": 'b', "fork": 'f', "nonblock": 'n', "resolve": 'r', "verify": 'v'}
+	c := byte(0)
+	if len(arg) == 1 {
+		c = arg[0]
+	} else {
+		// rstream matches each word by its prefix of the word's length;
+		// "nonblock" before "block" is irrelevant since neither is a
+		// prefix of the other at that length.
+		for w, l := range words {
+			if len(arg) >= len(w) && strings.EqualFold(arg[:len(w)], w) {
+				c = l
+			}
+		}
+	}
+	switch c {
+	case 's', 'f':
+		// -T f forks a server per connection in C; a Go process does
+		// not fork, and serves its one connection itself over sockets.
+		o.Sockets = true
+	case 'v':
+		o.Verify = true
+	case 'a', 'b', 'n', 'r':
+		// Go's calls block their goroutine without holding a thread,
+		// so async, blocking and nonblocking runs are one; rsocket
+		// resolves addresses with rdma_getaddrinfo always.
+	default:
+		return false
+	}
+	return true
+}
+
+// testSize is rstream's test_size table: sizes with option 1 run only
+// with -S all.
+var testSize = []struct {
+	size int
+	all  bool
+}{
+	{1 << 6, false},
+	{1 << 7, true}, {1<<7 + 1<<6, true},
+	{1 << 8, true}, {1<<8 + 1<<7, true},
+	{1 << 9, true}, {1<<9 + 1<<8, true},
+	{1 << 10, true}, {1<<10 + 1<<9, true},
+	{1 << 11, true}, {1<<11 + 1<<10, true},
+	{1 << 12, false}, {1<<12 + 1<<11, true},
+	{1 << 13, true}, {1<<13 + 1<<12, true},
+	{1 << 14, true}, {1<<14 + 1<<13, true},
+	{1 << 15, true}, {1<<15 + 1<<14, true},
+	{1 << 16, false}, {1<<16 + 1<<15, true},
+	{1 << 17, true}, {1<<17 + 1<<16, true},
+	{1 << 18, true}, {1<<18 + 1<<17, true},
+	{1 << 19, true}, {1<<19 + 1<<18, true},
+	{1 << 20, false}, {1<<20 + 1<<19, true},
+	{1 << 21, true}, {1<<21 + 1<<20, true},
+	{1 << 22, true}, {1<<22 + 1<<21, true},
+}
+
+// sizeToCount is size_to_count: fewer transfers for larger sizes.
+func sizeToCount(size int) int {
+	switch {
+	case size >= 1<<20:
+		return 100
+	case size >= 1<<16:
+		return 1000
+	case size >= 1<<10:
+		return 10000
+	}
+	return 100000
+}
+
+// test is one row of the table.
+type test struct {
+	name              string
+	size, count, iter int
+}
+
+func latencyTest(size int) test {
+	return test{name: units.Size(int64(size)) + "_lat", size: size, count: 1, iter: sizeToCount(size)}
+}
+
+func bandwidthTest(size int) test {
+	return test{name: units.Size(int64(size)) + "_bw", size: size, count: sizeToCount(size), iter: 1}
+}
+
+// optimization is which way rstream tunes inline sends for a run.
+type optimization int
+
+const (
+	optMixed optimization = iota
+	optLatency
+	optBandwidth
+)
+
+// session is one side of a run.
+type session struct {
+	o      Options
+	out    io.Writer
+	errw   io.Writer
+	ln     net.Listener
+	buf    []byte
+	txData byte // format_buf's running byte
+	rxData byte // verify_buf's running byte
+	rxSeen int64
+}
+
+// Run runs rstream with o: as the client if o.Dst is set, else as the
+// server. It returns an *ExitError with rstream's status on failure.
+func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	s := &session{o: o, out: stdout, errw: stderr}
+	n := testSize[len(testSize)-1].size
+	if o.Custom {
+		n = o.Size
+	}
+	s.buf = make([]byte, n)
+	if o.Dst == "" {
+		if err := s.listen(ctx); err != nil {
+			return err
+		}
+		defer s.ln.Close()
+	}
+	fmt.Fprintf(stdout, "%-10s%-8s%-8s%-8s%-8s%8s %10s%13s\n", "name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer")
+	if o.Custom {
+		c, err := s.connect(ctx, optMixed)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		err = s.runTest(c, test{name: "custom", size: o.Size, count: o.Count, iter: o.Iterations})
+		shutdown(c)
+		return err
+	}
+	for _, opt := range []optimization{optLatency, optBandwidth} {
+		c, err := s.connect(ctx, opt)
+		if err != nil {
+			return err
+		}
+		for _, ts := range testSize {
+			if ts.all && !o.AllSizes {
+				continue
+			}
+			t := latencyTest(ts.size)
+			if opt == optBandwidth {
+				t = bandwidthTest(ts.size)
+			}
+			s.runTest(c, t) // rstream goes on after a failed size
+		}
+		shutdown(c)
+		c.Close()
+	}
+	return nil
+}
+
+// shutdown is rshutdown(SHUT_RDWR) before rclose: the peer sees the end.
+func shutdown(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+}
+
+func (s *session) config(opt optimization) rsocket.Config {
+	b := s.o.Buffer
+	if b == 0 {
+		b = 1 << 19
+	}
+	cfg := rsocket.Config{RecvBuffer: b << 1, SendBuffer: b << 1, KeepAlive: -1}
+	switch opt {
+	case optLatency:
+		cfg.InlineSize = s.o.Inline
+		if cfg.InlineSize == 0 {
+			cfg.InlineSize = -1
+		}
+	case optBandwidth:
+		cfg.InlineSize = -1
+	}
+	if s.o.KeepAlive > 0 {
+		cfg.KeepAlive = time.Duration(s.o.KeepAlive) * time.Second
+	}
+	return cfg
+}
+
+func (s *session) network() string {
+	if s.o.AddrFormat6 {
+		return "tcp6"
+	}
+	return "tcp"
+}
+
+func (s *session) listen(ctx context.Context) error {
+	addr := net.JoinHostPort(s.o.Src, s.o.Port)
+	var err error
+	if s.o.Sockets {
+		var lc net.ListenConfig
+		s.ln, err = lc.Listen(ctx, s.network(), addr)
+	} else {
+		lc := rsocket.ListenConfig{Config: s.config(optMixed)}
+		s.ln, err = lc.Listen(ctx, s.network(), addr)
+	}
+	if err != nil {
+		fmt.Fprintf(s.errw, "rlisten: %v\n", err)
+		return &ExitError{Status: 255, What: "listen"}
+	}
+	return nil
+}
+
+// connect makes the run's connection: the server accepts, the client
+// dials (server_connect, client_connect).
+func (s *session) connect(ctx context.Context, opt optimization) (net.Conn, error) {
+	var c net.Conn
+	var err error
+	if s.o.Dst == "" {
+		c, err = s.accept(ctx)
+		if err != nil {
+			fmt.Fprintf(s.errw, "raccept: %v\n", err)
+			return nil, &ExitError{Status: 255, What: "accept"}
+		}
+	} else {
+		addr := net.JoinHostPort(s.o.Dst, s.o.Port)
+		if s.o.Sockets {
+			d := net.Dialer{}
+			if s.o.Src != "" {
+				d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(s.o.Src)}
+			}
+			c, err = d.DialContext(ctx, s.network(), addr)
+		} else {
+			d := rsocket.Dialer{Config: s.config(opt)}
+			if s.o.Src != "" {
+				a, perr := netip.ParseAddr(s.o.Src)
+				if perr != nil {
+					fmt.Fprintf(s.out, "getaddrinfo src_addr: %v\n", perr)
+					return nil, &ExitError{Status: 255, What: "src_addr"}
+				}
+				d.LocalAddr = netip.AddrPortFrom(a, 0)
+			}
+			c, err = d.Dial(ctx, s.network(), addr)
+		}
+		if err != nil {
+			fmt.Fprintf(s.errw, "rconnect: %v\n", err)
+			return nil, &ExitError{Status: 255, What: "connect"}
+		}
+	}
+	if s.o.KeepAlive > 0 && !s.o.Sockets {
+		fmt.Fprintf(s.out, "Keepalive: ON\n  time: %d\n", s.o.KeepAlive)
+	}
+	return c, nil
+}
+
+// accept takes the next connection. Accepted rsockets take the
+// listener's Config, as raccept's take the listening rsocket's options.
+func (s *session) accept(ctx context.Context) (net.Conn, error) {
+	if l, ok := s.ln.(*rsocket.Listener); ok {
+		return l.AcceptRsocket(ctx)
+	}
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := s.ln.Accept()
+		done <- result{c, err}
+	}()
+	select {
+	case r := <-done:
+		return r.c, r.err
+	case <-ctx.Done():
+		s.ln.Close()
+		r := <-done
+		if r.c != nil {
+			r.c.Close()
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// runTest is run_test: a 16-byte exchange to start together, then
+// iter rounds of count transfers each way, timed.
+func (s *session) runTest(c net.Conn, t test) error {
+	client := s.o.Dst != ""
+	if err := s.xfer(c, 16, client); err != nil {
+		return err
+	}
+	if err := s.xfer(c, 16, !client); err != nil {
+		return err
+	}
+	start := time.Now()
+	for range t.iter {
+		for range t.count {
+			if err := s.xfer(c, t.size, client); err != nil {
+				return err
+			}
+		}
+		for range t.count {
+			if err := s.xfer(c, t.size, !client); err != nil {
+				return err
+			}
+		}
+	}
+	usec := float64(time.Since(start).Microseconds())
+	s.showPerf(t, usec)
+	return nil
+}
+
+// xfer sends or receives one transfer of size bytes (send_xfer,
+// recv_xfer), with -T v filling and checking the bytes.
+func (s *session) xfer(c net.Conn, size int, send bool) error {
+	b := s.buf[:size]
+	if send {
+		if s.o.Verify {
+			for i := range b {
+				b[i] = s.txData
+				s.txData++
+			}
+		}
+		if _, err := c.Write(b); err != nil {
+			fmt.Fprintf(s.errw, "rsend: %v\n", err)
+			return &ExitError{Status: 255, What: "send"}
+		}
+		return nil
+	}
+	if _, err := io.ReadFull(c, b); err != nil {
+		fmt.Fprintf(s.errw, "rrecv: %v\n", err)
+		return &ExitError{Status: 255, What: "recv"}
+	}
+	if s.o.Verify {
+		for i := range b {
+			if b[i] != s.rxData {
+				fmt.Fprintf(s.out, "data verification failed byte %d\n", s.rxSeen)
+				return &ExitError{Status: 255, What: "verify"}
+			}
+			s.rxData++
+			s.rxSeen++
+		}
+	}
+	return nil
+}
+
+// showPerf prints one row (show_perf).
+func (s *session) showPerf(t test, usec float64) {
+	bytes := int64(t.iter) * int64(t.count) * int64(t.size) * 2
+	gbps, perXfer := 0.0, 0.0
+	if usec > 0 {
+		gbps = float64(bytes*8) / (1000 * usec)
+		perXfer = usec / float64(t.iter) / float64(t.count*2)
+	}
+	fmt.Fprintf(s.out, "%-10s%-8s%-8s%-8s%-8s%8.2fs%10.2f%11.2f\n",
+		t.name, units.Size(int64(t.size)), units.Count(int64(t.count)), units.Count(int64(t.iter)), units.Size(bytes),
+		usec/1e6, gbps, perXfer)
+}
