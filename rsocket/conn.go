@@ -176,6 +176,7 @@ type Conn struct {
 	rbufAvail int // free ring not yet given to the peer
 	rbufFree  int // where the next half given to the peer starts
 	rqueued   int // bytes received and not yet read
+	rgiven    int // ring given to the peer and not yet written
 	rseqNo    uint16
 	rseqComp  uint16
 
@@ -230,27 +231,10 @@ func (c *Conn) connData() []byte {
 	return d.Marshal()
 }
 
-// start takes the peer's connection data (rs_save_conn_data) and starts
-// the connection's goroutines.
+// start takes the peer's connection data and starts the connection's
+// goroutines.
 func (c *Conn) start(peer ConnData, keepAlive time.Duration) {
-	c.remoteSGL = peer.TargetSGL
-	c.remoteSGE = 1
-	c.peerBE = peer.BigEndian()
-	c.tgt[0] = peer.DataBuf
-	c.tgtNext = 1
-	c.sseqComp = peer.Credits
-	c.sqeAvail = c.qsize - ctrlSlots
-	c.ctrlMax = ctrlSlots
-	c.sbufAvail = c.sbufSize
-	c.rbufFree, c.rbufAvail = c.rbufSize/2, c.rbufSize/2
-	c.rseqComp = uint16(c.qsize / 2)
-	c.rmsg = make([]uint32, c.qsize+1)
-	c.connected, c.readable, c.writable = true, true, true
-	c.local = Addr{c.rc.LocalAddr()}
-	c.remote = Addr{c.rc.RemoteAddr()}
-	c.wake = make(chan struct{})
-	c.rdl, c.wdl = newDeadline(), newDeadline()
-	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.init(peer)
 	c.wg.Add(2)
 	go c.progress()
 	go c.watchCM()
@@ -260,6 +244,31 @@ func (c *Conn) start(peer ConnData, keepAlive time.Duration) {
 		c.ka = time.AfterFunc(keepAlive, c.keepAlive)
 		c.mu.Unlock()
 	}
+}
+
+// init sets the connection's state from the peer's connection data
+// (rs_save_conn_data, and rs_init_bufs for this side's counters).
+func (c *Conn) init(peer ConnData) {
+	c.remoteSGL = peer.TargetSGL
+	c.remoteSGE = 1
+	c.peerBE = peer.BigEndian()
+	c.tgt[0] = peer.DataBuf
+	c.tgtNext = 1
+	c.sseqComp = peer.Credits
+	c.sqeAvail = c.qsize - ctrlSlots
+	c.ctrlMax = ctrlSlots
+	c.sbufAvail = c.sbufSize
+	c.rbufFree, c.rbufAvail, c.rgiven = c.rbufSize/2, c.rbufSize/2, c.rbufSize/2
+	c.rseqComp = uint16(c.qsize / 2)
+	c.rmsg = make([]uint32, c.qsize+1)
+	c.connected, c.readable, c.writable = true, true, true
+	if c.rc != nil {
+		c.local = Addr{c.rc.LocalAddr()}
+		c.remote = Addr{c.rc.RemoteAddr()}
+	}
+	c.wake = make(chan struct{})
+	c.rdl, c.wdl = newDeadline(), newDeadline()
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 }
 
 // release frees what setup made, on a connection that never started.
@@ -374,10 +383,11 @@ func (c *Conn) message(imm, n uint32) {
 		}
 	default: // opData and the reserved data operations
 		d := msgData(imm)
-		if c.rmsgLen == len(c.rmsg) || c.rqueued+int(d) > c.rbufSize {
-			c.fail(fmt.Errorf("the peer sent %d bytes beyond its credit: %w", d, syscall.EPROTO))
+		if c.rmsgLen == len(c.rmsg) || int(d) > c.rgiven {
+			c.fail(fmt.Errorf("the peer sent %d bytes beyond the %d of the ring it was given: %w", d, c.rgiven, syscall.EPROTO))
 			return
 		}
+		c.rgiven -= int(d)
 		if d == 0 {
 			return
 		}
@@ -518,6 +528,7 @@ func (c *Conn) updateCredits() {
 	}
 	c.post(wr)
 	c.rbufAvail -= c.rbufSize / 2
+	c.rgiven += c.rbufSize / 2
 	c.rbufFree = (c.rbufFree + c.rbufSize/2) % c.rbufSize
 	c.remoteSGE = (c.remoteSGE + 1) % int(c.remoteSGL.Length)
 }

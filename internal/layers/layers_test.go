@@ -23,6 +23,8 @@ var rules = []struct {
 	// The connection manager works over any provider; providers plug in
 	// through the verbs driver contract and rdmacm.Backend.
 	{"rdmacm", []string{module + "/rxe", module + "/rdmacore"}},
+	// rsockets run over any provider, through verbs and rdmacm.
+	{"rsocket", []string{module + "/rxe", module + "/rdmacore", module + "/fabric"}},
 	// The rdma-core provider stands beside the software device, not on it.
 	{"rdmacore", []string{module + "/rxe"}},
 	// Links carry packets; they know the wire format and nothing above it.

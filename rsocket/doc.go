@@ -1,0 +1,57 @@
+// Package rsocket is net.Conn over RDMA: byte streams that speak
+// librdmacm's rsockets protocol, so that a Go program and a C program
+// using rsockets (rsocket, rconnect, raccept, rsend, rrecv; rdma-core's
+// rstream) connect to each other.
+//
+// A Conn is an RC queue pair made with the connection manager (package
+// rdmacm) in its TCP port space: an rsocket port is an rdma_cm port,
+// not a kernel TCP port, and no TCP connection is made. It runs on any
+// verbs device: the software RoCE device of package rxe, or hardware
+// through package rdmacore.
+//
+//	l, err := rsocket.Listen("tcp", ":7471")          // rsocket, rbind, rlisten
+//	c, err := l.Accept()                               // raccept
+//	c, err := rsocket.Dial(ctx, "tcp", "host:7471")    // rsocket, rconnect
+//
+// Conns work wherever a net.Conn does: net/http (Listener for
+// http.Server.Serve, Dialer.DialContext for http.Transport), crypto/tls
+// over a Conn, io.Copy. Deadlines end blocked reads and writes with an
+// error wrapping os.ErrDeadlineExceeded; CloseWrite sends rsockets'
+// shutdown, so that the peer reads io.EOF; Close sends its disconnect,
+// then disconnects the queue pair.
+//
+// # On the wire
+//
+// Each side registers a receive ring and a two-entry target SGL array,
+// and names both in the 40-byte connection data of the connection
+// request and reply (ConnData): protocol version 1, the credits it
+// gives (its receive queue size), the SGL array, and the first half of
+// its ring. Data goes as RDMA WRITE WITH IMMEDIATE into the part of the
+// peer's ring the peer gave, in chunks of 2 KiB growing to 64 KiB; the
+// immediate says what a message is (its top three bits) and how long
+// (the rest). As the reader frees its ring it writes the freed half into
+// the writer's SGL array and returns credits in the same message. A
+// zero-length RDMA WRITE serves as keepalive. Receives carry no memory:
+// every write lands where its sender aimed it.
+//
+// What is left out: riomap and riowrite (rsockets' direct-placement
+// iomaps: a Conn offers none and ignores a peer's), datagram rsockets
+// (SOCK_DGRAM), AF_IB addresses, and iWARP's send-based messages.
+// rdma-core's riostream therefore cannot be a peer; rstream can.
+//
+// # C to Go
+//
+//	rsocket + rconnect           Dial, Dialer.Dial
+//	rsocket + rbind + rlisten    Listen, ListenConfig.Listen
+//	raccept                      Listener.Accept, Listener.AcceptRsocket
+//	rsend, rwrite                Conn.Write
+//	rrecv, rread                 Conn.Read
+//	rshutdown(SHUT_WR)           Conn.CloseWrite
+//	rclose                       Conn.Close, Listener.Close
+//	rgetsockname, rgetpeername   Conn.LocalAddr, Conn.RemoteAddr
+//	SO_RCVBUF, SO_SNDBUF         Config.RecvBuffer, Config.SendBuffer
+//	RDMA_SQSIZE, RDMA_RQSIZE     Config.QueueSize
+//	RDMA_INLINE                  Config.InlineSize
+//	SO_KEEPALIVE, TCP_KEEPIDLE   Config.KeepAlive
+//	SO_RCVTIMEO, SO_SNDTIMEO     Conn.SetReadDeadline, Conn.SetWriteDeadline
+package rsocket
