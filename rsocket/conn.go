@@ -572,19 +572,25 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return 0, c.opError("read", err)
 		}
 	}
-	n := 0
-	ring := c.rmr.Buf()
-	for n < len(b) && c.rmsgLen > 0 {
+	n, ring, want := 0, c.rmr.Buf(), min(len(b), c.rqueued)
+	for n < want {
+		n += copy(b[n:want], ring[(c.rbufOff+n)%c.rbufSize:])
+	}
+	c.consume(n)
+	c.updateCredits()
+	return n, nil
+}
+
+// consume takes n bytes the program has read off the queue of received
+// messages, and frees their part of the ring.
+func (c *Conn) consume(n int) {
+	for n > 0 {
 		d := int(c.rmsg[c.rmsgHead])
-		take := min(d, len(b)-n)
-		for left := take; left > 0; {
-			k := copy(b[n:n+left], ring[c.rbufOff:])
-			n += k
-			left -= k
-			c.rbufOff = (c.rbufOff + k) % c.rbufSize
-		}
+		take := min(d, n)
+		c.rbufOff = (c.rbufOff + take) % c.rbufSize
 		c.rbufAvail += take
 		c.rqueued -= take
+		n -= take
 		if take == d {
 			c.rseqNo++
 			c.rmsgHead = (c.rmsgHead + 1) % len(c.rmsg)
@@ -593,8 +599,6 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.rmsg[c.rmsgHead] -= uint32(take)
 		}
 	}
-	c.updateCredits()
-	return n, nil
 }
 
 // Write sends b (rsend): it copies b into the registered send buffer in
@@ -641,29 +645,37 @@ func (c *Conn) Write(b []byte) (int, error) {
 // writeData copies p into the send buffer and posts it to the current
 // target entry (rs_write_data).
 func (c *Conn) writeData(p []byte) {
-	var sges [2]verbs.SGE
-	sgl := sges[:1]
 	buf := c.smr.Buf()[:c.sbufSize]
 	if k := copy(buf[c.sbufHead:], p); k < len(p) {
 		copy(buf, p[k:])
+	}
+	c.postData(len(p))
+}
+
+// postData posts the n bytes at the head of the send buffer, wrapping
+// around its end, as one data message to the current target entry.
+func (c *Conn) postData(n int) {
+	var sges [2]verbs.SGE
+	sgl := sges[:1]
+	if k := c.sbufSize - c.sbufHead; k < n {
 		sges[0] = c.smr.SGE(c.sbufHead, k)
-		sges[1] = c.smr.SGE(0, len(p)-k)
+		sges[1] = c.smr.SGE(0, n-k)
 		sgl = sges[:2]
 	} else {
-		sges[0] = c.smr.SGE(c.sbufHead, len(p))
+		sges[0] = c.smr.SGE(c.sbufHead, n)
 	}
-	c.sbufHead = (c.sbufHead + len(p)) % c.sbufSize
+	c.sbufHead = (c.sbufHead + n) % c.sbufSize
 	c.sseqNo++
 	c.sqeAvail--
-	c.sbufAvail -= len(p)
+	c.sbufAvail -= n
 	t := &c.tgt[c.tgtIdx]
-	m := msg(opData, uint32(len(p)))
+	m := msg(opData, uint32(n))
 	wr := verbs.SendWR{WRID: uint64(m), Opcode: verbs.WRRDMAWriteWithImm, ImmData: m, SGList: sgl, RemoteAddr: t.Addr, RKey: t.Key}
-	if len(p) <= c.inline {
+	if n <= c.inline {
 		wr.SendFlags = verbs.SendInline
 	}
-	t.Addr += uint64(len(p))
-	t.Length -= uint32(len(p))
+	t.Addr += uint64(n)
+	t.Length -= uint32(n)
 	if t.Length == 0 {
 		c.tgtIdx = (c.tgtIdx + 1) % sglSize
 	}

@@ -360,3 +360,40 @@ func TestKeepAliveKeepsAnIdleConnection(t *testing.T) {
 		t.Fatalf("after idling: %q, %v", b, err)
 	}
 }
+
+// onlyReader hides a reader's WriteTo, so that io.Copy calls the
+// destination's ReadFrom.
+type onlyReader struct{ r io.Reader }
+
+func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+func TestReadFromAndWriteToMoveEveryByte(t *testing.T) {
+	noLeaks(t)
+	for _, size := range []int{0, 1, 5000, 1 << 20} {
+		cli, srv, _ := pair(t, rsocket.Config{SendBuffer: 8192}, rsocket.Config{RecvBuffer: 8192})
+		data := make([]byte, size)
+		rng := rand.New(rand.NewPCG(3, uint64(size)))
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		sent := make(chan error, 1)
+		go func() {
+			n, err := io.Copy(cli, onlyReader{bytes.NewReader(data)}) // cli.ReadFrom
+			if err == nil && n != int64(size) {
+				err = errors.New("short copy")
+			}
+			if err == nil {
+				err = cli.CloseWrite()
+			}
+			sent <- err
+		}()
+		var got bytes.Buffer
+		n, err := srv.WriteTo(&got)
+		if err != nil || n != int64(size) || !bytes.Equal(got.Bytes(), data) {
+			t.Fatalf("%d bytes: WriteTo wrote %d, %v; equal %v", size, n, err, bytes.Equal(got.Bytes(), data))
+		}
+		if err := <-sent; err != nil {
+			t.Fatalf("%d bytes: ReadFrom: %v", size, err)
+		}
+	}
+}

@@ -18,7 +18,9 @@
 // over a Conn, io.Copy. Deadlines end blocked reads and writes with an
 // error wrapping os.ErrDeadlineExceeded; CloseWrite sends rsockets'
 // shutdown, so that the peer reads io.EOF; Close sends its disconnect,
-// then disconnects the queue pair.
+// then disconnects the queue pair. io.Copy to and from a Conn goes
+// through ReadFrom and WriteTo, which read into the registered send
+// buffer and write out of the receive ring, saving a copy each.
 //
 // # On the wire
 //
