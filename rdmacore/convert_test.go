@@ -68,3 +68,9 @@ func TestDeviceListWorksWithoutDevices(t *testing.T) {
 		}
 	}
 }
+
+func TestForkInitIsLibibverbs(t *testing.T) {
+	if err := verbs.ForkInit(); err != nil {
+		t.Fatalf("ibv_fork_init: %v", err)
+	}
+}

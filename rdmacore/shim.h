@@ -171,6 +171,7 @@ static inline int rg_get_cq_event(struct ibv_comp_channel *ch) {
 struct rg_async_event {
 	uint32_t type, qp_num, port;
 	struct ibv_srq *srq;
+	struct ibv_cq *cq;
 };
 
 static inline int rg_get_async_event(struct ibv_context *c, struct rg_async_event *out) {
@@ -193,6 +194,9 @@ static inline int rg_get_async_event(struct ibv_context *c, struct rg_async_even
 	case IBV_EVENT_SRQ_ERR:
 	case IBV_EVENT_SRQ_LIMIT_REACHED:
 		out->srq = ev.element.srq;
+		break;
+	case IBV_EVENT_CQ_ERR:
+		out->cq = ev.element.cq;
 		break;
 	case IBV_EVENT_PORT_ACTIVE:
 	case IBV_EVENT_PORT_ERR:

@@ -40,6 +40,15 @@ var (
 
 func init() { verbs.RegisterProvider(provider{}) }
 
+// ForkInit is ibv_fork_init: registered memory is then kept from the
+// pages a forked child shares (madvise MADV_DONTFORK).
+func (provider) ForkInit() error {
+	if rc := C.ibv_fork_init(); rc != 0 {
+		return failRC("ibv_fork_init", -rc)
+	}
+	return nil
+}
+
 // ProviderName is the name RDMAGO_PROVIDER selects this provider by.
 const ProviderName = "rdmacore"
 
@@ -121,6 +130,7 @@ type shared struct {
 	sinks   map[*ctx]verbs.EventSink
 	byQPN   map[uint32]*ctx
 	bySRQ   map[*C.struct_ibv_srq]*srq
+	byCQ    map[*C.struct_ibv_cq]*cq
 	byMRKey map[uint32]*mr
 }
 
@@ -156,7 +166,7 @@ func (d *device) Open(events verbs.EventSink) (verbs.ContextDriver, error) {
 }
 
 func (d *device) openShared() (*shared, error) {
-	s := &shared{sinks: map[*ctx]verbs.EventSink{}, byQPN: map[uint32]*ctx{}, bySRQ: map[*C.struct_ibv_srq]*srq{}, byMRKey: map[uint32]*mr{}, done: make(chan struct{})}
+	s := &shared{sinks: map[*ctx]verbs.EventSink{}, byQPN: map[uint32]*ctx{}, bySRQ: map[*C.struct_ibv_srq]*srq{}, byCQ: map[*C.struct_ibv_cq]*cq{}, byMRKey: map[uint32]*mr{}, done: make(chan struct{})}
 	var n C.int
 	if l := C.rdma_get_devices(&n); l != nil {
 		for i := C.int(0); i < n; i++ {
@@ -213,6 +223,10 @@ func (s *shared) readEvents() {
 		case ev.srq != nil:
 			if q := s.bySRQ[ev.srq]; q != nil {
 				q.c.events.SRQEvent(typ, q)
+			}
+		case ev.cq != nil:
+			if q := s.byCQ[ev.cq]; q != nil {
+				q.c.events.CQEvent(typ, q)
 			}
 		case ev.qp_num != 0:
 			if c := s.byQPN[uint32(ev.qp_num)]; c != nil {
@@ -656,6 +670,9 @@ func (c *ctx) CreateCQOnVector(cqe int, notify func(), vector int) (verbs.CQDriv
 	if notify != nil {
 		r.start()
 	}
+	c.s.mu.Lock()
+	c.s.byCQ[q] = r
+	c.s.mu.Unlock()
 	c.track(kindCQ, r, true)
 	return r, nil
 }
@@ -825,6 +842,9 @@ func (q *cq) Destroy() error {
 	if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
 		return failRC("ibv_destroy_cq", rc)
 	}
+	q.c.s.mu.Lock()
+	delete(q.c.s.byCQ, q.cq)
+	q.c.s.mu.Unlock()
 	C.ibv_destroy_comp_channel(q.ch)
 	q.c.track(kindCQ, q, false)
 	return nil

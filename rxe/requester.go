@@ -6,6 +6,7 @@ import (
 
 	"github.com/rdmago/rdmago/rxe/wire"
 	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/swcq"
 )
 
 // sendWQE is a send work request on its way through the requester.
@@ -483,7 +484,7 @@ func (q *qp) retire() {
 				wc.ByteLen = uint32(w.length)
 			}
 			if !q.scq.Push(&wc, false) {
-				q.cqOverflow()
+				q.cqOverflow(q.scq)
 			}
 		}
 	}
@@ -492,10 +493,11 @@ func (q *qp) retire() {
 	q.req.next = max(q.req.next-k, 0)
 }
 
-// cqOverflow handles a full CQ: the QP fails, as with hardware.
-func (q *qp) cqOverflow() {
+// cqOverflow handles a full CQ: the CQ reports IBV_EVENT_CQ_ERR and the
+// QP fails, as with hardware.
+func (q *qp) cqOverflow(cq *swcq.CQ) {
 	if q.ctx.events != nil {
-		q.ctx.events.Event(verbs.EventCQErr, 0, 1)
+		q.ctx.events.CQEvent(verbs.EventCQErr, cq)
 	}
 	q.toError()
 }

@@ -388,7 +388,7 @@ func (q *qp) remoteMemory(rkey uint32, va, n uint64, right verbs.AccessFlags) ([
 // pushRecv completes a receive, failing the QP if the CQ overflows.
 func (q *qp) pushRecv(wc *verbs.WC, solicited bool) {
 	if !q.rcq.Push(wc, solicited) {
-		q.cqOverflow()
+		q.cqOverflow(q.rcq)
 	}
 }
 

@@ -63,6 +63,9 @@ func (c *Context) CreateCQ(cqe int, channel *CompChannel, compVector int) (*CQ, 
 	if channel != nil {
 		channel.attach(1)
 	}
+	c.mu.Lock()
+	c.cqs[cq.drv] = cq
+	c.mu.Unlock()
 	return cq, nil
 }
 
@@ -208,6 +211,11 @@ func (cq *CQ) Destroy() error {
 	cq.destroying = true
 	cq.mu.Unlock()
 	err := cq.drv.Destroy()
+	if err == nil {
+		cq.ctx.mu.Lock()
+		delete(cq.ctx.cqs, cq.drv)
+		cq.ctx.mu.Unlock()
+	}
 	cq.mu.Lock()
 	cq.destroying = false
 	if err != nil {

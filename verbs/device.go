@@ -65,6 +65,34 @@ func Devices() ([]*Device, error) {
 	return devs, nil
 }
 
+// ForkIniter is a provider that must prepare for fork before memory is
+// registered (its ForkInit is ibv_fork_init).
+type ForkIniter interface {
+	ForkInit() error
+}
+
+// ForkInit prepares every registered provider for the program's fork
+// (ibv_fork_init): call it before registering memory if a child process
+// may be forked while the parent keeps using RDMA. For the rdma-core
+// provider it is libibverbs' ibv_fork_init, which marks registered
+// memory so that the child does not share its pages with the device. The
+// software device needs nothing: its memory is Go memory that a forked
+// child never shares with the device's goroutines, and Go programs fork
+// only to exec. An error from any provider is returned.
+func ForkInit() error {
+	providers.mu.Lock()
+	list := append([]Provider(nil), providers.list...)
+	providers.mu.Unlock()
+	for _, p := range list {
+		if f, ok := p.(ForkIniter); ok {
+			if err := f.ForkInit(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // DeviceByName returns the device with that name, or an error wrapping
 // ErrNoDevice that lists the devices there are.
 func DeviceByName(name string) (*Device, error) {
@@ -119,7 +147,7 @@ func (d *Device) TransportType() TransportType {
 
 // Open opens the device (ibv_open_device).
 func (d *Device) Open() (*Context, error) {
-	c := &Context{dev: d, qps: map[uint32]*QP{}, srqs: map[SRQDriver]*SRQ{}, async: make(chan AsyncEvent, asyncQueueLen)}
+	c := &Context{dev: d, qps: map[uint32]*QP{}, srqs: map[SRQDriver]*SRQ{}, cqs: map[CQDriver]*CQ{}, async: make(chan AsyncEvent, asyncQueueLen)}
 	drv, err := d.drv.Open(eventSink{c})
 	if err != nil {
 		return nil, err
@@ -138,6 +166,7 @@ type AsyncEvent struct {
 	Type EventType
 	QP   *QP   // for QP events
 	SRQ  *SRQ  // for SRQ events
+	CQ   *CQ   // for CQ events (IBV_EVENT_CQ_ERR)
 	Port uint8 // for port events
 }
 
@@ -150,6 +179,7 @@ type Context struct {
 	mu     sync.Mutex
 	qps    map[uint32]*QP
 	srqs   map[SRQDriver]*SRQ
+	cqs    map[CQDriver]*CQ
 	closed bool
 }
 
@@ -159,6 +189,7 @@ type eventSink struct{ c *Context }
 
 func (s eventSink) Event(typ EventType, qpNum uint32, port uint8) { s.c.event(typ, qpNum, port) }
 func (s eventSink) SRQEvent(typ EventType, srq SRQDriver)         { s.c.srqEvent(typ, srq) }
+func (s eventSink) CQEvent(typ EventType, cq CQDriver)            { s.c.cqEvent(typ, cq) }
 
 // event queues an async event for GetAsyncEvent, dropping it if the queue
 // is full.
@@ -179,6 +210,17 @@ func (c *Context) event(typ EventType, qpNum uint32, port uint8) {
 func (c *Context) srqEvent(typ EventType, srq SRQDriver) {
 	c.mu.Lock()
 	ev := AsyncEvent{Type: typ, SRQ: c.srqs[srq]}
+	c.mu.Unlock()
+	select {
+	case c.async <- ev:
+	default:
+	}
+}
+
+// cqEvent is event for CQs.
+func (c *Context) cqEvent(typ EventType, cq CQDriver) {
+	c.mu.Lock()
+	ev := AsyncEvent{Type: typ, CQ: c.cqs[cq]}
 	c.mu.Unlock()
 	select {
 	case c.async <- ev:

@@ -15,7 +15,8 @@
 //	ibv_create_comp_channel, ibv_req_notify_cq, ibv_get_cq_event, ibv_ack_cq_events
 //	ibv_create_qp         (*PD).CreateQP; ibv_modify_qp: (*QP).Modify
 //	ibv_post_send         (*QP).PostSend; ibv_post_recv: (*QP).PostRecv
-//	ibv_get_async_event   (*Context).GetAsyncEvent
+//	ibv_get_async_event   (*Context).GetAsyncEvent (AsyncEvent names the QP, SRQ, CQ or port)
+//	ibv_fork_init         ForkInit
 //	ibv_create_ah         (*PD).CreateAH; ibv_create_ah_from_wc: (*PD).CreateAHFromWC
 //	ibv_init_ah_from_wc   (*Context).InitAHFromWC (UD receive buffers start with GRHLen bytes)
 //	ibv_attach_mcast      (*QP).AttachMcast; ibv_detach_mcast: (*QP).DetachMcast

@@ -58,6 +58,9 @@ type EventSink interface {
 	// SRQEvent reports an asynchronous event of a shared receive queue
 	// (IBV_EVENT_SRQ_LIMIT_REACHED, IBV_EVENT_SRQ_ERR). It never blocks.
 	SRQEvent(typ EventType, srq SRQDriver)
+	// CQEvent reports an asynchronous event of a completion queue
+	// (IBV_EVENT_CQ_ERR: it overran). It never blocks.
+	CQEvent(typ EventType, cq CQDriver)
 }
 
 // ContextDriver is an open device.

@@ -52,3 +52,22 @@ func TestRDMAGOProviderPicksTheProvidersListed(t *testing.T) {
 		t.Errorf("without RDMAGO_PROVIDER, %d of the 2 test devices are listed", n)
 	}
 }
+
+// forkProvider counts its ForkInit calls.
+type forkProvider struct {
+	listProvider
+	calls *int
+}
+
+func (f forkProvider) ForkInit() error { *f.calls++; return nil }
+
+func TestForkInitReachesProvidersThatNeedIt(t *testing.T) {
+	calls := 0
+	verbs.RegisterProvider(forkProvider{listProvider{"ptest_fork", nil}, &calls})
+	if err := verbs.ForkInit(); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 {
+		t.Errorf("ForkInit reached the provider %d times, want 1", calls)
+	}
+}

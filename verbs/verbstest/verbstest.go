@@ -80,6 +80,7 @@ var cases = []testCase{
 	{"CQ/Wait", testCQWait},
 	{"CQ/completion_channel", testCompChannel},
 	{"CQ/solicited_only", testSolicited},
+	{"CQ/overrun_reports_CQ_ERR", testCQOverrun},
 	{"Errors/RemoteAccess", testRemoteAccess},
 	{"Errors/LocalLength", testLocalLength},
 	{"Errors/RNRRetryExceeded", testRNR},
@@ -801,6 +802,48 @@ func testSRQLimit(t *testing.T, tg *Target) {
 		if ev.Type == verbs.EventSRQLimitReached {
 			if ev.SRQ != s {
 				t.Fatalf("SRQ_LIMIT_REACHED for %p, want %p", ev.SRQ, s)
+			}
+			return
+		}
+	}
+}
+
+// testCQOverrun: a receive CQ that nobody polls overflows; the device
+// reports IBV_EVENT_CQ_ERR naming that CQ.
+func testCQOverrun(t *testing.T, tg *Target) {
+	b := newSide(t, tg, tg.B, opts{})
+	small, err := b.ctx.CreateCQ(1, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.qp.Destroy()
+	qp, err := b.pd.CreateQP(&verbs.QPInitAttr{SendCQ: b.cq, RecvCQ: small, QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { qp.Destroy(); small.Destroy() })
+	b.qp = qp
+	a := newSide(t, tg, tg.A, opts{})
+	connect(t, a, b, opts{})
+	n := small.Cap() + 1 // one more than the CQ holds
+	for i := range n {
+		b.recv(uint64(i), i*64, 64)
+	}
+	for i := range n {
+		a.send(verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 8)}})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tg.Timeout)
+	defer cancel()
+	for {
+		ev, err := b.ctx.GetAsyncEvent(ctx)
+		if err != nil {
+			t.Fatalf("no CQ_ERR event after %d receives into a CQ of %d: %v", n, small.Cap(), err)
+		}
+		b.ctx.AckAsyncEvent(ev)
+		if ev.Type == verbs.EventCQErr {
+			if ev.CQ != small {
+				t.Fatalf("CQ_ERR for %p, want the overrun CQ %p", ev.CQ, small)
 			}
 			return
 		}
