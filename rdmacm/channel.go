@@ -17,6 +17,9 @@ type EventChannel struct {
 	done   chan struct{} // closed by Close
 	closed bool
 	ids    int // IDs using the channel; guarded by cm.mu
+
+	cOnce sync.Once
+	c     chan *Event // C's channel, fed by pump
 }
 
 // CreateEventChannel opens an event channel (rdma_create_event_channel).
@@ -54,6 +57,37 @@ func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 		case <-ch.done:
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		}
+	}
+}
+
+// C returns a channel that delivers the events in order, for a select
+// that waits on the connection manager's events and on other channels
+// at once (verbs.CompChannel.C, a timer, a context): what a C program
+// does by polling the event channel's fd beside its completion
+// channel's. The first call starts the delivery; from then on each event
+// goes to C or to a GetEvent, whichever asks first. The channel is closed
+// once the event channel is.
+func (ch *EventChannel) C() <-chan *Event {
+	ch.cOnce.Do(func() {
+		ch.c = make(chan *Event)
+		go ch.pump()
+	})
+	return ch.c
+}
+
+// pump feeds C's channel until the event channel is closed.
+func (ch *EventChannel) pump() {
+	defer close(ch.c)
+	for {
+		ev, err := ch.GetEvent(context.Background()) // returns once closed
+		if err != nil {
+			return
+		}
+		select {
+		case ch.c <- ev:
+		case <-ch.done:
+			return
 		}
 	}
 }
