@@ -147,7 +147,8 @@ type Conn struct {
 	mu      sync.Mutex
 	wake    chan struct{} // closed and replaced when the state moves
 	waiting int           // goroutines waiting on wake
-	closed  bool
+	closing bool          // Close has begun
+	closed  bool          // Close has sent its last message
 
 	connected, readable, writable bool
 	err                           error // the connection's failure
@@ -278,6 +279,7 @@ func (c *Conn) release() {
 			mr.Dereg()
 		}
 	}
+	c.smr, c.tmr, c.rmr = nil, nil, nil
 }
 
 // progress takes the CQ's completions as they come (rs_poll_cq), for
@@ -286,33 +288,43 @@ func (c *Conn) progress() {
 	defer c.wg.Done()
 	wcs := make([]verbs.WC, 32)
 	for {
-		n, err := c.cq.Poll(wcs)
-		if err != nil {
-			c.mu.Lock()
-			c.fail(fmt.Errorf("polling the CQ: %w", err))
-			c.mu.Unlock()
+		c.mu.Lock()
+		n := c.poll(wcs)
+		c.mu.Unlock()
+		if n < 0 {
 			return
 		}
-		if n == 0 {
-			if c.cq.Wait(c.ctx) != nil {
-				return
-			}
-			continue
+		if n == 0 && c.cq.Wait(c.ctx) != nil {
+			return
 		}
-		c.mu.Lock()
-		recvs := 0
-		for i := range wcs[:n] {
-			if c.complete(&wcs[i]) {
-				recvs++
-			}
-		}
-		if recvs > 0 && c.connected {
-			c.repost(recvs)
-		}
-		c.updateCredits()
-		c.broadcast()
-		c.mu.Unlock()
 	}
+}
+
+// poll takes one batch of completions, reposts the receives they used
+// and returns credits; it returns how many it took, or -1 if the CQ
+// failed. It runs under c.mu, so that no completion is ever taken and
+// not yet accounted for when another goroutine looks at the state.
+func (c *Conn) poll(wcs []verbs.WC) int {
+	n, err := c.cq.Poll(wcs)
+	if err != nil {
+		c.fail(fmt.Errorf("polling the CQ: %w", err))
+		return -1
+	}
+	if n == 0 {
+		return 0
+	}
+	recvs := 0
+	for i := range wcs[:n] {
+		if c.complete(&wcs[i]) {
+			recvs++
+		}
+	}
+	if recvs > 0 && c.connected {
+		c.repost(recvs)
+	}
+	c.updateCredits()
+	c.broadcast()
+	return n
 }
 
 // complete takes one completion and reports whether it consumed a
@@ -389,6 +401,7 @@ func (c *Conn) message(imm, n uint32) {
 		}
 		c.rgiven -= int(d)
 		if d == 0 {
+			c.rseqNo++ // nothing to read, but it used a credit
 			return
 		}
 		c.rmsg[(c.rmsgHead+c.rmsgLen)%len(c.rmsg)] = d
@@ -453,10 +466,21 @@ func (c *Conn) watchCM() {
 		return
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	// The peer disconnects once its last messages were acknowledged,
+	// and their completions were queued before those acknowledgements
+	// went: take them all before the stream ends.
+	wcs := make([]verbs.WC, 32)
+	for c.poll(wcs) > 0 {
+	}
+	if c.readable {
+		// No shutdown or disconnect message came first: the peer went
+		// away in the middle of the stream, which may be cut short.
+		c.fail(errReset)
+		return
+	}
 	c.connected, c.writable = false, false
-	c.readable = false
 	c.broadcast()
-	c.mu.Unlock()
 }
 
 // keepAlive sends a zero-length RDMA WRITE (rsocket's keepalive, which
@@ -559,7 +583,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		return 0, nil
 	}
 	for c.rmsgLen == 0 {
-		if c.closed {
+		if c.closing {
 			return 0, c.opError("read", net.ErrClosed)
 		}
 		if !c.readable {
@@ -616,7 +640,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	n := 0
 	olap := olapStart
 	for n < len(b) {
-		if c.closed {
+		if c.closing {
 			return n, c.opError("write", net.ErrClosed)
 		}
 		if !c.writable {
@@ -685,7 +709,7 @@ func (c *Conn) postData(n int) {
 // usable is the error a read or write meets before it starts: the Conn
 // closed or the deadline passed.
 func (c *Conn) usable(dl *deadline) error {
-	if c.closed {
+	if c.closing {
 		return net.ErrClosed
 	}
 	select {
@@ -712,13 +736,12 @@ func (c *Conn) opError(op string, err error) error {
 
 // CloseWrite shuts down the sending side (rshutdown SHUT_WR): the peer
 // reads io.EOF after the data already written. It waits, a short while
-// at most, for that data to be acknowledged.
+// at most, for that data to be acknowledged. A Write blocked meanwhile
+// returns an error wrapping syscall.EPIPE.
 func (c *Conn) CloseWrite() error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closing {
 		return c.opError("close", net.ErrClosed)
 	}
 	if !c.connected || !c.writable {
@@ -762,16 +785,17 @@ func (c *Conn) shutdown(ctrl uint32) {
 // Blocked reads and writes return net.ErrClosed.
 func (c *Conn) Close() error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closing {
 		c.mu.Unlock()
 		return c.opError("close", net.ErrClosed)
 	}
+	c.closing = true
+	c.broadcast()
 	if c.connected {
 		c.readable, c.writable = false, false
 		c.shutdown(ctrlDisconnect)
 	}
 	c.closed = true
-	c.broadcast()
 	c.mu.Unlock()
 	if c.ka != nil {
 		c.ka.Stop() // keepAlive sees closed and does not rearm it
@@ -780,13 +804,14 @@ func (c *Conn) Close() error {
 	c.wg.Wait()
 	c.rdl.stop()
 	c.wdl.stop()
-	err := c.rc.Close()
+	// The program's calls have returned: free the memory, then the QP
+	// and the connection (rdmacm's order).
 	c.rmu.Lock()
 	c.wmu.Lock()
 	c.release()
 	c.wmu.Unlock()
 	c.rmu.Unlock()
-	return err
+	return c.rc.Close()
 }
 
 // LocalAddr returns the local address.
@@ -797,18 +822,30 @@ func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
 // SetDeadline sets the read and write deadlines.
 func (c *Conn) SetDeadline(t time.Time) error {
-	c.rdl.set(t)
-	c.wdl.set(t)
-	return nil
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
 }
 
 // SetReadDeadline sets the time after which reads fail with an error
 // wrapping os.ErrDeadlineExceeded; the zero time means none.
-func (c *Conn) SetReadDeadline(t time.Time) error { c.rdl.set(t); return nil }
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.setDeadline(c.rdl, t) }
 
 // SetWriteDeadline sets the time after which writes fail with an error
 // wrapping os.ErrDeadlineExceeded; the zero time means none.
-func (c *Conn) SetWriteDeadline(t time.Time) error { c.wdl.set(t); return nil }
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.setDeadline(c.wdl, t) }
+
+func (c *Conn) setDeadline(dl *deadline, t time.Time) error {
+	c.mu.Lock()
+	closing := c.closing
+	c.mu.Unlock()
+	if closing {
+		return c.opError("set", net.ErrClosed)
+	}
+	dl.set(t)
+	return nil
+}
 
 // QPNum returns the number of the connection's QP.
 func (c *Conn) QPNum() uint32 { return c.qp.Num() }

@@ -246,26 +246,6 @@ func TestDeadlines(t *testing.T) {
 	}
 }
 
-func TestCloseEndsBlockedCalls(t *testing.T) {
-	noLeaks(t)
-	cli, _, _ := pair(t, rsocket.Config{}, rsocket.Config{})
-	errc := make(chan error, 1)
-	go func() {
-		_, err := cli.Read(make([]byte, 10))
-		errc <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	cli.Close()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, net.ErrClosed) && err != io.EOF {
-			t.Errorf("Read blocked through Close: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close left a Read blocked")
-	}
-}
-
 func TestConcurrentReadersAndWritersKeepMessagesWhole(t *testing.T) {
 	noLeaks(t)
 	cli, srv, _ := pair(t, rsocket.Config{SendBuffer: 8192}, rsocket.Config{RecvBuffer: 8192})

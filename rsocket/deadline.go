@@ -50,8 +50,8 @@ func (d *deadline) done() <-chan struct{} {
 func (d *deadline) stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.timer != nil {
-		d.timer.Stop()
+	if d.timer != nil && d.timer.Stop() {
+		d.timer = nil // set need not wait for a channel no one will close
 	}
 }
 

@@ -43,7 +43,12 @@ func (c *Conn) setupOn(rc *rdmacm.Conn, cfg *Config) error {
 			return err
 		}
 	}
-	return c.setup(rc)
+	c.release() // what an earlier address's attempt made
+	if err := c.setup(rc); err != nil {
+		c.release()
+		return err
+	}
+	return nil
 }
 
 func checkNetwork(network string) error {
@@ -113,11 +118,13 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 // Listener accepts rsocket connections (rlisten, raccept). It
 // implements net.Listener.
 type Listener struct {
-	l   *rdmacm.Listener
-	cfg Config
+	l    *rdmacm.Listener
+	done chan struct{} // closed by Close
 
 	mu      sync.Mutex
+	cfg     Config
 	pending map[*rdmacm.Conn]*Conn // accepted and not yet established
+	closed  bool
 }
 
 // A ListenConfig listens with its Config, which the accepted
@@ -143,7 +150,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	if err := ctx.Err(); err != nil {
 		return nil, &net.OpError{Op: "listen", Net: "rsocket", Err: err}
 	}
-	l := &Listener{cfg: lc.Config, pending: map[*rdmacm.Conn]*Conn{}}
+	l := &Listener{cfg: lc.Config, pending: map[*rdmacm.Conn]*Conn{}, done: make(chan struct{})}
 	opts := cmOptions(&l.cfg)
 	opts.Setup = l.setup
 	opts.ConnData = func(rc *rdmacm.Conn) ([]byte, error) { return l.conn(rc, false).connData(), nil }
@@ -162,15 +169,37 @@ func (l *Listener) setup(rc *rdmacm.Conn) error {
 	if _, err := ParseConnData(rc.PrivateData); err != nil {
 		return err
 	}
-	c := newConn(&l.cfg)
-	if err := c.setupOn(rc, &l.cfg); err != nil {
-		c.release()
+	cfg := l.config()
+	c := newConn(&cfg)
+	if err := c.setupOn(rc, &cfg); err != nil {
 		return err
 	}
 	l.mu.Lock()
 	l.pending[rc] = c
 	l.mu.Unlock()
 	return nil
+}
+
+// config returns the Config new connections take.
+func (l *Listener) config() Config {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cfg
+}
+
+// SetConfig changes the Config of the connections accepted from now on
+// (rsetsockopt on a listening rsocket, whose options its accepted
+// sockets inherit). The queue size stays the one Listen had, and the
+// inline size may only shrink: the QPs are made with Listen's.
+func (l *Listener) SetConfig(cfg Config) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _, _, had := l.cfg.sizes()
+	cfg.QueueSize = l.cfg.QueueSize
+	if _, _, _, want := cfg.sizes(); want > had {
+		cfg.InlineSize = l.cfg.InlineSize
+	}
+	l.cfg = cfg
 }
 
 // conn returns the Conn set up for rc, and forgets it if done.
@@ -199,7 +228,8 @@ func (l *Listener) AcceptRsocket(ctx context.Context) (*Conn, error) {
 		if err == nil {
 			c := l.conn(rc, true)
 			peer, _ := ParseConnData(rc.PrivateData) // setup checked it
-			c.start(peer, l.cfg.keepAlive())
+			cfg := l.config()
+			c.start(peer, cfg.keepAlive())
 			return c, nil
 		}
 		if errors.Is(err, verbs.ErrClosed) {
@@ -214,14 +244,23 @@ func (l *Listener) AcceptRsocket(ctx context.Context) (*Conn, error) {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			t.Stop()
+		case <-l.done:
 		}
+		t.Stop()
 		backoff = min(2*backoff, time.Second)
 	}
 }
 
 // Close stops listening. Connections already accepted stay open.
-func (l *Listener) Close() error { return l.l.Close() }
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	if !l.closed {
+		l.closed = true
+		close(l.done)
+	}
+	l.mu.Unlock()
+	return l.l.Close()
+}
 
 // Addr returns the address the listener is bound to.
 func (l *Listener) Addr() net.Addr { return Addr{l.l.Addr()} }

@@ -22,19 +22,18 @@ import (
 
 // Options are rstream's settings.
 type Options struct {
-	Dst, Src    string // -s, -b
-	Port        string // -p (default 7471)
-	Buffer      int    // -B: SO_SNDBUF and SO_RCVBUF (0: 512 KiB)
-	Inline      int    // -i (64)
-	Iterations  int    // -I
-	Count       int    // -C
-	Size        int    // -S n
-	AllSizes    bool   // -S all
-	Custom      bool   // -I, -C or -S n was given
-	KeepAlive   int    // -k seconds
-	Sockets     bool   // -T s (and f): TCP sockets instead of rsockets
-	Verify      bool   // -T v
-	AddrFormat6 bool   // -f ipv6
+	Dst, Src   string // -s, -b
+	Port       string // -p (default 7471)
+	Buffer     int    // -B: SO_SNDBUF and SO_RCVBUF (0: 512 KiB)
+	Inline     int    // -i (64)
+	Iterations int    // -I
+	Count      int    // -C
+	Size       int    // -S n
+	AllSizes   bool   // -S all
+	Custom     bool   // -I, -C or -S n was given
+	KeepAlive  int    // -k seconds
+	Sockets    bool   // -T s (and f): TCP sockets instead of rsockets
+	Verify     bool   // -T v
 }
 
 // Defaults returns rstream's defaults.
@@ -141,9 +140,8 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 				case strings.HasPrefix(v, "gid"):
 					fmt.Fprintln(stderr, "rdmago rstream: -f gid: AF_IB addresses are not supported")
 					return o, &ExitError{Status: 1, What: "AF_IB"}
-				case strings.HasPrefix(v, "ipv6"):
-					o.AddrFormat6 = true
 				case strings.HasPrefix(v, "ip"), strings.HasPrefix(v, "name"):
+					// Addresses are numeric or names either way.
 				default:
 					fmt.Fprintln(stderr, "Warning: unknown address format")
 				}
@@ -313,9 +311,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer c.Close()
-		err = s.runTest(c, test{name: "custom", size: o.Size, count: o.Count, iter: o.Iterations})
-		shutdown(c)
-		return err
+		return s.runTest(c, test{name: "custom", size: o.Size, count: o.Count, iter: o.Iterations})
 	}
 	for _, opt := range []optimization{optLatency, optBandwidth} {
 		c, err := s.connect(ctx, opt)
@@ -332,17 +328,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 			}
 			s.runTest(c, t) // rstream goes on after a failed size
 		}
-		shutdown(c)
-		c.Close()
+		c.Close() // rshutdown(SHUT_RDWR), rclose
 	}
 	return nil
-}
-
-// shutdown is rshutdown(SHUT_RDWR) before rclose: the peer sees the end.
-func shutdown(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	}
 }
 
 func (s *session) config(opt optimization) rsocket.Config {
@@ -366,12 +354,7 @@ func (s *session) config(opt optimization) rsocket.Config {
 	return cfg
 }
 
-func (s *session) network() string {
-	if s.o.AddrFormat6 {
-		return "tcp6"
-	}
-	return "tcp"
-}
+func (s *session) network() string { return "tcp" }
 
 func (s *session) listen(ctx context.Context) error {
 	addr := net.JoinHostPort(s.o.Src, s.o.Port)
@@ -380,7 +363,7 @@ func (s *session) listen(ctx context.Context) error {
 		var lc net.ListenConfig
 		s.ln, err = lc.Listen(ctx, s.network(), addr)
 	} else {
-		lc := rsocket.ListenConfig{Config: s.config(optMixed)}
+		lc := rsocket.ListenConfig{Config: s.config(optLatency)} // its QPs take -i inline bytes
 		s.ln, err = lc.Listen(ctx, s.network(), addr)
 	}
 	if err != nil {
@@ -396,6 +379,9 @@ func (s *session) connect(ctx context.Context, opt optimization) (net.Conn, erro
 	var c net.Conn
 	var err error
 	if s.o.Dst == "" {
+		if l, ok := s.ln.(*rsocket.Listener); ok {
+			l.SetConfig(s.config(opt)) // set_options on the listening rsocket
+		}
 		c, err = s.accept(ctx)
 		if err != nil {
 			fmt.Fprintf(s.errw, "raccept: %v\n", err)
