@@ -30,7 +30,9 @@ type Options struct {
 	// SharedCQ gives the QP one completion queue for its send and receive
 	// queues (Conn.SendCQ == Conn.RecvCQ), sized for both, as programs
 	// that poll one CQ make it (rsocket does). Otherwise each queue has
-	// its own.
+	// its own. With one CQ, GetSendComp and GetRecvComp each take
+	// whichever completion comes next, and the CQ's completion channel
+	// is the send side's.
 	SharedCQ bool
 	// Param is what Connect or Accept offer (struct rdma_conn_param); nil
 	// means rdma_cm's defaults.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,5 +314,68 @@ func TestListenerCloseWithPendingRequest(t *testing.T) {
 	var ee *rdmacm.EventError
 	if !errors.As(err, &ee) || ee.Type != rdmacm.EventRejected {
 		t.Errorf("Dial: %v, want a REJECTED event", err)
+	}
+}
+
+// TestDialListenHooks: SharedCQ gives each side one CQ; ConnData's
+// private data, made per connection after Setup, goes with the request
+// and the reply; Undo frees what Setup made when the connection fails
+// after it.
+func TestDialListenHooks(t *testing.T) {
+	vbNoLeaks(t)
+	ca, sa := vbDevices(t)
+	ctx := vbCtx(t)
+	var undone atomic.Int32
+	lis := &rdmacm.Options{
+		SharedCQ: true,
+		Setup:    func(*rdmacm.Conn) error { return nil },
+		ConnData: func(c *rdmacm.Conn) ([]byte, error) {
+			if bytes.HasPrefix(c.PrivateData, []byte("fail")) {
+				return nil, errors.New("no reply for you")
+			}
+			return append([]byte("reply to "), c.PrivateData[:3]...), nil
+		},
+		Undo: func(*rdmacm.Conn) { undone.Add(1) },
+	}
+	l, err := rdmacm.Listen(netip.AddrPortFrom(sa, 0).String(), lis)
+	vbMust(t, err)
+	defer l.Close()
+	dial := func(data string) (cli, srv *rdmacm.Conn, dialErr, accErr error) {
+		acc := make(chan error, 1)
+		go func() {
+			var err error
+			srv, err = l.Accept(ctx)
+			acc <- err
+		}()
+		cli, dialErr = rdmacm.Dial(ctx, l.Addr().String(), &rdmacm.Options{
+			LocalAddr: netip.AddrPortFrom(ca, 0), SharedCQ: true,
+			ConnData: func(*rdmacm.Conn) ([]byte, error) { return []byte(data), nil },
+		})
+		return cli, srv, dialErr, <-acc
+	}
+
+	cli, srv, dErr, aErr := dial("req")
+	if dErr != nil || aErr != nil {
+		t.Fatalf("Dial: %v; Accept: %v", dErr, aErr)
+	}
+	if !bytes.HasPrefix(srv.PrivateData, []byte("req")) || !bytes.HasPrefix(cli.PrivateData, []byte("reply to req")) {
+		t.Errorf("request %q, reply %q", srv.PrivateData[:8], cli.PrivateData[:16])
+	}
+	for _, c := range []*rdmacm.Conn{cli, srv} {
+		if c.SendCQ != c.RecvCQ || c.SendCQ == nil {
+			t.Errorf("%v: send CQ %p, receive CQ %p; want one shared", c, c.SendCQ, c.RecvCQ)
+		}
+	}
+	vbMust(t, cli.Close())
+	vbMust(t, srv.Close())
+	if undone.Load() != 0 {
+		t.Errorf("Undo ran %d times for a connection that was made", undone.Load())
+	}
+
+	if _, _, dErr, aErr = dial("fail"); dErr == nil || aErr == nil {
+		t.Fatalf("a reply that could not be made: Dial %v, Accept %v", dErr, aErr)
+	}
+	if undone.Load() != 1 {
+		t.Errorf("Undo ran %d times for the failed accept, want 1", undone.Load())
 	}
 }
