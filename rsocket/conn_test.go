@@ -11,43 +11,20 @@ import (
 	"os"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/rdmago/rdmago/rdmacm"
+	"github.com/rdmago/rdmago/internal/memnet"
 	"github.com/rdmago/rdmago/rsocket"
-	"github.com/rdmago/rdmago/rxe"
 	"github.com/rdmago/rdmago/rxe/link"
 )
 
-var subnet atomic.Int32
-
 // testNet makes two software devices on an in-memory network, known to
-// the connection manager until the test ends, and returns their
-// addresses and the network.
+// the connection manager until the test ends (10.78.<n>.1 and .2), and
+// returns their addresses and the network.
 func testNet(t testing.TB) (cli, srv netip.Addr, network *link.Network) {
 	t.Helper()
-	n := subnet.Add(1)
-	network = link.NewNetwork(uint64(n))
-	cli = netip.AddrFrom4([4]byte{10, 78, byte(n), 1})
-	srv = netip.AddrFrom4([4]byte{10, 78, byte(n), 2})
-	for _, a := range []netip.Addr{cli, srv} {
-		l, err := network.Attach(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dev, err := rxe.NewDevice(rxe.Config{Name: "rs_" + a.String(), Links: []link.Link{l}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rdmacm.RegisterDevice(dev))
-		ctx, err := dev.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ctx.Close() })
-	}
+	srv, cli, network = memnet.Pair(t, 78, false)
 	return cli, srv, network
 }
 
