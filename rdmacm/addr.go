@@ -211,3 +211,65 @@ func listenerFor(a *agent, ps PortSpace, port uint16, dst netip.Addr) *ID {
 	}
 	return wild
 }
+
+// DeviceList holds the contexts GetDevices returned until Free.
+type DeviceList struct {
+	// Contexts are the open devices, one per device the connection
+	// manager serves: the same contexts its IDs' Verbs return, so that
+	// a PD allocated on one serves the IDs bound to that device.
+	Contexts []*verbs.Context
+
+	mu   sync.Mutex
+	refs []func() // each releases one device; called with cm.mu held
+}
+
+// GetDevices opens every device the connection manager serves, or
+// shares it with the IDs that already use it (rdma_get_devices). The
+// list holds them open until Free.
+func GetDevices() (*DeviceList, error) {
+	l := &DeviceList{}
+	seen := map[*verbs.Device]bool{}
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	for _, dev := range candidates() {
+		if seen[dev] {
+			continue
+		}
+		seen[dev] = true
+		if backendFor(dev) != nil {
+			k, err := kdeviceFor(dev)
+			if err != nil {
+				l.freeLocked()
+				return nil, err
+			}
+			l.Contexts = append(l.Contexts, k.ctx)
+			l.refs = append(l.refs, k.release)
+			continue
+		}
+		a, err := agentFor(dev)
+		if err != nil {
+			l.freeLocked()
+			return nil, err
+		}
+		l.Contexts = append(l.Contexts, a.ctx)
+		l.refs = append(l.refs, a.release)
+	}
+	return l, nil
+}
+
+// Free lets go of the list's devices (rdma_free_devices); each stays
+// open for as long as IDs use it. Calling Free twice is harmless.
+func (l *DeviceList) Free() {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	l.freeLocked()
+}
+
+func (l *DeviceList) freeLocked() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, release := range l.refs {
+		release()
+	}
+	l.refs, l.Contexts = nil, nil
+}

@@ -80,6 +80,8 @@
 //	rdma_migrate_id             (*ID).Migrate
 //	rdma_create_qp              (*ID).CreateQP
 //	rdma_destroy_qp             (*ID).DestroyQP
+//	rdma_create_srq             (*ID).CreateSRQ; rdma_destroy_srq: (*ID).DestroySRQ
+//	rdma_get_devices            GetDevices; rdma_free_devices: (*DeviceList).Free
 //	rdma_init_qp_attr           (*ID).InitQPAttr
 //	rdma_set_option             (*ID).SetTOS, SetReuseAddr, SetACKTimeout
 //	rdma_get_local_addr         (*ID).LocalAddr

@@ -64,6 +64,7 @@ type ID struct {
 	sendCh   *verbs.CompChannel
 	recvCh   *verbs.CompChannel
 	ownCQs   bool
+	srq      *verbs.SRQ // made by CreateSRQ (id->srq)
 	qpType   verbs.QPType
 	lastWait *Event // the event a synchronous call ended on
 
@@ -825,6 +826,7 @@ func (id *ID) Destroy() error {
 	}
 	cm.mu.Unlock()
 	id.freeQP()
+	id.DestroySRQ()
 	if a != nil {
 		a.flush(issued, flushTimeout)
 	}

@@ -27,17 +27,9 @@ func (id *ID) createQPShared(attr *verbs.QPInitAttr, shared bool) error {
 
 func (id *ID) createQPOn(pd *verbs.PD, attr *verbs.QPInitAttr, shareCQ bool) error {
 	const op = "rdma_create_qp"
-	var devCtx *verbs.Context
-	var devPD *verbs.PD
-	var initQP func(*verbs.QP) error
+	devCtx, devPD, initQP := id.device()
 	cm.mu.Lock()
-	switch {
-	case id.k != nil && id.kdev != nil:
-		devCtx, devPD, initQP = id.kdev.ctx, id.kdev.pd, id.k.AttachQP
-	case id.k == nil && id.agent != nil:
-		devCtx, devPD, initQP = id.agent.ctx, id.agent.pd, id.initQP
-	}
-	has := id.qp != nil
+	has, srq := id.qp != nil, id.srq
 	cm.mu.Unlock()
 	if devCtx == nil {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound to a device (resolve the address first)")
@@ -45,7 +37,89 @@ func (id *ID) createQPOn(pd *verbs.PD, attr *verbs.QPInitAttr, shareCQ bool) err
 	if has {
 		return verbs.Errorf(op, verbs.ErrExist, "the ID already has a QP")
 	}
+	if attr != nil && attr.SRQ == nil && srq != nil {
+		a := *attr
+		a.SRQ = srq // the ID's own, as rdma_create_qp takes id->srq
+		err := id.createQP(op, devCtx, devPD, pd, &a, initQP, shareCQ)
+		attr.Cap = a.Cap
+		return err
+	}
 	return id.createQP(op, devCtx, devPD, pd, attr, initQP, shareCQ)
+}
+
+// device returns the context and PD of the ID's device, and how its QPs
+// are brought to INIT: nil if the ID is not bound to a device yet.
+func (id *ID) device() (*verbs.Context, *verbs.PD, func(*verbs.QP) error) {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	switch {
+	case id.k != nil && id.kdev != nil:
+		return id.kdev.ctx, id.kdev.pd, id.k.AttachQP
+	case id.k == nil && id.agent != nil:
+		return id.agent.ctx, id.agent.pd, id.initQP
+	}
+	return nil, nil, nil
+}
+
+// CreateSRQ makes a shared receive queue on the ID's device, with pd or,
+// if nil, the device's PD (rdma_create_srq). The QP CreateQP then makes
+// for the ID takes its receives from it unless its attributes name
+// another, and PostRecv on the ID posts to it. The ID keeps the SRQ
+// until DestroySRQ or Destroy.
+func (id *ID) CreateSRQ(pd *verbs.PD, attr *verbs.SRQInitAttr) error {
+	const op = "rdma_create_srq"
+	devCtx, devPD, _ := id.device()
+	if devCtx == nil {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound to a device (resolve the address first)")
+	}
+	if pd == nil {
+		pd = devPD
+	} else if pd.Context() != devCtx && pd.Context().Device() != devCtx.Device() {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the PD is on another device")
+	}
+	if attr == nil {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "no SRQ attributes")
+	}
+	srq, err := pd.CreateSRQ(attr)
+	if err != nil {
+		return err
+	}
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if id.srq != nil || id.state == stateDestroying {
+		srq.Destroy()
+		return verbs.Errorf(op, verbs.ErrExist, "the ID already has an SRQ or was destroyed")
+	}
+	id.srq = srq
+	return nil
+}
+
+// SRQ returns the SRQ CreateSRQ made (id->srq), or nil.
+func (id *ID) SRQ() *verbs.SRQ {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return id.srq
+}
+
+// DestroySRQ destroys the ID's SRQ (rdma_destroy_srq); the ID's QP, which
+// uses it, must be destroyed first. Without an SRQ it does nothing.
+func (id *ID) DestroySRQ() error {
+	cm.mu.Lock()
+	srq := id.srq
+	id.srq = nil
+	cm.mu.Unlock()
+	if srq == nil {
+		return nil
+	}
+	if err := srq.Destroy(); err != nil {
+		cm.mu.Lock()
+		if id.srq == nil {
+			id.srq = srq
+		}
+		cm.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // createQP makes the ID's QP on devCtx, with pd or the device's devPD, and

@@ -68,8 +68,11 @@ func (id *ID) PostRecv(wrID uint64, mr *verbs.MR, off, length int) error {
 }
 
 // PostRecvv posts one receive scattered over the elements of sgl on the
-// ID's QP (rdma_post_recvv).
+// ID's SRQ if it has one (CreateSRQ), else on its QP (rdma_post_recvv).
 func (id *ID) PostRecvv(wrID uint64, sgl []verbs.SGE) error {
+	if srq := id.SRQ(); srq != nil {
+		return unwrapWR(srq.PostRecv([]verbs.RecvWR{{WRID: wrID, SGList: sgl}}))
+	}
 	qp, err := id.dataQP("rdma_post_recvv")
 	if err != nil {
 		return err

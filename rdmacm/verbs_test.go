@@ -521,3 +521,95 @@ func TestVerbsUDSend(t *testing.T) {
 		t.Errorf("received %q from QP %d; client QP %d", got, wc.SrcQP, cli.QP().Num())
 	}
 }
+
+// TestSRQOnAnID: the server makes an SRQ on the request's ID
+// (rdma_create_srq) before its QP; the QP takes its receives from it, and
+// PostRecv on the ID posts there.
+func TestSRQOnAnID(t *testing.T) {
+	vbNoLeaks(t)
+	ca, sa := vbDevices(t)
+	ctx := vbCtx(t)
+	lid, err := rdmacm.CreateID(nil, nil, rdmacm.PSTCP)
+	vbMust(t, err)
+	defer lid.Destroy()
+	vbMust(t, lid.BindAddr(netip.AddrPortFrom(sa, 0)))
+	vbMust(t, lid.Listen(1))
+	type served struct {
+		id  *rdmacm.ID
+		buf []byte
+		err error
+	}
+	done := make(chan served, 1)
+	go func() {
+		id, err := lid.GetRequest(ctx)
+		if err != nil {
+			done <- served{err: err}
+			return
+		}
+		s := served{id: id, buf: make([]byte, 64)}
+		s.err = func() error {
+			if err := id.CreateSRQ(nil, &verbs.SRQInitAttr{Attr: verbs.SRQAttr{MaxWR: 4, MaxSGE: 1}}); err != nil {
+				return err
+			}
+			if err := id.CreateQP(nil, &verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}}); err != nil {
+				return err
+			}
+			if id.QP().SRQ() != id.SRQ() || id.SRQ() == nil {
+				return errors.New("the ID's QP does not use the ID's SRQ")
+			}
+			mr, err := id.RegMsgs(s.buf)
+			if err != nil {
+				return err
+			}
+			if err := id.PostRecv(1, mr, 0, 64); err != nil {
+				return err
+			}
+			return id.Accept(nil)
+		}()
+		done <- s
+	}()
+	cli, err := rdmacm.Dial(ctx, netip.AddrPortFrom(sa, lid.LocalAddr().Port()).String(), &rdmacm.Options{LocalAddr: netip.AddrPortFrom(ca, 0)})
+	vbMust(t, err)
+	defer cli.Close()
+	s := <-done
+	vbMust(t, s.err)
+	defer s.id.Destroy() // destroys the QP, then the SRQ
+	buf := []byte("through the SRQ")
+	mr, err := cli.ID.RegMsgs(buf)
+	vbMust(t, err)
+	defer mr.Dereg()
+	vbMust(t, cli.ID.PostSend(1, mr, 0, len(buf), verbs.SendSignaled))
+	vbComp(t, cli.ID.GetSendComp, verbs.WCSend)
+	wc := vbComp(t, s.id.GetRecvComp, verbs.WCRecv)
+	if string(s.buf[:wc.ByteLen]) != string(buf) {
+		t.Errorf("received %q", s.buf[:wc.ByteLen])
+	}
+}
+
+// TestGetDevicesSharesTheIDsContexts: rdma_get_devices lists the
+// contexts the connection manager's IDs use, so memory registered on
+// them serves the IDs.
+func TestGetDevicesSharesTheIDsContexts(t *testing.T) {
+	vbNoLeaks(t)
+	t.Setenv("RDMAGO_PROVIDER", "none") // only the devices registered here
+	ca, sa := vbDevices(t)
+	list, err := rdmacm.GetDevices()
+	vbMust(t, err)
+	defer list.Free()
+	id, err := rdmacm.CreateID(nil, nil, rdmacm.PSTCP)
+	vbMust(t, err)
+	defer id.Destroy()
+	vbMust(t, id.ResolveAddr(netip.AddrPortFrom(ca, 0), netip.AddrPortFrom(sa, 7000), time.Second))
+	found := false
+	for _, c := range list.Contexts {
+		found = found || c == id.Verbs()
+	}
+	if len(list.Contexts) < 2 || !found {
+		t.Fatalf("%d contexts; the ID's %p among them: %v", len(list.Contexts), id.Verbs(), found)
+	}
+	list.Free()
+	list.Free() // harmless
+	if len(list.Contexts) != 0 {
+		t.Error("Free left contexts in the list")
+	}
+}
