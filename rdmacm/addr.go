@@ -258,7 +258,11 @@ func GetDevices() (*DeviceList, error) {
 }
 
 // Free lets go of the list's devices (rdma_free_devices); each stays
-// open for as long as IDs use it. Calling Free twice is harmless.
+// open for as long as IDs use it. Unlike librdmacm, which keeps its
+// contexts open for the life of the process, a context here closes once
+// neither a list nor an ID uses it: keep the list until its contexts
+// and what was made on them are no longer needed. Calling Free twice is
+// harmless.
 func (l *DeviceList) Free() {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()

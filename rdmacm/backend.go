@@ -276,6 +276,7 @@ func (id *ID) kdestroy(k BackendID) {
 	}
 	cm.mu.Unlock()
 	id.freeQP()
+	id.DestroySRQ()
 	k.Destroy()
 	cm.mu.Lock()
 	if id.kdev != nil {

@@ -17,9 +17,6 @@ type EventChannel struct {
 	done   chan struct{} // closed by Close
 	closed bool
 	ids    int // IDs using the channel; guarded by cm.mu
-
-	cOnce sync.Once
-	c     chan *Event // C's channel, fed by pump
 }
 
 // CreateEventChannel opens an event channel (rdma_create_event_channel).
@@ -61,35 +58,30 @@ func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 	}
 }
 
-// C returns a channel that delivers the events in order, for a select
-// that waits on the connection manager's events and on other channels
-// at once (verbs.CompChannel.C, a timer, a context): what a C program
-// does by polling the event channel's fd beside its completion
-// channel's. The first call starts the delivery; from then on each event
-// goes to C or to a GetEvent, whichever asks first. The channel is closed
-// once the event channel is.
-func (ch *EventChannel) C() <-chan *Event {
-	ch.cOnce.Do(func() {
-		ch.c = make(chan *Event)
-		go ch.pump()
-	})
-	return ch.c
-}
+// Ready returns a channel that holds a value while events are queued:
+// select on it beside verbs.CompChannel.C, a timer or a context, then
+// take the events with PollEvent, as a C program polls the channel's fd
+// and then calls rdma_get_cm_event. (GetEvent takes the same value when
+// it waits, and gives it back while events remain.)
+func (ch *EventChannel) Ready() <-chan struct{} { return ch.ready }
 
-// pump feeds C's channel until the event channel is closed.
-func (ch *EventChannel) pump() {
-	defer close(ch.c)
-	for {
-		ev, err := ch.GetEvent(context.Background()) // returns once closed
-		if err != nil {
-			return
-		}
-		select {
-		case ch.c <- ev:
-		case <-ch.done:
-			return
-		}
+// PollEvent takes the next event if one is queued, without waiting
+// (rdma_get_cm_event on a non-blocking channel, which fails with EAGAIN
+// when the queue is empty). The value Ready held may be stale: an event
+// can leave the queue with its ID (Destroy, Migrate).
+func (ch *EventChannel) PollEvent() (*Event, bool) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if len(ch.queue) == 0 {
+		return nil, false
 	}
+	ev := ch.queue[0]
+	ch.queue[0] = nil
+	ch.queue = ch.queue[1:]
+	if len(ch.queue) > 0 {
+		ch.signal()
+	}
+	return ev, true
 }
 
 // signal marks the channel ready; called with ch.mu held.

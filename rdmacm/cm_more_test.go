@@ -536,38 +536,40 @@ func TestDatagramServiceResolution(t *testing.T) {
 	mustEvent(t, cch, rdmacm.EventUnreachable, int(mad.SIDRUnsupported))
 }
 
-// TestEventChannelCInASelect: a program waits on the connection
-// manager's events and a CQ's completion events in one select.
-func TestEventChannelCInASelect(t *testing.T) {
+// TestEventChannelReadyInASelect: a program waits on the connection
+// manager's events and a CQ's completion events in one select, then
+// takes the events without blocking.
+func TestEventChannelReadyInASelect(t *testing.T) {
 	vbNoLeaks(t)
 	ca, sa := vbDevices(t)
 	ch, err := rdmacm.CreateEventChannel()
 	vbMust(t, err)
+	defer ch.Close()
 	id, err := rdmacm.CreateID(ch, nil, rdmacm.PSTCP)
 	vbMust(t, err)
+	defer id.Destroy()
+	if ev, ok := ch.PollEvent(); ok {
+		t.Fatalf("PollEvent on an empty channel: %v", ev.Type)
+	}
 	vbMust(t, id.ResolveAddr(netip.AddrPortFrom(ca, 0), netip.AddrPortFrom(sa, 7000), time.Second))
 	cc, err := id.Verbs().CreateCompChannel()
 	vbMust(t, err)
 	defer cc.Close()
-	select {
-	case ev := <-ch.C():
-		if ev.Type != rdmacm.EventAddrResolved || ev.ID != id {
-			t.Fatalf("event %v for %p, want ADDR_RESOLVED for %p", ev.Type, ev.ID, id)
+	for _, want := range []rdmacm.EventType{rdmacm.EventAddrResolved, rdmacm.EventRouteResolved} {
+		select {
+		case <-ch.Ready():
+			ev, ok := ch.PollEvent()
+			if !ok || ev.Type != want || ev.ID != id {
+				t.Fatalf("after Ready: %v %v, want %v", ok, ev, want)
+			}
+			ev.Ack()
+		case <-cc.C():
+			t.Fatal("a completion event from an idle channel")
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Ready never held a value for %v", want)
 		}
-		ev.Ack()
-	case <-cc.C():
-		t.Fatal("a completion event from an idle channel")
-	case <-time.After(10 * time.Second):
-		t.Fatal("no ADDR_RESOLVED event through C")
-	}
-	vbMust(t, id.Destroy())
-	vbMust(t, ch.Close())
-	select {
-	case _, ok := <-ch.C():
-		if ok {
-			t.Fatal("C delivered an event after Close")
+		if want == rdmacm.EventAddrResolved {
+			vbMust(t, id.ResolveRoute(time.Second))
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("C is still open after Close")
 	}
 }

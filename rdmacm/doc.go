@@ -60,7 +60,7 @@
 // # C to Go
 //
 //	rdma_create_event_channel   CreateEventChannel
-//	rdma_get_cm_event           (*EventChannel).GetEvent, or C in a select
+//	rdma_get_cm_event           (*EventChannel).GetEvent; in a select: Ready, then PollEvent
 //	                            (where C polls the channel's fd)
 //	rdma_ack_cm_event           (*Event).Ack
 //	rdma_event_str              EventType.String

@@ -166,7 +166,7 @@ func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, at
 		sendCh = ch
 		n := int(max(init.Cap.MaxSendWR, 1))
 		if shareCQ && init.RecvCQ == nil {
-			n += int(max(init.Cap.MaxRecvWR, 1))
+			n += recvDepth(&init)
 		}
 		cq, err := ctx.CreateCQ(n, ch, 0)
 		if err != nil {
@@ -184,7 +184,7 @@ func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, at
 			return fail(err)
 		}
 		recvCh = ch
-		cq, err := ctx.CreateCQ(int(max(init.Cap.MaxRecvWR, 1)), ch, 0)
+		cq, err := ctx.CreateCQ(recvDepth(&init), ch, 0)
 		if err != nil {
 			return fail(err)
 		}
@@ -212,6 +212,18 @@ func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, at
 	id.qpType = init.QPType
 	attr.Cap = init.Cap
 	return nil
+}
+
+// recvDepth is how many receive completions the QP may have queued at
+// once: its receive queue's, or its SRQ's.
+func recvDepth(init *verbs.QPInitAttr) int {
+	n := int(max(init.Cap.MaxRecvWR, 1))
+	if init.SRQ != nil {
+		if a, err := init.SRQ.Query(); err == nil {
+			n = max(n, int(a.MaxWR))
+		}
+	}
+	return n
 }
 
 func (id *ID) defaultQPType() verbs.QPType {

@@ -561,8 +561,10 @@ func TestSRQOnAnID(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if err := id.PostRecv(1, mr, 0, 64); err != nil {
-				return err
+			for i := range 2 {
+				if err := id.PostRecv(uint64(i), mr, i*32, 32); err != nil {
+					return err
+				}
 			}
 			return id.Accept(nil)
 		}()
@@ -578,11 +580,17 @@ func TestSRQOnAnID(t *testing.T) {
 	mr, err := cli.ID.RegMsgs(buf)
 	vbMust(t, err)
 	defer mr.Dereg()
-	vbMust(t, cli.ID.PostSend(1, mr, 0, len(buf), verbs.SendSignaled))
-	vbComp(t, cli.ID.GetSendComp, verbs.WCSend)
-	wc := vbComp(t, s.id.GetRecvComp, verbs.WCRecv)
-	if string(s.buf[:wc.ByteLen]) != string(buf) {
-		t.Errorf("received %q", s.buf[:wc.ByteLen])
+	// Two messages: the QP's receive CQ is sized for its SRQ's
+	// receives, though the QP has no receive queue of its own.
+	for range 2 {
+		vbMust(t, cli.ID.PostSend(1, mr, 0, len(buf), verbs.SendSignaled))
+		vbComp(t, cli.ID.GetSendComp, verbs.WCSend)
+	}
+	for i := range 2 {
+		wc := vbComp(t, s.id.GetRecvComp, verbs.WCRecv)
+		if got := string(s.buf[32*i : 32*i+int(wc.ByteLen)]); got != string(buf) {
+			t.Errorf("received %q", got)
+		}
 	}
 }
 

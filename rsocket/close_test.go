@@ -12,6 +12,11 @@ import (
 	"github.com/rdmago/rdmago/rsocket"
 )
 
+// zeros reads as endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
 // small is a Config whose ring fills after 4 KiB, so that a Write to a
 // peer that does not read blocks soon.
 var small = rsocket.Config{RecvBuffer: 4096, SendBuffer: 4096}
@@ -24,6 +29,11 @@ func TestCloseEndsBlockedCallsWithErrClosed(t *testing.T) {
 	}{
 		{"Read", func(c *rsocket.Conn) error { _, err := c.Read(make([]byte, 10)); return err }},
 		{"Write", func(c *rsocket.Conn) error { _, err := c.Write(make([]byte, 1<<20)); return err }}, // the peer never reads
+		{"WriteTo", func(c *rsocket.Conn) error { _, err := c.WriteTo(io.Discard); return err }},
+		{"ReadFrom to a peer that does not read", func(c *rsocket.Conn) error {
+			_, err := c.ReadFrom(io.LimitReader(zeros{}, 1<<20))
+			return err
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for range 5 { // the race with Close's own messages was lost one time in two
@@ -130,4 +140,29 @@ func TestCloseRightAfterWritesLosesNothing(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestCloseDoesNotWaitForReadFromsSource: Close returns while ReadFrom
+// waits in its reader (a proxy's other side), and ReadFrom fails with
+// net.ErrClosed once the reader returns.
+func TestCloseDoesNotWaitForReadFromsSource(t *testing.T) {
+	noLeaks(t)
+	cli, _, _ := pair(t, rsocket.Config{}, rsocket.Config{})
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() { _, err := cli.ReadFrom(pr); errc <- err }()
+	time.Sleep(50 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- cli.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		pw.Close()
+		t.Fatal("Close waits for ReadFrom's reader")
+	}
+	pw.Write([]byte("late")) // the reader returns
+	pw.Close()
+	if err := <-errc; !errors.Is(err, net.ErrClosed) {
+		t.Errorf("ReadFrom after Close: %v, want net.ErrClosed", err)
+	}
 }

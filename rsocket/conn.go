@@ -148,7 +148,6 @@ type Conn struct {
 	wake    chan struct{} // closed and replaced when the state moves
 	waiting int           // goroutines waiting on wake
 	closing bool          // Close has begun
-	closed  bool          // Close has sent its last message
 
 	connected, readable, writable bool
 	err                           error // the connection's failure
@@ -234,15 +233,14 @@ func (c *Conn) connData() []byte {
 
 // start takes the peer's connection data and starts the connection's
 // goroutines.
-func (c *Conn) start(peer ConnData, keepAlive time.Duration) {
+func (c *Conn) start(peer ConnData) {
 	c.init(peer)
 	c.wg.Add(2)
 	go c.progress()
 	go c.watchCM()
-	if keepAlive > 0 {
+	if c.ka0 > 0 {
 		c.mu.Lock()
-		c.ka0 = keepAlive
-		c.ka = time.AfterFunc(keepAlive, c.keepAlive)
+		c.ka = time.AfterFunc(c.ka0, c.keepAlive)
 		c.mu.Unlock()
 	}
 }
@@ -490,7 +488,7 @@ func (c *Conn) watchCM() {
 func (c *Conn) keepAlive() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || !c.connected {
+	if c.closing || !c.connected {
 		return
 	}
 	if c.sendsDone == c.doneAtKA && !c.allSendsDone() {
@@ -795,7 +793,6 @@ func (c *Conn) Close() error {
 		c.readable, c.writable = false, false
 		c.shutdown(ctrlDisconnect)
 	}
-	c.closed = true
 	c.mu.Unlock()
 	if c.ka != nil {
 		c.ka.Stop() // keepAlive sees closed and does not rearm it
@@ -804,13 +801,13 @@ func (c *Conn) Close() error {
 	c.wg.Wait()
 	c.rdl.stop()
 	c.wdl.stop()
-	// The program's calls have returned: free the memory, then the QP
-	// and the connection (rdmacm's order).
-	c.rmu.Lock()
-	c.wmu.Lock()
+	// Free the memory, then the QP and the connection (rdmacm's order).
+	// A ReadFrom or WriteTo may still be in its reader or writer with a
+	// slice of that memory; it stays Go memory, and the call finds the
+	// Conn closing before it touches anything else.
+	c.mu.Lock()
 	c.release()
-	c.wmu.Unlock()
-	c.rmu.Unlock()
+	c.mu.Unlock()
 	return c.rc.Close()
 }
 

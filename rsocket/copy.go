@@ -19,7 +19,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	var sent int64
 	for {
 		switch {
-		case c.closed:
+		case c.closing:
 			return sent, c.opError("readfrom", net.ErrClosed)
 		case !c.writable:
 			return sent, c.opError("readfrom", c.writeErr())
@@ -37,8 +37,11 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		c.mu.Unlock()
 		n, err := r.Read(region)
 		c.mu.Lock()
+		if c.closing {
+			return sent, c.opError("readfrom", net.ErrClosed)
+		}
 		if n > 0 {
-			if !c.writable || c.closed {
+			if !c.writable {
 				return sent, c.opError("readfrom", c.writeErr())
 			}
 			c.postData(n)
@@ -68,9 +71,12 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 	var written int64
 	ring := c.rmr.Buf()
 	for {
+		if c.closing {
+			return written, c.opError("writeto", net.ErrClosed)
+		}
 		for c.rmsgLen == 0 {
 			switch {
-			case c.closed:
+			case c.closing:
 				return written, c.opError("writeto", net.ErrClosed)
 			case !c.readable && c.err != nil:
 				return written, c.opError("writeto", c.err)
@@ -92,6 +98,9 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 		c.mu.Unlock()
 		n, err := w.Write(data)
 		c.mu.Lock()
+		if c.closing {
+			return written + int64(n), c.opError("writeto", net.ErrClosed)
+		}
 		c.consume(n)
 		written += int64(n)
 		c.updateCredits()

@@ -15,7 +15,7 @@ import (
 
 // newConn makes the Conn a connection attempt under cfg fills in.
 func newConn(cfg *Config) *Conn {
-	c := &Conn{}
+	c := &Conn{ka0: cfg.keepAlive()}
 	c.rbufSize, c.sbufSize, c.qsize, c.inline = cfg.sizes()
 	return c
 }
@@ -101,7 +101,7 @@ func (d *Dialer) Dial(ctx context.Context, network, address string) (*Conn, erro
 		c.release()
 		return fail(fmt.Errorf("connecting to %v: %w", rc.RemoteAddr(), err))
 	}
-	c.start(peer, d.keepAlive())
+	c.start(peer)
 	return c, nil
 }
 
@@ -119,6 +119,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 // implements net.Listener.
 type Listener struct {
 	l    *rdmacm.Listener
+	base Config        // Listen's, whose sizes the QPs have
 	done chan struct{} // closed by Close
 
 	mu      sync.Mutex
@@ -150,7 +151,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	if err := ctx.Err(); err != nil {
 		return nil, &net.OpError{Op: "listen", Net: "rsocket", Err: err}
 	}
-	l := &Listener{cfg: lc.Config, pending: map[*rdmacm.Conn]*Conn{}, done: make(chan struct{})}
+	l := &Listener{base: lc.Config, cfg: lc.Config, pending: map[*rdmacm.Conn]*Conn{}, done: make(chan struct{})}
 	opts := cmOptions(&l.cfg)
 	opts.Setup = l.setup
 	opts.ConnData = func(rc *rdmacm.Conn) ([]byte, error) { return l.conn(rc, false).connData(), nil }
@@ -194,10 +195,10 @@ func (l *Listener) config() Config {
 func (l *Listener) SetConfig(cfg Config) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, _, _, had := l.cfg.sizes()
-	cfg.QueueSize = l.cfg.QueueSize
+	_, _, _, had := l.base.sizes()
+	cfg.QueueSize = l.base.QueueSize
 	if _, _, _, want := cfg.sizes(); want > had {
-		cfg.InlineSize = l.cfg.InlineSize
+		cfg.InlineSize = l.base.InlineSize
 	}
 	l.cfg = cfg
 }
@@ -228,8 +229,7 @@ func (l *Listener) AcceptRsocket(ctx context.Context) (*Conn, error) {
 		if err == nil {
 			c := l.conn(rc, true)
 			peer, _ := ParseConnData(rc.PrivateData) // setup checked it
-			cfg := l.config()
-			c.start(peer, cfg.keepAlive())
+			c.start(peer)
 			return c, nil
 		}
 		if errors.Is(err, verbs.ErrClosed) {
