@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/getopt"
 	"github.com/rdmago/rdmago/internal/units"
 	"github.com/rdmago/rdmago/rsocket"
 )
@@ -103,77 +104,57 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 		}
 		return n, nil
 	}
-	for i := 0; i < len(args); i++ {
-		arg := args[i]
-		if arg == "--" {
-			break
-		}
-		if len(arg) < 2 || arg[0] != '-' {
-			continue
-		}
-		for j := 1; j < len(arg); j++ {
-			opt := arg[j]
-			if !strings.ContainsRune("sbfBiICSpkT", rune(opt)) {
-				fmt.Fprintf(stderr, "rdmago rstream: invalid option -- '%c'\n", opt)
-				return usage()
-			}
-			var val string
-			switch {
-			case j+1 < len(arg):
-				val = arg[j+1:]
-			case i+1 < len(args):
-				i++
-				val = args[i]
+	opts, _, err := getopt.Parse(args, "s:b:f:B:i:I:C:S:p:k:T:", nil) // rstream ignores operands
+	if err != nil {
+		fmt.Fprintf(stderr, "rdmago rstream: %v\n", err)
+		return usage()
+	}
+	for _, op := range opts {
+		val := op.Arg
+		var err error
+		switch op.Name {
+		case 's':
+			o.Dst = val
+		case 'b':
+			o.Src = val
+		case 'f':
+			switch v := strings.ToLower(val); {
+			case strings.HasPrefix(v, "gid"):
+				fmt.Fprintln(stderr, "rdmago rstream: -f gid: AF_IB addresses are not supported")
+				return o, &ExitError{Status: 1, What: "AF_IB"}
+			case strings.HasPrefix(v, "ip"), strings.HasPrefix(v, "name"):
+				// Addresses are numeric or names either way.
 			default:
-				fmt.Fprintf(stderr, "rdmago rstream: option requires an argument -- '%c'\n", opt)
+				fmt.Fprintln(stderr, "Warning: unknown address format")
+			}
+		case 'B':
+			o.Buffer, err = num(op.Name, val)
+		case 'i':
+			o.Inline, err = num(op.Name, val)
+		case 'I':
+			o.Custom = true
+			o.Iterations, err = num(op.Name, val)
+		case 'C':
+			o.Custom = true
+			o.Count, err = num(op.Name, val)
+		case 'S':
+			if strings.HasPrefix(strings.ToLower(val), "all") {
+				o.AllSizes = true
+			} else {
+				o.Custom = true
+				o.Size, err = num(op.Name, val)
+			}
+		case 'p':
+			o.Port = val
+		case 'k':
+			o.KeepAlive, err = num(op.Name, val)
+		case 'T':
+			if !setTestOpt(&o, val) {
 				return usage()
 			}
-			j = len(arg)
-			var err error
-			switch opt {
-			case 's':
-				o.Dst = val
-			case 'b':
-				o.Src = val
-			case 'f':
-				switch v := strings.ToLower(val); {
-				case strings.HasPrefix(v, "gid"):
-					fmt.Fprintln(stderr, "rdmago rstream: -f gid: AF_IB addresses are not supported")
-					return o, &ExitError{Status: 1, What: "AF_IB"}
-				case strings.HasPrefix(v, "ip"), strings.HasPrefix(v, "name"):
-					// Addresses are numeric or names either way.
-				default:
-					fmt.Fprintln(stderr, "Warning: unknown address format")
-				}
-			case 'B':
-				o.Buffer, err = num(opt, val)
-			case 'i':
-				o.Inline, err = num(opt, val)
-			case 'I':
-				o.Custom = true
-				o.Iterations, err = num(opt, val)
-			case 'C':
-				o.Custom = true
-				o.Count, err = num(opt, val)
-			case 'S':
-				if strings.HasPrefix(strings.ToLower(val), "all") {
-					o.AllSizes = true
-				} else {
-					o.Custom = true
-					o.Size, err = num(opt, val)
-				}
-			case 'p':
-				o.Port = val
-			case 'k':
-				o.KeepAlive, err = num(opt, val)
-			case 'T':
-				if !setTestOpt(&o, val) {
-					return usage()
-				}
-			}
-			if err != nil {
-				return o, err
-			}
+		}
+		if err != nil {
+			return o, err
 		}
 	}
 	if o.Custom && o.Size == 0 {
