@@ -1,6 +1,7 @@
 package rdmacm
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -225,12 +226,14 @@ type DeviceList struct {
 
 // GetDevices opens every device the connection manager serves, or
 // shares it with the IDs that already use it (rdma_get_devices). The
-// list holds them open until Free.
+// list holds them open until Free. A device that cannot be opened is
+// left out; GetDevices fails only if none can be.
 func GetDevices() (*DeviceList, error) {
 	l := &DeviceList{}
 	seen := map[*verbs.Device]bool{}
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
+	var first error
 	for _, dev := range candidates() {
 		if seen[dev] {
 			continue
@@ -239,8 +242,8 @@ func GetDevices() (*DeviceList, error) {
 		if backendFor(dev) != nil {
 			k, err := kdeviceFor(dev)
 			if err != nil {
-				l.freeLocked()
-				return nil, err
+				first = cmp.Or(first, err)
+				continue
 			}
 			l.Contexts = append(l.Contexts, k.ctx)
 			l.refs = append(l.refs, k.release)
@@ -248,11 +251,14 @@ func GetDevices() (*DeviceList, error) {
 		}
 		a, err := agentFor(dev)
 		if err != nil {
-			l.freeLocked()
-			return nil, err
+			first = cmp.Or(first, err)
+			continue
 		}
 		l.Contexts = append(l.Contexts, a.ctx)
 		l.refs = append(l.refs, a.release)
+	}
+	if len(l.Contexts) == 0 && first != nil {
+		return nil, first
 	}
 	return l, nil
 }
