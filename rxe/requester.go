@@ -496,7 +496,7 @@ func (q *qp) retire() {
 // cqOverflow handles a full CQ: the CQ reports IBV_EVENT_CQ_ERR and the
 // QP fails, as with hardware.
 func (q *qp) cqOverflow(cq *swcq.CQ) {
-	if q.ctx.events != nil {
+	if q.ctx.events != nil && cq.FirstOverrun() {
 		q.ctx.events.CQEvent(verbs.EventCQErr, cq)
 	}
 	q.toError()

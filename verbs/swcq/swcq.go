@@ -16,13 +16,14 @@ import (
 type CQ struct {
 	notify func() // verbs' completion-channel hook, called when an armed CQ fires
 
-	mu       sync.Mutex
-	ring     []verbs.WC // circular: n entries from head
-	head, n  int
-	armed    notifyMode
-	overflow bool
-	closed   bool
-	nonEmpty chan struct{} // signalled (without blocking) on each Push
+	mu          sync.Mutex
+	ring        []verbs.WC // circular: n entries from head
+	head, n     int
+	armed       notifyMode
+	overrunTold bool // FirstOverrun has said so
+	overflow    bool
+	closed      bool
+	nonEmpty    chan struct{} // signalled (without blocking) on each Push
 }
 
 type notifyMode uint8
@@ -69,6 +70,19 @@ func (cq *CQ) Push(wc *verbs.WC, solicited bool) bool {
 	if fire && cq.notify != nil {
 		cq.notify()
 	}
+	return true
+}
+
+// FirstOverrun reports whether the CQ has overrun and this is the first
+// call to say so: a provider reports IBV_EVENT_CQ_ERR once per CQ, as
+// hardware does, however many completions are refused after it.
+func (cq *CQ) FirstOverrun() bool {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if !cq.overflow || cq.overrunTold {
+		return false
+	}
+	cq.overrunTold = true
 	return true
 }
 

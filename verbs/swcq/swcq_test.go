@@ -22,3 +22,18 @@ func TestNotifyOncePerArm(t *testing.T) {
 		t.Errorf("notify called %d times, want 1", calls)
 	}
 }
+
+// An overrun is told once, however many completions are refused after it.
+func TestOverrunIsToldOnce(t *testing.T) {
+	cq := New(1, nil)
+	if cq.FirstOverrun() {
+		t.Fatal("an empty CQ says it overran")
+	}
+	wc := verbs.WC{WRID: 1}
+	if !cq.Push(&wc, false) || cq.Push(&wc, false) || cq.Push(&wc, false) {
+		t.Fatal("a CQ of one took more than one completion")
+	}
+	if !cq.FirstOverrun() || cq.FirstOverrun() {
+		t.Error("the overrun was not told exactly once")
+	}
+}
