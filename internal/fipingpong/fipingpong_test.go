@@ -152,7 +152,7 @@ func pingpong(t *testing.T, goServes, withC bool, flags string, wantRows int) {
 		return runC(t, args)
 	}
 	srv = start(goServes, srvArgs)
-	time.Sleep(300 * time.Millisecond) // the server's control listener
+	waitListening(t, port) // the server's control listener
 	cli = start(!goServes, cliArgs)
 	for _, s := range []*side{cli, srv} {
 		select {
@@ -174,6 +174,32 @@ func pingpong(t *testing.T, goServes, withC bool, flags string, wantRows int) {
 			t.Fatalf("row %q: counts differ", r)
 		}
 	}
+}
+
+// waitListening waits, for 10 s at most, until a TCP socket listens on
+// port (a state 0A line in /proc/net/tcp): the server's control
+// listener, which a probing connection would take for its client's.
+// Without /proc it waits 300 ms.
+func waitListening(t *testing.T, port string) {
+	t.Helper()
+	p, _ := strconv.Atoi(port)
+	want := fmt.Sprintf(":%04X ", p)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile("/proc/net/tcp")
+		if err != nil {
+			time.Sleep(300 * time.Millisecond)
+			return
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 3 && strings.HasSuffix(f[1]+" ", want) && f[3] == "0A" {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("nothing listens on port %s after 10 s", port)
 }
 
 func TestGoPingpongOverTCP(t *testing.T) {
@@ -224,7 +250,7 @@ func TestGoPingpongOverVerbsDatagrams(t *testing.T) {
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond) // the server's control listener
+		waitListening(t, ctrl) // the server's control listener
 		cerr := cli.Run()
 		serr := srv.Wait()
 		if cerr != nil || serr != nil {
@@ -244,7 +270,7 @@ func TestGoPingpongOverVerbsDatagrams(t *testing.T) {
 func TestDatagramEndpointsAreNotOffered(t *testing.T) {
 	port := strconv.Itoa(freePort(t))
 	srv := runGo([]string{"-p", "tcp", "-B", port})
-	time.Sleep(200 * time.Millisecond)
+	waitListening(t, port)
 	cli := runGo([]string{"-p", "tcp", "-P", port, "127.0.0.1"})
 	if err := <-srv.done; ExitStatus(err) != 61 || !strings.Contains(srv.errw.String(), "ret=-61") {
 		t.Fatalf("server: exit %d, stderr %q", ExitStatus(err), srv.errw.String())
