@@ -77,7 +77,12 @@ func TestCloseMidFrameCancelsTheReceive(t *testing.T) {
 	e := srv.(*ep)
 	for started := false; !started; {
 		ccq.Read(nil)
-		scq.Read(nil)
+		var got [1]fabric.CQEntry
+		if n, _ := scq.Read(got[:]); n > 0 && got[0].Context == "big" {
+			// The polls missed the frame in flight: on a loaded machine
+			// the whole 64 MiB can land between two of them.
+			t.Skip("the receive completed before a poll saw it in progress")
+		}
 		e.mu.Lock()
 		started = e.cur != nil
 		e.mu.Unlock()
