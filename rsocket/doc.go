@@ -56,4 +56,5 @@
 //	RDMA_INLINE                  Config.InlineSize
 //	SO_KEEPALIVE, TCP_KEEPIDLE   Config.KeepAlive
 //	SO_RCVTIMEO, SO_SNDTIMEO     Conn.SetReadDeadline, Conn.SetWriteDeadline
+//	rsetsockopt on a listener    Listener.SetConfig
 package rsocket
