@@ -144,7 +144,12 @@ type Conn struct {
 	wg     sync.WaitGroup
 	ka     *time.Timer
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// Scratch for posting under mu, so that a post allocates nothing
+	// (the providers copy what they keep).
+	wrBuf   [1]verbs.SendWR
+	sgeBuf  [2]verbs.SGE
+	recvBuf [32]verbs.RecvWR
 	wake    chan struct{} // closed and replaced when the state moves
 	waiting int           // goroutines waiting on wake
 	closing bool          // Close has begun
@@ -410,10 +415,9 @@ func (c *Conn) message(imm, n uint32) {
 
 // repost posts n receives again (rs_post_recv).
 func (c *Conn) repost(n int) {
-	var buf [32]verbs.RecvWR
-	wrs := buf[:n]
+	wrs := c.recvBuf[:n]
 	for i := range wrs {
-		wrs[i].WRID = recvFlag
+		wrs[i] = verbs.RecvWR{WRID: recvFlag}
 	}
 	if err := c.qp.PostRecv(wrs); err != nil {
 		c.fail(fmt.Errorf("reposting receives: %w", err))
@@ -510,7 +514,10 @@ func (c *Conn) keepAlive() {
 
 // post posts one send, failing the connection if the QP refuses it.
 func (c *Conn) post(wr verbs.SendWR) {
-	if err := c.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+	c.wrBuf[0] = wr
+	err := c.qp.PostSend(c.wrBuf[:])
+	c.wrBuf[0] = verbs.SendWR{} // let go of the SGE list
+	if err != nil {
 		c.fail(fmt.Errorf("posting a send: %w", err))
 	}
 }
@@ -539,10 +546,11 @@ func (c *Conn) updateCredits() {
 		o = binary.BigEndian
 	}
 	slot := c.sbufSize + int(c.ctrlSeq%ctrlSlots)*sgeLen
+	c.sgeBuf[0] = c.smr.SGE(slot, sgeLen)
 	putSGE(o, c.smr.Buf()[slot:], SGE{Addr: c.rmr.Addr() + uint64(c.rbufFree), Key: c.rmr.RKey(), Length: uint32(c.rbufSize / 2)})
 	wr := verbs.SendWR{
 		WRID: uint64(limit), Opcode: verbs.WRRDMAWriteWithImm, ImmData: limit,
-		SGList:     []verbs.SGE{c.smr.SGE(slot, sgeLen)},
+		SGList:     c.sgeBuf[:1],
 		RemoteAddr: c.remoteSGL.Addr + uint64(c.remoteSGE*sgeLen), RKey: c.remoteSGL.Key,
 	}
 	if c.inline >= sgeLen {
@@ -677,7 +685,7 @@ func (c *Conn) writeData(p []byte) {
 // postData posts the n bytes at the head of the send buffer, wrapping
 // around its end, as one data message to the current target entry.
 func (c *Conn) postData(n int) {
-	var sges [2]verbs.SGE
+	sges := &c.sgeBuf
 	sgl := sges[:1]
 	if k := c.sbufSize - c.sbufHead; k < n {
 		sges[0] = c.smr.SGE(c.sbufHead, k)
