@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/memnet"
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/rxe"
 	"github.com/rdmago/rdmago/rxe/link"
@@ -54,21 +54,7 @@ func vbDevices(t testing.TB) (cli, srv netip.Addr) {
 
 // vbNoLeaks fails the test if, once its cleanups have run, goroutines it
 // started are still running. Call it first, so that its check runs last.
-func vbNoLeaks(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(15 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Errorf("%d goroutines before the test, %d after:\n%s", before, n, buf)
-		}
-	})
-}
+func vbNoLeaks(t *testing.T) { t.Helper(); memnet.NoLeaks(t) }
 
 func vbCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -28,22 +27,7 @@ func testNet(t testing.TB) (cli, srv netip.Addr, network *link.Network) {
 	return cli, srv, network
 }
 
-// noLeaks fails the test if it leaves goroutines behind.
-func noLeaks(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Errorf("%d goroutines before the test, %d after:\n%s", before, n, buf)
-		}
-	})
-}
+var noLeaks = memnet.NoLeaks
 
 // pair connects a client and a server rsocket on a fresh network.
 func pair(t testing.TB, dcfg, lcfg rsocket.Config) (cli, srv *rsocket.Conn, network *link.Network) {

@@ -7,9 +7,11 @@ package memnet
 import (
 	"bytes"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/rxe"
@@ -66,4 +68,23 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// NoLeaks fails the test if it leaves goroutines behind: at its end it
+// waits up to 15 s (the connection manager's timewait) for the count of
+// goroutines to fall back to what it was when NoLeaks was called.
+func NoLeaks(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(15 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Errorf("%d goroutines before the test, %d after:\n%s", before, n, buf)
+		}
+	})
 }
