@@ -32,6 +32,8 @@ type BackendEvent struct {
 	Status int
 	Param  ConnParam
 	UD     UDParam
+	// Group is, for MULTICAST_JOIN and MULTICAST_ERROR, the group.
+	Group netip.Addr
 	// Child is, for CONNECT_REQUEST, the backend ID of the new
 	// connection; the handler must call its SetHandler before returning.
 	Child BackendID
@@ -60,6 +62,12 @@ type BackendID interface {
 	SetTOS(tos uint8) error
 	SetReuseAddr(on bool) error
 	SetACKTimeout(code uint8) error
+	// JoinMulticast joins group addr (rdma_join_multicast_ex); the
+	// outcome is a MULTICAST_JOIN or MULTICAST_ERROR event whose Group is
+	// addr. The backend attaches the ID's QP to the group, as librdmacm
+	// does. LeaveMulticast leaves it (rdma_leave_multicast).
+	JoinMulticast(addr netip.Addr, flags MulticastJoinFlags) error
+	LeaveMulticast(addr netip.Addr) error
 	// Device is the device the ID is bound to, or nil.
 	Device() *verbs.Device
 	LocalAddr() netip.AddrPort
@@ -236,6 +244,8 @@ func (id *ID) backendEvent(be BackendEvent) {
 		id.peer = k.PeerAddr()
 	case EventDisconnected:
 		id.state = stateDisconnect
+	case EventMulticastJoin, EventMulticastError:
+		ev.UD.Context = id.groupContext(be.Group)
 	}
 	id.event(ev)
 }
@@ -275,6 +285,7 @@ func (id *ID) kdestroy(k BackendID) {
 		}
 	}
 	cm.mu.Unlock()
+	id.leaveAll()
 	id.freeQP()
 	id.DestroySRQ()
 	k.Destroy()

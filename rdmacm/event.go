@@ -125,6 +125,9 @@ type UDParam struct {
 	AHAttr      verbs.AHAttr
 	QPNum       uint32
 	QKey        uint32
+	// Context is, for MULTICAST_JOIN and MULTICAST_ERROR, the context
+	// given to JoinMulticast (librdmacm passes it as private_data).
+	Context any
 }
 
 // Event is a connection manager event (struct rdma_cm_event).

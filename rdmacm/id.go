@@ -65,6 +65,7 @@ type ID struct {
 	recvCh   *verbs.CompChannel
 	ownCQs   bool
 	srq      *verbs.SRQ // made by CreateSRQ (id->srq)
+	groups   []*mcGroup // multicast groups joined
 	qpType   verbs.QPType
 	lastWait *Event // the event a synchronous call ended on
 
@@ -431,7 +432,7 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not idle")
 	}
 	d := dst.Addr().Unmap()
-	if !d.IsValid() || d.IsUnspecified() || d.IsMulticast() {
+	if !d.IsValid() || d.IsUnspecified() || d.IsMulticast() && id.ps != PSUDP && id.ps != PSIPoIB {
 		cm.mu.Unlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "bad destination "+dst.String())
 	}
@@ -825,6 +826,7 @@ func (id *ID) Destroy() error {
 		issued = a.issued
 	}
 	cm.mu.Unlock()
+	id.leaveAll()
 	id.freeQP()
 	id.DestroySRQ()
 	if a != nil {

@@ -51,6 +51,8 @@ type cmID struct {
 	mu     sync.Mutex
 	handle func(rdmacm.BackendEvent)
 	gone   bool
+	groups map[uintptr]netip.Addr // multicast joins by their uid
+	nextMC uintptr
 }
 
 // register adds a C ID to the channel's table. Called with channel.mu
@@ -143,6 +145,9 @@ func dispatch(ev *C.struct_rg_cm_event) {
 	if k != nil {
 		k.mu.Lock()
 		handle = k.handle
+		if be.Type == rdmacm.EventMulticastJoin || be.Type == rdmacm.EventMulticastError {
+			be.Group = k.groups[uintptr(ev.mc_uid)]
+		}
 		k.mu.Unlock()
 	}
 	if handle == nil {
@@ -355,6 +360,38 @@ func (k *cmID) SetReuseAddr(on bool) error {
 
 func (k *cmID) SetACKTimeout(code uint8) error {
 	return errnoRC("rdma_set_option", C.rg_set_u8(k.id, C.RDMA_OPTION_ID, C.RDMA_OPTION_ID_ACK_TIMEOUT, C.uint8_t(code)))
+}
+
+func (k *cmID) JoinMulticast(addr netip.Addr, flags rdmacm.MulticastJoinFlags) error {
+	k.mu.Lock()
+	if k.groups == nil {
+		k.groups = map[uintptr]netip.Addr{}
+	}
+	k.nextMC++
+	uid := k.nextMC
+	k.groups[uid] = addr
+	k.mu.Unlock()
+	v6, a, _, scope := cAddr(netip.AddrPortFrom(addr, 0))
+	if err := errnoRC("rdma_join_multicast_ex", C.rg_join_multicast(k.id, v6, (*C.uint8_t)(&a[0]), scope, C.uint16_t(flags), C.uintptr_t(uid))); err != nil {
+		k.mu.Lock()
+		delete(k.groups, uid)
+		k.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+func (k *cmID) LeaveMulticast(addr netip.Addr) error {
+	v6, a, _, scope := cAddr(netip.AddrPortFrom(addr, 0))
+	err := errnoRC("rdma_leave_multicast", C.rg_leave_multicast(k.id, v6, (*C.uint8_t)(&a[0]), scope))
+	k.mu.Lock()
+	for uid, g := range k.groups {
+		if g == addr {
+			delete(k.groups, uid)
+		}
+	}
+	k.mu.Unlock()
+	return err
 }
 
 func (k *cmID) Device() *verbs.Device {

@@ -326,6 +326,7 @@ struct rg_cm_event {
 	struct rg_conn conn;
 	struct ibv_ah_attr ah_attr;
 	uint32_t ud_qp_num, ud_qkey;
+	uintptr_t mc_uid; // MULTICAST_JOIN/ERROR: the join's context
 };
 
 static inline int rg_get_cm_event(struct rdma_event_channel *ch, struct rg_cm_event *out) {
@@ -339,6 +340,14 @@ static inline int rg_get_cm_event(struct rdma_event_channel *ch, struct rg_cm_ev
 	out->status = ev->status;
 	out->id = ev->id;
 	out->listen_id = ev->listen_id;
+	if (ev->event == RDMA_CM_EVENT_MULTICAST_JOIN || ev->event == RDMA_CM_EVENT_MULTICAST_ERROR) {
+		out->mc_uid = (uintptr_t)ev->param.ud.private_data;
+		out->ah_attr = ev->param.ud.ah_attr;
+		out->ud_qp_num = ev->param.ud.qp_num;
+		out->ud_qkey = ev->param.ud.qkey;
+		rdma_ack_cm_event(ev);
+		return 0;
+	}
 	if (ev->id->ps == RDMA_PS_UDP || ev->id->ps == RDMA_PS_IPOIB) {
 		pd = ev->param.ud.private_data;
 		len = ev->param.ud.private_data_len;
@@ -385,6 +394,23 @@ static inline int rg_attach_qp(struct rdma_cm_id *id, struct ibv_qp *qp) {
 	a.qp_state = IBV_QPS_RTS;
 	a.sq_psn = 0;
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+// rg_join_multicast joins a group with uid as the join's context; the
+// group's address is a port-less sockaddr.
+static inline int rg_join_multicast(struct rdma_cm_id *id, int v6, const uint8_t *a, uint32_t scope, uint16_t flags, uintptr_t uid) {
+	struct sockaddr_storage ss;
+	struct rdma_cm_join_mc_attr_ex attr;
+	memset(&attr, 0, sizeof attr);
+	attr.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+	attr.addr = rg_sockaddr(&ss, v6, a, 0, scope);
+	attr.join_flags = flags;
+	return rdma_join_multicast_ex(id, &attr, (void *)uid) ? errno : 0;
+}
+
+static inline int rg_leave_multicast(struct rdma_cm_id *id, int v6, const uint8_t *a, uint32_t scope) {
+	struct sockaddr_storage ss;
+	return rdma_leave_multicast(id, rg_sockaddr(&ss, v6, a, 0, scope)) ? errno : 0;
 }
 
 static inline void rg_detach_qp(struct rdma_cm_id *id) { id->qp = NULL; }

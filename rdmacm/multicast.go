@@ -1,0 +1,201 @@
+package rdmacm
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// MulticastJoinFlags say how an ID joins a group (enum
+// rdma_cm_mc_join_flags).
+type MulticastJoinFlags int
+
+// Join flags, with librdmacm's values.
+const (
+	// JoinFullMember sends to and receives from the group
+	// (RDMA_MC_JOIN_FLAG_FULLMEMBER).
+	JoinFullMember MulticastJoinFlags = 0
+	// JoinSendOnlyFullMember only sends to it: the ID's QP is not
+	// attached, so it receives nothing
+	// (RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER).
+	JoinSendOnlyFullMember MulticastJoinFlags = 1
+)
+
+// MulticastQPN is the destination QP number of datagrams to a multicast
+// group (0xFFFFFF), the QPNum of a MULTICAST_JOIN event.
+const MulticastQPN = 0xFFFFFF
+
+// mcGroup is a group an ID joined.
+type mcGroup struct {
+	addr     netip.Addr
+	flags    MulticastJoinFlags
+	context  any
+	attached *verbs.QP // the QP this package attached, to detach on leave
+}
+
+// MulticastGID is the GID of multicast group addr on RoCEv2, what a
+// MULTICAST_JOIN event's address vector names as DGID and what QPs attach
+// to: the IPv6 group itself, or an IPv4 group mapped into IPv6
+// (::ffff:239.1.1.1), as Linux's rdma_cm makes it.
+func MulticastGID(addr netip.Addr) verbs.GID {
+	return verbs.GIDFromAddr(addr.Unmap())
+}
+
+// JoinMulticast joins the ID to the multicast group addr as a full member
+// (rdma_join_multicast): JoinMulticastEx with JoinFullMember.
+func (id *ID) JoinMulticast(addr netip.Addr, context any) error {
+	return id.JoinMulticastEx(addr, JoinFullMember, context)
+}
+
+// JoinMulticastEx joins the ID to the multicast group addr
+// (rdma_join_multicast_ex). The ID must be in the UDP (or IPoIB) port
+// space, and bound to a device: after BindAddr to a local address, or
+// after ResolveAddr (which accepts a multicast destination for this). The
+// outcome comes as an event whose UD.Context is context: MULTICAST_JOIN,
+// whose UD holds the address vector to the group (DGID MulticastGID(addr)),
+// QP number MulticastQPN and the Q_Key (UDPQKey) to send to it with; or
+// MULTICAST_ERROR with a negative errno. A synchronous ID waits for it.
+//
+// If the ID has a QP when the join completes, and flags is not
+// JoinSendOnlyFullMember, the QP is attached to the group
+// (ibv_attach_mcast), as librdmacm does when it delivers the event;
+// failing to attach turns the event into MULTICAST_ERROR. On RoCE there is
+// no subnet manager to ask: the join completes at once, and the device
+// joins the IP multicast group when its first QP attaches.
+func (id *ID) JoinMulticastEx(addr netip.Addr, flags MulticastJoinFlags, context any) error {
+	const op = "rdma_join_multicast"
+	ip := addr.Unmap()
+	if !ip.IsMulticast() {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, addr.String()+" is not a multicast address")
+	}
+	if flags != JoinFullMember && flags != JoinSendOnlyFullMember {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "bad join flags")
+	}
+	if id.ps != PSUDP && id.ps != PSIPoIB {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "multicast needs a datagram ID (RDMA_PS_UDP), not "+id.ps.String())
+	}
+	cm.mu.Lock()
+	if id.state != stateAddrBound && id.state != stateAddrResolved {
+		cm.mu.Unlock()
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound to an address (bind or resolve it first)")
+	}
+	if id.k == nil && id.agent == nil || id.k != nil && id.kdev == nil {
+		cm.mu.Unlock()
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is bound to no device (bind a local address)")
+	}
+	if id.local.Addr().Is4() != ip.Is4() {
+		cm.mu.Unlock()
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "group "+ip.String()+" is not of the IP version of the ID's address "+id.local.Addr().String())
+	}
+	if slices.ContainsFunc(id.groups, func(g *mcGroup) bool { return g.addr == ip }) {
+		cm.mu.Unlock()
+		return verbs.Errorf(op, verbs.ErrAddrInUse, "the ID has joined "+ip.String()+" already")
+	}
+	g := &mcGroup{addr: ip, flags: flags, context: context}
+	id.groups = append(id.groups, g)
+	if k := id.k; k != nil {
+		cm.mu.Unlock()
+		if err := k.JoinMulticast(ip, flags); err != nil {
+			cm.mu.Lock()
+			id.dropGroup(g)
+			cm.mu.Unlock()
+			return err
+		}
+		return id.wait(op, EventMulticastJoin)
+	}
+	ev := &Event{Type: EventMulticastJoin, UD: UDParam{Context: context, QPNum: MulticastQPN, QKey: UDPQKey,
+		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: MulticastGID(ip),
+			SGIDIndex: uint8(max(id.agent.gidIndex(id.local.Addr()), 0)), HopLimit: 1, TrafficClass: id.opts.tos}}}}
+	qp := id.qp
+	cm.mu.Unlock()
+	if qp != nil && flags != JoinSendOnlyFullMember {
+		if err := qp.AttachMcast(ev.UD.AHAttr.GRH.DGID, 0); err != nil {
+			ev = &Event{Type: EventMulticastError, Status: -int(errnoOf(err)), UD: UDParam{Context: context}}
+			qp = nil
+		}
+	}
+	cm.mu.Lock()
+	if ev.Type == EventMulticastJoin {
+		g.attached = qp
+	}
+	id.event(ev)
+	cm.mu.Unlock()
+	return id.wait(op, EventMulticastJoin)
+}
+
+// LeaveMulticast leaves the multicast group addr (rdma_leave_multicast),
+// detaching the ID's QP from it if the join attached it. It fails with
+// EADDRNOTAVAIL if the ID has not joined addr. Destroy leaves every group.
+func (id *ID) LeaveMulticast(addr netip.Addr) error {
+	const op = "rdma_leave_multicast"
+	ip := addr.Unmap()
+	cm.mu.Lock()
+	i := slices.IndexFunc(id.groups, func(g *mcGroup) bool { return g.addr == ip })
+	if i < 0 {
+		cm.mu.Unlock()
+		return verbs.Errorf(op, verbs.ErrAddrNotAvail, "the ID has not joined "+ip.String())
+	}
+	g := id.groups[i]
+	id.dropGroup(g)
+	k := id.k
+	cm.mu.Unlock()
+	if k != nil {
+		return k.LeaveMulticast(ip)
+	}
+	return g.leave()
+}
+
+// leave detaches the QP the join attached, if any.
+func (g *mcGroup) leave() error {
+	if g.attached == nil {
+		return nil
+	}
+	err := g.attached.DetachMcast(MulticastGID(g.addr), 0)
+	if errors.Is(err, verbs.ErrClosed) {
+		return nil // the QP is gone, and its attachments with it
+	}
+	return err
+}
+
+// dropGroup forgets g. Called with cm.mu held.
+func (id *ID) dropGroup(g *mcGroup) {
+	id.groups = slices.DeleteFunc(id.groups, func(x *mcGroup) bool { return x == g })
+}
+
+// leaveAll leaves every group the ID joined, before it is destroyed.
+func (id *ID) leaveAll() {
+	cm.mu.Lock()
+	groups := id.groups
+	id.groups = nil
+	k := id.k
+	cm.mu.Unlock()
+	for _, g := range groups {
+		if k != nil {
+			k.LeaveMulticast(g.addr)
+		} else {
+			g.leave()
+		}
+	}
+}
+
+// groupContext returns the context of the group an ID joined, for a
+// backend's multicast events. Called with cm.mu held.
+func (id *ID) groupContext(addr netip.Addr) any {
+	for _, g := range id.groups {
+		if g.addr == addr {
+			return g.context
+		}
+	}
+	return nil
+}
+
+// errnoOf is err's errno, for an event's status.
+func errnoOf(err error) verbs.Errno {
+	var e verbs.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return verbs.ErrInvalidArgument
+}
