@@ -5,7 +5,7 @@
 //
 // A RoCEv2 packet travels as the payload of a UDP datagram sent to port 4791:
 //
-//	IP | UDP | BTH | [DETH] [FETH] [RETH|AtomicETH] [ImmDt|IETH] [AETH] [AtomicAckETH] | payload | pad | ICRC
+//	IP | UDP | BTH | [DETH|XRCETH] [FETH] [RETH|AtomicETH] [ImmDt|IETH] [AETH] [AtomicAckETH] | payload | pad | ICRC
 //
 // Headers are views over byte slices, in the manner of gVisor's tcpip/header:
 // a BTH is a []byte with accessor methods. The only way to obtain views from

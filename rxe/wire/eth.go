@@ -95,6 +95,20 @@ func (h IETH) RKey() uint32 { return binary.BigEndian.Uint32(h) }
 // SetRKey sets the R_Key to invalidate.
 func (h IETH) SetRKey(k uint32) { binary.BigEndian.PutUint32(h, k) }
 
+// XRCETH is a view of an XRC Extended Transport Header (IBTA vol. 1 §9.3,
+// carried by every XRC request right after the BTH): reserved (8), XRC SRQ
+// number (24). The responder's XRC_RECV QP, reached by the BTH's
+// destination QP, takes its receive WQE from the shared receive queue the
+// XRCETH names, and checks remote access against that queue's PD.
+type XRCETH []byte
+
+// SRQN returns the number of the XRC shared receive queue the request is
+// for (the requester's wr.qp_type.xrc.remote_srqn).
+func (h XRCETH) SRQN() uint32 { return binary.BigEndian.Uint32(h) & mask24 }
+
+// SetSRQN sets the XRC SRQ number, clearing the reserved bits.
+func (h XRCETH) SetSRQN(n uint32) { binary.BigEndian.PutUint32(h, n&mask24) }
+
 // DETH is a view of a Datagram Extended Transport Header (IBTA vol. 1
 // §9.3.2): Q_Key (32), reserved (8), source QP (24).
 type DETH []byte

@@ -21,6 +21,17 @@ func FuzzParse(f *testing.F) {
 			f.Add(b)
 		}
 	}
+	// XRC requests whose XRCETH has its reserved byte set, and one cut
+	// inside the XRCETH.
+	for _, op := range []OpCode{XRCSendOnly, XRCWriteFirst, XRCReadRequest, XRCCompareSwap} {
+		b, err := AppendPacket(nil, sampleHeaders(op), samplePayload(op, 4))
+		if err != nil {
+			f.Fatal(err)
+		}
+		b[BTHLen] = 0xff
+		f.Add(b)
+		f.Add(b[:BTHLen+2])
+	}
 	for _, d := range goldenDatagrams(f) {
 		f.Add(d.Payload)
 	}

@@ -83,11 +83,42 @@ const (
 	CNP                      OpCode = 0x81
 )
 
+// Opcodes of the XRC transport (IBTA vol. 1 table 38): RC's operations
+// under the transport prefix 0xA0. Requests carry an XRCETH right after
+// the BTH; responses (READ responses, ACKNOWLEDGE, ATOMIC ACKNOWLEDGE) are
+// laid out as RC's. FLUSH and ATOMIC WRITE are RC's only here.
+const (
+	XRCSendFirst              OpCode = 0xa0
+	XRCSendMiddle             OpCode = 0xa1
+	XRCSendLast               OpCode = 0xa2
+	XRCSendLastWithImmediate  OpCode = 0xa3
+	XRCSendOnly               OpCode = 0xa4
+	XRCSendOnlyWithImmediate  OpCode = 0xa5
+	XRCWriteFirst             OpCode = 0xa6
+	XRCWriteMiddle            OpCode = 0xa7
+	XRCWriteLast              OpCode = 0xa8
+	XRCWriteLastWithImmediate OpCode = 0xa9
+	XRCWriteOnly              OpCode = 0xaa
+	XRCWriteOnlyWithImmediate OpCode = 0xab
+	XRCReadRequest            OpCode = 0xac
+	XRCReadResponseFirst      OpCode = 0xad
+	XRCReadResponseMiddle     OpCode = 0xae
+	XRCReadResponseLast       OpCode = 0xaf
+	XRCReadResponseOnly       OpCode = 0xb0
+	XRCAcknowledge            OpCode = 0xb1
+	XRCAtomicAcknowledge      OpCode = 0xb2
+	XRCCompareSwap            OpCode = 0xb3
+	XRCFetchAdd               OpCode = 0xb4
+	XRCSendLastWithInvalidate OpCode = 0xb6
+	XRCSendOnlyWithInvalidate OpCode = 0xb7
+)
+
 // Extended-header and shape bits of an opcode.
 type opFlags uint32
 
 const (
 	hasDETH opFlags = 1 << iota
+	hasXRCETH
 	hasFETH
 	hasRETH
 	hasAtomicETH
@@ -117,6 +148,7 @@ const (
 const (
 	BTHLen          = 12
 	DETHLen         = 8
+	XRCETHLen       = 4
 	FETHLen         = 4
 	RETHLen         = 16
 	AtomicETHLen    = 28
@@ -134,6 +166,7 @@ var headerOrder = [...]struct {
 	n    int
 }{
 	{hasDETH, DETHLen},
+	{hasXRCETH, XRCETHLen},
 	{hasFETH, FETHLen},
 	{hasRETH, RETHLen},
 	{hasAtomicETH, AtomicETHLen},
@@ -198,6 +231,18 @@ func init() {
 	for _, e := range rcOnly {
 		define(OpCode(TransportRC)|OpCode(e.op), e.flags, "RC_"+e.name)
 	}
+	// XRC mirrors RC but for FLUSH and ATOMIC WRITE; its requests carry
+	// the XRCETH.
+	for _, e := range append(send, rcOnly...) {
+		if e.flags&(isFlush|isAtomicWrite) != 0 {
+			continue
+		}
+		f := e.flags
+		if f&(isAck|isReadResp) == 0 {
+			f |= hasXRCETH
+		}
+		define(OpCode(TransportXRC)|OpCode(e.op), f, "XRC_"+e.name)
+	}
 	define(UDSendOnly, isSend|isOnly|hasPayload|hasDETH, "UD_SEND_ONLY")
 	define(UDSendOnlyWithImmediate, isSend|isOnly|hasPayload|hasDETH|hasImmDt, "UD_SEND_ONLY_WITH_IMMEDIATE")
 	define(CNP, isOnly|hasCNPPad, "CNP")
@@ -215,8 +260,8 @@ func define(op OpCode, f opFlags, name string) {
 
 func (op OpCode) has(f opFlags) bool { return opTable[op].flags&f != 0 }
 
-// Valid reports whether op is an opcode of the RC, UC or UD transport or the
-// RoCEv2 CNP. RD and XRC opcodes are not valid here.
+// Valid reports whether op is an opcode of the RC, UC, UD or XRC transport
+// or the RoCEv2 CNP. RD opcodes are not valid here.
 func (op OpCode) Valid() bool { return op.has(valid) }
 
 // Transport returns the transport service of op.
@@ -228,6 +273,10 @@ func (op OpCode) HeaderLen() int { return int(opTable[op].hdrLen) }
 
 // HasDETH reports whether op packets carry a Datagram Extended Transport Header.
 func (op OpCode) HasDETH() bool { return op.has(hasDETH) }
+
+// HasXRCETH reports whether op packets carry an XRC Extended Transport
+// Header (every XRC request does).
+func (op OpCode) HasXRCETH() bool { return op.has(hasXRCETH) }
 
 // HasFETH reports whether op packets carry a Flush Extended Transport Header.
 func (op OpCode) HasFETH() bool { return op.has(hasFETH) }

@@ -51,6 +51,29 @@ func TestOpCodeTableMatchesIBTA(t *testing.T) {
 		{UDSendOnly, "UD_SEND_ONLY", 20, true, true, true},
 		{UDSendOnlyWithImmediate, "UD_SEND_ONLY_WITH_IMMEDIATE", 24, true, true, true},
 		{CNP, "CNP", 28, false, true, true},
+		{XRCSendFirst, "XRC_SEND_FIRST", 16, true, true, false},
+		{XRCSendMiddle, "XRC_SEND_MIDDLE", 16, true, false, false},
+		{XRCSendLast, "XRC_SEND_LAST", 16, true, false, true},
+		{XRCSendLastWithImmediate, "XRC_SEND_LAST_WITH_IMMEDIATE", 20, true, false, true},
+		{XRCSendOnly, "XRC_SEND_ONLY", 16, true, true, true},
+		{XRCSendOnlyWithImmediate, "XRC_SEND_ONLY_WITH_IMMEDIATE", 20, true, true, true},
+		{XRCWriteFirst, "XRC_RDMA_WRITE_FIRST", 32, true, true, false},
+		{XRCWriteMiddle, "XRC_RDMA_WRITE_MIDDLE", 16, true, false, false},
+		{XRCWriteLast, "XRC_RDMA_WRITE_LAST", 16, true, false, true},
+		{XRCWriteLastWithImmediate, "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE", 20, true, false, true},
+		{XRCWriteOnly, "XRC_RDMA_WRITE_ONLY", 32, true, true, true},
+		{XRCWriteOnlyWithImmediate, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", 36, true, true, true},
+		{XRCReadRequest, "XRC_RDMA_READ_REQUEST", 32, false, true, true},
+		{XRCReadResponseFirst, "XRC_RDMA_READ_RESPONSE_FIRST", 16, true, true, false},
+		{XRCReadResponseMiddle, "XRC_RDMA_READ_RESPONSE_MIDDLE", 12, true, false, false},
+		{XRCReadResponseLast, "XRC_RDMA_READ_RESPONSE_LAST", 16, true, false, true},
+		{XRCReadResponseOnly, "XRC_RDMA_READ_RESPONSE_ONLY", 16, true, true, true},
+		{XRCAcknowledge, "XRC_ACKNOWLEDGE", 16, false, true, true},
+		{XRCAtomicAcknowledge, "XRC_ATOMIC_ACKNOWLEDGE", 24, false, true, true},
+		{XRCCompareSwap, "XRC_COMPARE_SWAP", 44, false, true, true},
+		{XRCFetchAdd, "XRC_FETCH_ADD", 44, false, true, true},
+		{XRCSendLastWithInvalidate, "XRC_SEND_LAST_WITH_INVALIDATE", 20, true, false, true},
+		{XRCSendOnlyWithInvalidate, "XRC_SEND_ONLY_WITH_INVALIDATE", 20, true, true, true},
 	}
 	seen := map[OpCode]bool{}
 	for _, tt := range tests {
@@ -106,7 +129,31 @@ func TestOpCodeTransportRules(t *testing.T) {
 			if op.IsReadRequest() || op.IsReadResponse() || op.IsAtomic() || op.IsAck() {
 				t.Errorf("UC has no READ, atomics or ACKs, table has %s", op)
 			}
+		case TransportXRC:
+			// RC's operations, requests with an XRCETH, responses
+			// as RC's; no FLUSH or ATOMIC WRITE.
+			rc := op&0x1f | OpCode(TransportRC)
+			if !rc.Valid() || rc == RCFlush || rc == RCAtomicWrite {
+				t.Errorf("%s has no RC counterpart", op)
+			}
+			if op.HasXRCETH() != op.IsRequest() {
+				t.Errorf("%s: XRCETH %v, request %v", op, op.HasXRCETH(), op.IsRequest())
+			}
+			xrceth := 0
+			if op.HasXRCETH() {
+				xrceth = XRCETHLen
+			}
+			if op.HeaderLen() != rc.HeaderLen()+xrceth || op.HasPayload() != rc.HasPayload() ||
+				op.IsFirst() != rc.IsFirst() || op.IsLast() != rc.IsLast() || op.IsSend() != rc.IsSend() ||
+				op.IsWrite() != rc.IsWrite() || op.IsAtomic() != rc.IsAtomic() || op.IsAck() != rc.IsAck() ||
+				op.HasImmDt() != rc.HasImmDt() || op.HasIETH() != rc.HasIETH() || op.HasRETH() != rc.HasRETH() ||
+				op.HasAETH() != rc.HasAETH() || op.HasAtomicETH() != rc.HasAtomicETH() || op.HasAtomicAckETH() != rc.HasAtomicAckETH() {
+				t.Errorf("%s is not laid out as %s plus an XRCETH", op, rc)
+			}
 		case TransportRC, TransportCNP:
+			if op.HasXRCETH() {
+				t.Errorf("%s carries an XRCETH", op)
+			}
 		default:
 			t.Errorf("%s: transport %s not supported", op, op.Transport())
 		}

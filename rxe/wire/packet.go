@@ -13,7 +13,7 @@ var (
 	// ErrTruncated means the packet is shorter than its opcode's headers
 	// plus pad and ICRC.
 	ErrTruncated = errors.New("rxe/wire: truncated packet")
-	// ErrOpCode means the opcode is not one of RC, UC, UD or CNP.
+	// ErrOpCode means the opcode is not one of RC, UC, UD, XRC or CNP.
 	ErrOpCode = errors.New("rxe/wire: invalid opcode")
 	// ErrTVer means the BTH transport version is not 0.
 	ErrTVer = errors.New("rxe/wire: unsupported transport version")
@@ -32,6 +32,7 @@ var (
 type Packet struct {
 	BTH          BTH
 	DETH         DETH
+	XRCETH       XRCETH
 	FETH         FETH
 	RETH         RETH
 	AtomicETH    AtomicETH
@@ -108,6 +109,7 @@ func (p *Packet) Decode(b []byte) error {
 		return h
 	}
 	p.DETH = next(hasDETH, DETHLen)
+	p.XRCETH = next(hasXRCETH, XRCETHLen)
 	p.FETH = next(hasFETH, FETHLen)
 	p.RETH = next(hasRETH, RETHLen)
 	p.AtomicETH = next(hasAtomicETH, AtomicETHLen)
@@ -129,8 +131,9 @@ func (p *Packet) Decode(b []byte) error {
 type Headers struct {
 	BTH       BTHFields
 	DETH      DETHFields
-	FETHSel   uint8 // FETH selectivity level
-	FETHPlt   uint8 // FETH placement type
+	XRCSRQN   uint32 // XRCETH: the XRC SRQ number (24 bits)
+	FETHSel   uint8  // FETH selectivity level
+	FETHPlt   uint8  // FETH placement type
 	RETH      RETHFields
 	AtomicETH AtomicETHFields
 	Imm       uint32 // ImmDt
@@ -146,6 +149,9 @@ func (p *Packet) Headers() Headers {
 	h := Headers{BTH: p.BTH.Fields()}
 	if p.DETH != nil {
 		h.DETH = DETHFields{QKey: p.DETH.QKey(), SrcQP: p.DETH.SrcQP()}
+	}
+	if p.XRCETH != nil {
+		h.XRCSRQN = p.XRCETH.SRQN()
 	}
 	if p.FETH != nil {
 		h.FETHSel, h.FETHPlt = p.FETH.SelectivityLevel(), p.FETH.PlacementType()
@@ -220,6 +226,10 @@ func AppendHeaders(b []byte, h *Headers, n int) (pkt, payload []byte, err error)
 	if f&hasDETH != 0 {
 		DETH(pkt[off:]).Encode(&h.DETH)
 		off += DETHLen
+	}
+	if f&hasXRCETH != 0 {
+		XRCETH(pkt[off:]).SetSRQN(h.XRCSRQN)
+		off += XRCETHLen
 	}
 	if f&hasFETH != 0 {
 		FETH(pkt[off:]).Set(h.FETHSel, h.FETHPlt)
@@ -306,6 +316,10 @@ func (p *Packet) AppendSummary(b []byte) []byte {
 		b = append(b, " srcqp=0x"...)
 		b = appendHex(b, uint64(h.SrcQP()), 6)
 	}
+	if h := p.XRCETH; h != nil {
+		b = append(b, " srqn=0x"...)
+		b = appendHex(b, uint64(h.SRQN()), 6)
+	}
 	if h := p.FETH; h != nil {
 		b = append(b, " sel="...)
 		b = strconv.AppendUint(b, uint64(h.SelectivityLevel()), 10)
@@ -325,7 +339,7 @@ func (p *Packet) AppendSummary(b []byte) []byte {
 		b = appendHex(b, h.VA(), 0)
 		b = append(b, " rkey=0x"...)
 		b = appendHex(b, uint64(h.RKey()), 8)
-		if bth.OpCode() == RCCompareSwap {
+		if op := bth.OpCode(); op == RCCompareSwap || op == XRCCompareSwap {
 			b = append(b, " swap=0x"...)
 			b = appendHex(b, h.SwapAdd(), 0)
 			b = append(b, " compare=0x"...)

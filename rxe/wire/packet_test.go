@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"net/netip"
@@ -14,6 +15,7 @@ func sampleHeaders(op OpCode) *Headers {
 		BTH: BTHFields{OpCode: op, SolicitedEvent: true, MigReq: true, PKey: 0xffff,
 			FECN: true, BECN: false, DestQP: 0x123456, AckReq: true, PSN: 0xabcdef},
 		DETH:      DETHFields{QKey: 0x11111111, SrcQP: 0x000011},
+		XRCSRQN:   0x00c0de,
 		FETHSel:   1,
 		FETHPlt:   2,
 		RETH:      RETHFields{VA: 0x0000557a_1b2c3d40, RKey: 0xdeadbeef, DMALen: 2048},
@@ -85,6 +87,7 @@ func TestAppendPacketRoundTripsEveryOpCode(t *testing.T) {
 				}
 			}
 			checkHeader("DETH", p.DETH != nil, op.HasDETH())
+			checkHeader("XRCETH", p.XRCETH != nil, op.HasXRCETH())
 			checkHeader("FETH", p.FETH != nil, op.HasFETH())
 			checkHeader("RETH", p.RETH != nil, op.HasRETH())
 			checkHeader("AtomicETH", p.AtomicETH != nil, op.HasAtomicETH())
@@ -94,6 +97,9 @@ func TestAppendPacketRoundTripsEveryOpCode(t *testing.T) {
 			checkHeader("AtomicAckETH", p.AtomicAckETH != nil, op.HasAtomicAckETH())
 			if p.DETH != nil && (p.DETH.QKey() != h.DETH.QKey || p.DETH.SrcQP() != h.DETH.SrcQP) {
 				t.Errorf("%s: DETH %x", op, []byte(p.DETH))
+			}
+			if p.XRCETH != nil && p.XRCETH.SRQN() != h.XRCSRQN {
+				t.Errorf("%s: XRCETH %x", op, []byte(p.XRCETH))
 			}
 			if p.FETH != nil && (p.FETH.SelectivityLevel() != 1 || p.FETH.PlacementType() != 2) {
 				t.Errorf("%s: FETH %x", op, []byte(p.FETH))
@@ -184,7 +190,9 @@ func TestParseRejectsInconsistentPackets(t *testing.T) {
 	}{
 		{"empty", func() []byte { return nil }, ErrTruncated, "BTH needs 12"},
 		{"invalid opcode", func() []byte { b := build(RCSendOnly, 4); b[0] = 0x15; return b }, ErrOpCode, "0x15"},
-		{"XRC opcode", func() []byte { b := build(RCSendOnly, 4); b[0] = 0xa4; return b }, ErrOpCode, "0xa4"},
+		{"RD opcode", func() []byte { b := build(RCSendOnly, 4); b[0] = 0x44; return b }, ErrOpCode, "0x44"},
+		{"XRC FLUSH", func() []byte { b := build(RCFlush, 0); b[0] = 0xbc; return b }, ErrOpCode, "0xbc"},
+		{"XRCETH cut short", func() []byte { return build(XRCSendOnly, 0)[:14] }, ErrTruncated, "needs 20"},
 		{"transport version 1", func() []byte { b := build(RCSendOnly, 4); b[1] |= 1; return b }, ErrTVer, "1"},
 		{"pad on ACK", func() []byte { b := build(RCAcknowledge, 0); BTH(b).SetPadCount(1); return b }, ErrPadCount, "carries no payload"},
 		{"more pad than payload", func() []byte { b := build(RCSendOnly, 0); BTH(b).SetPadCount(3); return b }, ErrPadCount, "with 0 bytes"},
@@ -251,6 +259,9 @@ func TestSummaryNamesEveryHeaderField(t *testing.T) {
 		{RCAtomicAcknowledge, "RC_ATOMIC_ACKNOWLEDGE qp=0x123456 psn=0xabcdef ackreq se migreq fecn NAK REMOTE_ACCESS_ERR msn=0x000042 orig=0x2122232425262728 len=0"},
 		{UDSendOnlyWithImmediate, "UD_SEND_ONLY_WITH_IMMEDIATE qp=0x123456 psn=0xabcdef ackreq se migreq fecn qkey=0x11111111 srcqp=0x000011 imm=0x00001000 len=4"},
 		{RCSendOnlyWithInvalidate, "RC_SEND_ONLY_WITH_INVALIDATE qp=0x123456 psn=0xabcdef ackreq se migreq fecn inv_rkey=0xcafef00d len=4"},
+		{XRCSendOnlyWithImmediate, "XRC_SEND_ONLY_WITH_IMMEDIATE qp=0x123456 psn=0xabcdef ackreq se migreq fecn srqn=0x00c0de imm=0x00001000 len=4"},
+		{XRCCompareSwap, "XRC_COMPARE_SWAP qp=0x123456 psn=0xabcdef ackreq se migreq fecn srqn=0x00c0de va=0x1000 rkey=0x00000077 swap=0x102030405060708 compare=0x1112131415161718 len=0"},
+		{XRCAcknowledge, "XRC_ACKNOWLEDGE qp=0x123456 psn=0xabcdef ackreq se migreq fecn NAK REMOTE_ACCESS_ERR msn=0x000042 len=0"},
 		{RCFlush, "RC_FLUSH qp=0x123456 psn=0xabcdef ackreq se migreq fecn sel=1 plt=2 va=0x557a1b2c3d40 rkey=0xdeadbeef dmalen=2048 len=0"},
 	}
 	for _, tt := range tests {
@@ -502,5 +513,66 @@ func TestParseDatagram(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestXRCETHCarriesTheSRQNumberAfterTheBTH(t *testing.T) {
+	tests := []struct {
+		name string
+		op   OpCode
+		srqn uint32
+		want uint32 // what the packet carries: 24 bits
+		off  int    // where the next header or the payload starts
+	}{
+		{"SEND_ONLY", XRCSendOnly, 0x000001, 0x000001, BTHLen + XRCETHLen},
+		{"reserved bits dropped", XRCSendOnly, 0xff123456, 0x123456, BTHLen + XRCETHLen},
+		{"RETH after XRCETH", XRCWriteFirst, 0xabcdef, 0xabcdef, BTHLen + XRCETHLen},
+		{"AtomicETH after XRCETH", XRCFetchAdd, 0x00ffff, 0x00ffff, BTHLen + XRCETHLen},
+		{"ImmDt after XRCETH", XRCSendOnlyWithImmediate, 7, 7, BTHLen + XRCETHLen},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := sampleHeaders(tt.op)
+			h.XRCSRQN = tt.srqn
+			b, err := AppendPacket(nil, h, samplePayload(tt.op, 8))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := binary.BigEndian.Uint32(b[BTHLen:]); got != tt.want {
+				t.Fatalf("bytes after the BTH %#08x, want %#08x (reserved byte zero)", got, tt.want)
+			}
+			p, err := Parse(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.XRCETH.SRQN() != tt.want || p.Headers().XRCSRQN != tt.want {
+				t.Fatalf("SRQN %#x, want %#x", p.XRCETH.SRQN(), tt.want)
+			}
+			switch {
+			case p.RETH != nil:
+				if &p.RETH[0] != &b[tt.off] || p.RETH.RKey() != h.RETH.RKey {
+					t.Fatal("RETH not right after the XRCETH")
+				}
+			case p.AtomicETH != nil:
+				if &p.AtomicETH[0] != &b[tt.off] || p.AtomicETH.SwapAdd() != h.AtomicETH.SwapAdd {
+					t.Fatal("AtomicETH not right after the XRCETH")
+				}
+			case p.ImmDt != nil:
+				if &p.ImmDt[0] != &b[tt.off] || p.ImmDt.Imm() != h.Imm {
+					t.Fatal("ImmDt not right after the XRCETH")
+				}
+			default:
+				if &p.Payload[0] != &b[tt.off] {
+					t.Fatal("payload not right after the XRCETH")
+				}
+			}
+		})
+	}
+	// Responses to XRC requests carry no XRCETH.
+	for _, op := range []OpCode{XRCAcknowledge, XRCAtomicAcknowledge, XRCReadResponseFirst, XRCReadResponseMiddle, XRCReadResponseLast, XRCReadResponseOnly} {
+		b, _ := AppendPacket(nil, sampleHeaders(op), samplePayload(op, 4))
+		if p, err := Parse(b); err != nil || p.XRCETH != nil {
+			t.Errorf("%s: XRCETH %x, err %v", op, []byte(p.XRCETH), err)
+		}
 	}
 }
