@@ -68,6 +68,7 @@ const (
 	// Deprecated: the flag is IBV_DEVICE_N_NOTIFY_CQ; use DeviceNNotifyCQ.
 	DeviceNMaxSGE          = DeviceNNotifyCQ
 	DeviceMemWindow        = 1 << 17 // IBV_DEVICE_MEM_WINDOW
+	DeviceXRC              = 1 << 20 // IBV_DEVICE_XRC: XRC domains, SRQs and QPs (Context.OpenXRCD)
 	DeviceMemWindowType2B  = 1 << 24 // IBV_DEVICE_MEM_WINDOW_TYPE_2B
 	DeviceMemMgtExtensions = 1 << 21 // IBV_DEVICE_MEM_MGT_EXTENSIONS
 )

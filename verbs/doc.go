@@ -23,6 +23,17 @@
 //	ibv_create_srq        (*PD).CreateSRQ; ibv_modify_srq, ibv_query_srq, ibv_post_srq_recv: (*SRQ).Modify, Query, PostRecv
 //	ibv_alloc_mw          (*PD).AllocMW; ibv_bind_mw: (*QP).BindMW; IBV_WR_BIND_MW: SendWR.BindMW
 //	ibv_inc_rkey          IncRKey
+//	ibv_open_xrcd         (*Context).OpenXRCD; ibv_close_xrcd: (*XRCD).Close
+//	ibv_create_srq_ex     (*Context).CreateSRQEx (IBV_SRQT_XRC); ibv_get_srq_num: (*SRQ).Num
+//	ibv_create_qp_ex      IBV_QPT_XRC_SEND: (*PD).CreateQP; IBV_QPT_XRC_RECV: (*XRCD).CreateQP
+//	ibv_open_qp           (*Context).OpenQP; wr.qp_type.xrc.remote_srqn: SendWR.RemoteSRQN
+//
+// XRC (eXtended Reliable Connection) lets one send queue serve many
+// receivers: an XRC_SEND QP is connected to a remote XRC_RECV QP as RC QPs
+// are, and each work request names in SendWR.RemoteSRQN the XRC SRQ, of
+// the XRC_RECV QP's XRC domain, that takes it. The SRQ gives the receive
+// WQE, the completion queue (the SRQ's CQ) and the PD that remote RDMA and
+// atomics are checked against. Devices that do XRC report DeviceXRC.
 //
 // Where Go has a better shape, the API takes it: errors are error values
 // wrapping an errno (errors.Is(err, verbs.ErrInvalidArgument)); a failed post

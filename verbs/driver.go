@@ -36,6 +36,11 @@ type DeviceDriver interface {
 //     is not a channel adapter on InfiniBand or RoCE (the default).
 //   - CountersDriver: the device's statistics (Device.QueryCounters); a
 //     QPDriver may implement it too (QP.QueryCounters).
+//
+// A ContextDriver may implement XRCDriver: XRC domains, XRC SRQs and
+// XRC_SEND / XRC_RECV QPs. Without it those calls fail with
+// ErrNotSupported before they reach the provider, and its PDDriver never
+// sees an XRC QP type.
 
 // AddrLister is a device driver that lists its IP addresses, its GID
 // table, without being opened.
@@ -156,6 +161,47 @@ type QPDriver interface {
 	AttachMcast(gid GID) error
 	DetachMcast(gid GID) error
 	Destroy() error
+}
+
+// XRCDriver is a context driver whose device does XRC (IBV_DEVICE_XRC).
+// Its PDDriver.CreateQP then also makes XRC_SEND QPs: QPType QPTXRCSend,
+// a SendCQ, no RecvCQ and no SRQ, a send queue only, whose work requests
+// carry SendWR.RemoteSRQN.
+type XRCDriver interface {
+	// OpenXRCD opens an XRC domain (ibv_open_xrcd). The verbs layer has
+	// checked the attributes' form: both comp_mask bits, and O_CREAT
+	// when FD is -1. A provider that cannot share domains by file fails
+	// an FD other than -1 with ErrNotSupported.
+	OpenXRCD(attr *XRCDInitAttr) (XRCDDriver, error)
+}
+
+// XRCDDriver is a provider's XRC domain, as this open of it sees it.
+type XRCDDriver interface {
+	// CreateSRQ creates an XRC SRQ of the domain (ibv_create_srq_ex
+	// with IBV_SRQT_XRC). attr.PD, attr.XRCD (this domain) and attr.CQ
+	// are set and of the same context; the provider sets attr.Attr to
+	// the sizes it gave.
+	CreateSRQ(attr *SRQInitAttrEx) (XRCSRQDriver, error)
+	// CreateQP creates an XRC_RECV QP of the domain (ibv_create_qp_ex
+	// with IBV_QP_INIT_ATTR_XRCD) and returns a handle on it.
+	CreateQP(attr *QPInitAttr) (QPDriver, error)
+	// OpenQP returns another handle on the domain's XRC_RECV QP num
+	// (ibv_open_qp), failing with ErrNoEntry if the domain has none.
+	// Each handle is destroyed on its own; the QP lives until the
+	// last is. Asynchronous events of the QP go to every context that
+	// holds a handle.
+	OpenQP(num uint32) (QPDriver, error)
+	// Close closes this open of the domain (ibv_close_xrcd); the verbs
+	// layer has checked that none of its SRQs or QP handles is left.
+	Close() error
+}
+
+// XRCSRQDriver is a provider's XRC SRQ.
+type XRCSRQDriver interface {
+	SRQDriver
+	// Num returns the SRQ's number, what senders name in the XRCETH
+	// (ibv_get_srq_num).
+	Num() uint32
 }
 
 // The functions below give a provider its own side of the objects it

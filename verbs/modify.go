@@ -6,17 +6,31 @@ import "fmt"
 // must and may set (IBTA vol. 1 §10.3.1 and table 91; the same table
 // ib_modify_qp_is_ok in Linux's core enforces for every provider).
 type transition struct {
-	req, opt [3]QPAttrMask // indexed by qpTypeIndex: RC, UC, UD
+	req, opt [numQPTypes]QPAttrMask // indexed by qpTypeIndex
 }
+
+// The transports of the table, in qpTypeIndex order.
+const (
+	tRC = iota
+	tUC
+	tUD
+	tXRCSend // IB_QPT_XRC_INI in the kernel's table
+	tXRCRecv // IB_QPT_XRC_TGT
+	numQPTypes
+)
 
 func qpTypeIndex(t QPType) int {
 	switch t {
 	case QPTRC:
-		return 0
+		return tRC
 	case QPTUC:
-		return 1
+		return tUC
 	case QPTUD, QPTGSI:
-		return 2
+		return tUD
+	case QPTXRCSend:
+		return tXRCSend
+	case QPTXRCRecv:
+		return tXRCRecv
 	}
 	return -1
 }
@@ -25,69 +39,68 @@ func qpTypeIndex(t QPType) int {
 const (
 	initAttrsConn = QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags
 	initAttrsUD   = QPAttrPKeyIndex | QPAttrPort | QPAttrQKey
+	// rtrConn is what every connected QP needs to receive; a responder
+	// (RC, XRC_RECV) needs its READ/atomic resources and RNR timer too.
+	rtrConn      = QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN
+	rtrResponder = rtrConn | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer
+	rtrOptConn   = QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex
+	// rtsRequester is what a reliable requester (RC, XRC_SEND) needs.
+	rtsRequester = QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic
+	// toRTSConn is the optional part of the transitions into RTS (and
+	// RTS to RTS) of connected QPs; a responder may change its RNR
+	// timer there too.
+	toRTSConn      = QPAttrCurState | QPAttrAltPath | QPAttrAccessFlags | QPAttrPathMigState
+	toRTSResponder = toRTSConn | QPAttrMinRNRTimer
+	toRTSUD        = QPAttrCurState | QPAttrQKey
+	sqdRequester   = QPAttrPort | QPAttrAV | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic |
+		QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex | QPAttrPathMigState
 )
 
 var transitions = map[[2]QPState]transition{
 	{QPSReset, QPSInit}: {
-		req: [3]QPAttrMask{initAttrsConn, initAttrsConn, initAttrsUD},
+		req: [numQPTypes]QPAttrMask{initAttrsConn, initAttrsConn, initAttrsUD, initAttrsConn, initAttrsConn},
 	},
 	{QPSInit, QPSInit}: {
-		opt: [3]QPAttrMask{initAttrsConn, initAttrsConn, initAttrsUD},
+		opt: [numQPTypes]QPAttrMask{initAttrsConn, initAttrsConn, initAttrsUD, initAttrsConn, initAttrsConn},
 	},
 	{QPSInit, QPSRTR}: {
-		req: [3]QPAttrMask{
-			QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer,
-			QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN,
-			0,
-		},
-		opt: [3]QPAttrMask{
-			QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex,
-			QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex,
-			QPAttrPKeyIndex | QPAttrQKey,
-		},
+		req: [numQPTypes]QPAttrMask{rtrResponder, rtrConn, 0, rtrConn, rtrResponder},
+		opt: [numQPTypes]QPAttrMask{rtrOptConn, rtrOptConn, QPAttrPKeyIndex | QPAttrQKey, rtrOptConn, rtrOptConn},
 	},
 	{QPSRTR, QPSRTS}: {
-		req: [3]QPAttrMask{
-			QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic,
-			QPAttrSQPSN,
-			QPAttrSQPSN,
-		},
-		opt: [3]QPAttrMask{
-			QPAttrCurState | QPAttrAltPath | QPAttrAccessFlags | QPAttrMinRNRTimer | QPAttrPathMigState,
-			QPAttrCurState | QPAttrAltPath | QPAttrAccessFlags | QPAttrPathMigState,
-			QPAttrCurState | QPAttrQKey,
-		},
+		// An XRC_RECV QP sends only acknowledgements: no retries, no
+		// READ/atomic requests of its own.
+		req: [numQPTypes]QPAttrMask{rtsRequester, QPAttrSQPSN, QPAttrSQPSN, rtsRequester, QPAttrSQPSN | QPAttrTimeout},
+		opt: [numQPTypes]QPAttrMask{toRTSResponder, toRTSConn, toRTSUD, toRTSConn, toRTSResponder},
 	},
 	{QPSRTS, QPSRTS}: {
-		opt: [3]QPAttrMask{
-			QPAttrCurState | QPAttrAccessFlags | QPAttrAltPath | QPAttrPathMigState | QPAttrMinRNRTimer,
-			QPAttrCurState | QPAttrAccessFlags | QPAttrAltPath | QPAttrPathMigState,
-			QPAttrCurState | QPAttrQKey,
-		},
+		opt: [numQPTypes]QPAttrMask{toRTSResponder, toRTSConn, toRTSUD, toRTSConn, toRTSResponder},
 	},
 	{QPSRTS, QPSSQD}: {
-		opt: [3]QPAttrMask{QPAttrEnSQDAsyncNotify, QPAttrEnSQDAsyncNotify, QPAttrEnSQDAsyncNotify},
+		opt: [numQPTypes]QPAttrMask{QPAttrEnSQDAsyncNotify, QPAttrEnSQDAsyncNotify, QPAttrEnSQDAsyncNotify, QPAttrEnSQDAsyncNotify, QPAttrEnSQDAsyncNotify},
 	},
 	{QPSSQD, QPSRTS}: {
-		opt: [3]QPAttrMask{
-			QPAttrCurState | QPAttrAltPath | QPAttrAccessFlags | QPAttrMinRNRTimer | QPAttrPathMigState,
-			QPAttrCurState | QPAttrAltPath | QPAttrAccessFlags | QPAttrPathMigState,
-			QPAttrCurState | QPAttrQKey,
-		},
+		opt: [numQPTypes]QPAttrMask{toRTSResponder, toRTSConn, toRTSUD, toRTSConn, toRTSResponder},
 	},
 	{QPSSQD, QPSSQD}: {
-		opt: [3]QPAttrMask{
-			QPAttrPort | QPAttrAV | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic |
-				QPAttrMaxDestRdAtomic | QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex | QPAttrMinRNRTimer | QPAttrPathMigState,
+		opt: [numQPTypes]QPAttrMask{
+			sqdRequester | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer,
 			QPAttrAV | QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex | QPAttrPathMigState,
 			QPAttrPKeyIndex | QPAttrQKey,
+			sqdRequester,
+			QPAttrPort | QPAttrAV | QPAttrTimeout | QPAttrMaxDestRdAtomic | QPAttrAltPath | QPAttrAccessFlags |
+				QPAttrPKeyIndex | QPAttrMinRNRTimer | QPAttrPathMigState,
 		},
 	},
 	{QPSSQE, QPSRTS}: {
-		opt: [3]QPAttrMask{
-			QPAttrCurState | QPAttrAccessFlags, // SQE is not entered by RC QPs, listed for completeness
+		// SQE is not entered by RC or XRC QPs; they are listed as RC
+		// for completeness.
+		opt: [numQPTypes]QPAttrMask{
 			QPAttrCurState | QPAttrAccessFlags,
-			QPAttrCurState | QPAttrQKey,
+			QPAttrCurState | QPAttrAccessFlags,
+			toRTSUD,
+			QPAttrCurState | QPAttrAccessFlags,
+			QPAttrCurState | QPAttrAccessFlags,
 		},
 	},
 }

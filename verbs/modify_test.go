@@ -54,6 +54,26 @@ func TestCheckModifyFollowsTheQPStateMachine(t *testing.T) {
 		{"to RESET with attributes", QPTRC, QPSRTS, QPSReset, QPAttrState | QPAttrTimeout, "does not take IBV_QP_TIMEOUT"},
 		{"current state mismatch", QPTRC, QPSRTR, QPSRTS, rtsRC | QPAttrCurState, "IBV_QP_CUR_STATE says RTS"},
 		{"raw packet QPs", QPTRawPacket, QPSReset, QPSInit, initRC, "not supported"},
+		// XRC: the send side is an RC requester without a responder,
+		// the receive side an RC responder whose only sends are
+		// acknowledgements (Linux's XRC_INI and XRC_TGT rows).
+		{"XRC_SEND RESET to INIT", QPTXRCSend, QPSReset, QPSInit, initRC, ""},
+		{"XRC_RECV RESET to INIT", QPTXRCRecv, QPSReset, QPSInit, initRC, ""},
+		{"XRC_RECV RESET to INIT without access flags", QPTXRCRecv, QPSReset, QPSInit, initRC &^ QPAttrAccessFlags, "needs IBV_QP_ACCESS_FLAGS"},
+		{"XRC_SEND INIT to RTR", QPTXRCSend, QPSInit, QPSRTR, rtrUC, ""},
+		{"XRC_SEND INIT to RTR with responder resources", QPTXRCSend, QPSInit, QPSRTR, rtrRC, "does not take IBV_QP_MIN_RNR_TIMER|IBV_QP_MAX_DEST_RD_ATOMIC"},
+		{"XRC_RECV INIT to RTR", QPTXRCRecv, QPSInit, QPSRTR, rtrRC, ""},
+		{"XRC_RECV INIT to RTR without min RNR timer", QPTXRCRecv, QPSInit, QPSRTR, rtrRC &^ QPAttrMinRNRTimer, "needs IBV_QP_MIN_RNR_TIMER"},
+		{"XRC_SEND RTR to RTS", QPTXRCSend, QPSRTR, QPSRTS, rtsRC, ""},
+		{"XRC_SEND RTR to RTS without retry count", QPTXRCSend, QPSRTR, QPSRTS, rtsRC &^ QPAttrRetryCnt, "needs IBV_QP_RETRY_CNT"},
+		{"XRC_SEND RTR to RTS with min RNR timer", QPTXRCSend, QPSRTR, QPSRTS, rtsRC | QPAttrMinRNRTimer, "does not take IBV_QP_MIN_RNR_TIMER"},
+		{"XRC_RECV RTR to RTS", QPTXRCRecv, QPSRTR, QPSRTS, QPAttrState | QPAttrSQPSN | QPAttrTimeout, ""},
+		{"XRC_RECV RTR to RTS without timeout", QPTXRCRecv, QPSRTR, QPSRTS, rtsUCUD, "needs IBV_QP_TIMEOUT"},
+		{"XRC_RECV RTR to RTS with retries", QPTXRCRecv, QPSRTR, QPSRTS, rtsRC, "does not take IBV_QP_RETRY_CNT|IBV_QP_RNR_RETRY|IBV_QP_MAX_QP_RD_ATOMIC"},
+		{"XRC_RECV RTS to RTS changes min RNR timer", QPTXRCRecv, QPSRTS, QPSRTS, QPAttrState | QPAttrMinRNRTimer, ""},
+		{"XRC_SEND RTS to RTS cannot change min RNR timer", QPTXRCSend, QPSRTS, QPSRTS, QPAttrState | QPAttrMinRNRTimer, "does not take IBV_QP_MIN_RNR_TIMER"},
+		{"XRC_SEND SQD to SQD changes the retry count", QPTXRCSend, QPSSQD, QPSSQD, QPAttrState | QPAttrRetryCnt, ""},
+		{"XRC_RECV SQD to SQD cannot change the retry count", QPTXRCRecv, QPSSQD, QPSSQD, QPAttrState | QPAttrRetryCnt, "does not take IBV_QP_RETRY_CNT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

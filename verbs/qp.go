@@ -8,7 +8,9 @@ import (
 
 // QP is a queue pair (struct ibv_qp).
 type QP struct {
-	pd     *PD
+	ctx    *Context
+	pd     *PD   // nil for XRC_RECV
+	xrcd   *XRCD // XRC_RECV: the domain the handle was made or opened in
 	drv    QPDriver
 	num    uint32
 	typ    QPType
@@ -24,43 +26,70 @@ type QP struct {
 
 // CreateQP creates a queue pair (ibv_create_qp). On return attr.Cap holds
 // the sizes the device gave, which may exceed those asked for.
+//
+// An XRC_SEND QP (ibv_create_qp_ex with IBV_QP_INIT_ATTR_PD) is made here
+// too: it has a send queue only, so it takes SendCQ and ignores RecvCQ and
+// SRQ, as the kernel does. Its peer is an XRC_RECV QP, which belongs to an
+// XRC domain rather than a PD: XRCD.CreateQP makes it.
 func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
-	if attr.SendCQ == nil || attr.RecvCQ == nil {
-		return nil, Errorf("ibv_create_qp", ErrInvalidArgument, "send_cq and recv_cq are required")
+	const op = "ibv_create_qp"
+	xrc := attr.QPType == QPTXRCSend
+	recvCQ, srq := attr.RecvCQ, attr.SRQ
+	if xrc {
+		recvCQ, srq = nil, nil
 	}
-	if attr.SendCQ.ctx != pd.ctx || attr.RecvCQ.ctx != pd.ctx {
-		return nil, Errorf("ibv_create_qp", ErrInvalidArgument, "CQ belongs to another device context")
+	if attr.SendCQ == nil || recvCQ == nil && !xrc {
+		return nil, Errorf(op, ErrInvalidArgument, "send_cq and recv_cq are required")
+	}
+	if attr.SendCQ.ctx != pd.ctx || recvCQ != nil && recvCQ.ctx != pd.ctx {
+		return nil, Errorf(op, ErrInvalidArgument, "CQ belongs to another device context")
 	}
 	switch attr.QPType {
 	case QPTRC, QPTUC, QPTUD:
 	case QPTGSI:
 		// QP1 of the device, for a connection manager: one per device.
+	case QPTXRCSend:
+		if _, ok := pd.ctx.drv.(XRCDriver); !ok {
+			return nil, Errorf(op, ErrNotSupported, pd.ctx.dev.name+" does not do XRC")
+		}
+	case QPTXRCRecv:
+		return nil, Errorf(op, ErrInvalidArgument, "an XRC_RECV QP belongs to an XRC domain, not a PD: use XRCD.CreateQP")
 	default:
-		return nil, Errorf("ibv_create_qp", ErrNotSupported, "QP type "+attr.QPType.String())
+		return nil, Errorf(op, ErrNotSupported, "QP type "+attr.QPType.String())
 	}
-	if attr.SRQ != nil && attr.SRQ.pd.ctx != pd.ctx {
-		return nil, Errorf("ibv_create_qp", ErrInvalidArgument, "SRQ belongs to another device context")
+	if srq != nil && srq.pd.ctx != pd.ctx {
+		return nil, Errorf(op, ErrInvalidArgument, "SRQ belongs to another device context")
 	}
-	if err := pd.acquire("ibv_create_qp"); err != nil {
+	if err := pd.acquire(op); err != nil {
 		return nil, err
 	}
-	if attr.SRQ != nil {
-		if err := attr.SRQ.attach(); err != nil {
+	if srq != nil {
+		if err := srq.attach(); err != nil {
 			pd.release()
 			return nil, err
 		}
 	}
-	drv, err := pd.drv.CreateQP(attr)
+	a := attr
+	if xrc && (attr.RecvCQ != nil || attr.SRQ != nil) {
+		// The provider sees what the QP has: no receive side.
+		c := *attr
+		c.RecvCQ, c.SRQ = nil, nil
+		a = &c
+	}
+	drv, err := pd.drv.CreateQP(a)
 	if err != nil {
-		if attr.SRQ != nil {
-			attr.SRQ.detach()
+		if srq != nil {
+			srq.detach()
 		}
 		pd.release()
 		return nil, err
 	}
-	qp := &QP{pd: pd, drv: drv, num: drv.Num(), typ: attr.QPType, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ, userCtx: attr.QPContext}
+	attr.Cap = a.Cap
+	qp := &QP{ctx: pd.ctx, pd: pd, drv: drv, num: drv.Num(), typ: attr.QPType, sendCQ: attr.SendCQ, recvCQ: recvCQ, srq: srq, userCtx: attr.QPContext}
 	qp.sendCQ.use()
-	qp.recvCQ.use()
+	if qp.recvCQ != nil {
+		qp.recvCQ.use()
+	}
 	c := pd.ctx
 	c.mu.Lock()
 	c.qps[qp.num] = qp
@@ -74,13 +103,22 @@ func (qp *QP) Num() uint32 { return qp.num }
 // Type returns the QP's transport service (ibv_qp.qp_type).
 func (qp *QP) Type() QPType { return qp.typ }
 
-// PD returns the QP's protection domain.
+// PD returns the QP's protection domain, or nil for an XRC_RECV QP.
 func (qp *QP) PD() *PD { return qp.pd }
 
-// SendCQ returns the CQ send completions go to.
+// Context returns the context the QP was created or opened on
+// (qp->context).
+func (qp *QP) Context() *Context { return qp.ctx }
+
+// XRCD returns the XRC domain an XRC_RECV QP handle was made or opened
+// in, or nil.
+func (qp *QP) XRCD() *XRCD { return qp.xrcd }
+
+// SendCQ returns the CQ send completions go to (nil for XRC_RECV).
 func (qp *QP) SendCQ() *CQ { return qp.sendCQ }
 
-// RecvCQ returns the CQ receive completions go to.
+// RecvCQ returns the CQ receive completions go to (nil for XRC QPs: an
+// XRC SRQ's receives complete to the SRQ's CQ).
 func (qp *QP) RecvCQ() *CQ { return qp.recvCQ }
 
 // SRQ returns the shared receive queue the QP receives from, or nil.
@@ -123,10 +161,15 @@ func (qp *QP) State() QPState {
 
 // PostSend posts send work requests in order (ibv_post_send). If one is
 // invalid, the error is a *WRError naming it; those before it were posted
-// and those from it on were not.
+// and those from it on were not. On an XRC_SEND QP each request names the
+// remote XRC SRQ it is for in RemoteSRQN; an XRC_RECV QP has no send
+// queue.
 func (qp *QP) PostSend(wrs []SendWR) error {
 	if err := qp.live("ibv_post_send"); err != nil {
 		return &WRError{Err: err}
+	}
+	if qp.typ == QPTXRCRecv && len(wrs) > 0 {
+		return &WRError{WRID: wrs[0].WRID, Err: Errorf("ibv_post_send", ErrInvalidArgument, "an XRC_RECV QP has no send queue")}
 	}
 	for i := range wrs {
 		if w := &wrs[i]; w.Opcode == WRBindMW && w.BindMW.MW != nil && w.BindMW.MW.gone() {
@@ -149,10 +192,13 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 
 // PostRecv posts receive work requests in order (ibv_post_recv), with the
 // same error convention as PostSend. A QP created with an SRQ takes none:
-// post to the SRQ.
+// post to the SRQ. Neither do XRC QPs: post to the XRC SRQs.
 func (qp *QP) PostRecv(wrs []RecvWR) error {
 	if err := qp.live("ibv_post_recv"); err != nil {
 		return &WRError{Err: err}
+	}
+	if (qp.typ == QPTXRCSend || qp.typ == QPTXRCRecv) && len(wrs) > 0 {
+		return &WRError{WRID: wrs[0].WRID, Err: Errorf("ibv_post_recv", ErrInvalidArgument, "an "+qp.typ.String()+" QP has no receive queue: post to an XRC SRQ")}
 	}
 	racesync.Sync()
 	return qp.drv.PostRecv(wrs)
@@ -202,7 +248,8 @@ func (qp *QP) live(op string) error {
 }
 
 // Destroy destroys the QP (ibv_destroy_qp). Outstanding work requests are
-// dropped without completions, as in libibverbs.
+// dropped without completions, as in libibverbs. For an XRC_RECV QP it
+// destroys this handle; the QP itself goes with its last handle.
 func (qp *QP) Destroy() error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
@@ -213,12 +260,20 @@ func (qp *QP) Destroy() error {
 		return err
 	}
 	qp.destroyed = true
-	c := qp.pd.ctx
+	if qp.xrcd != nil {
+		qp.xrcd.dropRecvQP(qp)
+		return nil
+	}
+	c := qp.ctx
 	c.mu.Lock()
-	delete(c.qps, qp.num)
+	if c.qps[qp.num] == qp {
+		delete(c.qps, qp.num)
+	}
 	c.mu.Unlock()
 	qp.sendCQ.release()
-	qp.recvCQ.release()
+	if qp.recvCQ != nil {
+		qp.recvCQ.release()
+	}
 	if qp.srq != nil {
 		qp.srq.detach()
 	}

@@ -35,11 +35,17 @@ const (
 )
 
 // SRQ is a shared receive queue (struct ibv_srq): receive work requests
-// that any queue pair created with it consumes, in the order posted.
+// that any queue pair created with it consumes, in the order posted. An
+// XRC SRQ (CreateSRQEx) is consumed instead by the XRC requests that name
+// its number, through any XRC_RECV QP of its domain.
 type SRQ struct {
 	pd      *PD
 	drv     SRQDriver
 	userCtx any
+	typ     SRQType
+	xrcd    *XRCD  // XRC SRQs: the domain
+	cq      *CQ    // XRC SRQs: where receives complete
+	num     uint32 // XRC SRQs: the number senders name
 
 	mu        sync.Mutex
 	users     int // QPs attached
@@ -73,6 +79,29 @@ func (pd *PD) CreateSRQ(attr *SRQInitAttr) (*SRQ, error) {
 
 // PD returns the SRQ's protection domain.
 func (s *SRQ) PD() *PD { return s.pd }
+
+// Type returns the SRQ's kind (srq_type of ibv_create_srq_ex).
+func (s *SRQ) Type() SRQType { return s.typ }
+
+// XRCD returns an XRC SRQ's domain, or nil.
+func (s *SRQ) XRCD() *XRCD { return s.xrcd }
+
+// CQ returns the completion queue an XRC SRQ's receives complete to, or
+// nil for a basic SRQ (whose receives complete to their QP's receive CQ).
+func (s *SRQ) CQ() *CQ { return s.cq }
+
+// Num returns the number of an XRC SRQ (ibv_get_srq_num): what an XRC
+// sender puts in SendWR.RemoteSRQN to reach it. A basic SRQ has none
+// that anyone could use, and the call fails with ErrInvalidArgument.
+func (s *SRQ) Num() (uint32, error) {
+	if err := s.live("ibv_get_srq_num"); err != nil {
+		return 0, err
+	}
+	if s.typ != SRQTXRC {
+		return 0, Errorf("ibv_get_srq_num", ErrInvalidArgument, "only XRC SRQs have a number senders name")
+	}
+	return s.num, nil
+}
 
 // SRQContext returns the SRQContext of the SRQ's init attributes
 // (srq->srq_context).
@@ -122,6 +151,9 @@ func (s *SRQ) attach() error {
 	if s.destroyed {
 		return Errorf("ibv_create_qp", ErrClosed, "SRQ destroyed")
 	}
+	if s.typ != SRQTBasic {
+		return Errorf("ibv_create_qp", ErrInvalidArgument, "a QP takes its receives from a basic SRQ, not an "+s.typ.String()+" one")
+	}
 	s.users++
 	return nil
 }
@@ -151,6 +183,10 @@ func (s *SRQ) Destroy() error {
 	c.mu.Lock()
 	delete(c.srqs, s.drv)
 	c.mu.Unlock()
+	if s.xrcd != nil {
+		s.cq.release()
+		s.xrcd.release()
+	}
 	s.pd.release()
 	return nil
 }

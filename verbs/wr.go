@@ -39,6 +39,12 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	// RemoteSRQN names, on an XRC_SEND QP, the XRC SRQ behind the
+	// peer XRC_RECV QP that the request is for: the one whose receive
+	// WQE a SEND takes, and whose PD checks an RDMA or atomic's remote
+	// access (qp_type.xrc.remote_srqn, what ibv_wr_set_xrc_srqn sets;
+	// 24 bits). Other QP types ignore it.
+	RemoteSRQN uint32
 	// BindMW describes a BIND_MW (wr.bind_mw).
 	BindMW BindMWWR
 }
