@@ -48,6 +48,18 @@
 // reason 6 (invalid communication ID), a DREQ for no connection with a
 // DREP.
 //
+// # Multicast
+//
+// A datagram ID bound to a device joins an IP multicast group with
+// JoinMulticast; its MULTICAST_JOIN event gives the address vector, QP
+// number and Q_Key that reach the group, and the ID's QP is attached to
+// it so that it receives the group's datagrams. RoCE has no subnet
+// manager: the group's GID is its IP address (an IPv4 group mapped into
+// IPv6), and the device joins the IP group on its network when its
+// first QP attaches, so the datagrams travel as UDP to the group's
+// address. Linux peers interoperate over IPv4; Linux's rdma_cm refuses
+// IPv6 groups on RoCE.
+//
 // # Devices with a connection manager of their own
 //
 // On rdma-core devices (package rdmacore, built with -tags rdmacore) the
@@ -82,6 +94,8 @@
 //	rdma_destroy_qp             (*ID).DestroyQP
 //	rdma_create_srq             (*ID).CreateSRQ; rdma_destroy_srq: (*ID).DestroySRQ
 //	rdma_get_devices            GetDevices; rdma_free_devices: (*DeviceList).Free
+//	rdma_join_multicast(_ex)    (*ID).JoinMulticast, JoinMulticastEx
+//	rdma_leave_multicast        (*ID).LeaveMulticast
 //	rdma_init_qp_attr           (*ID).InitQPAttr
 //	rdma_set_option             (*ID).SetTOS, SetReuseAddr, SetACKTimeout
 //	rdma_get_local_addr         (*ID).LocalAddr

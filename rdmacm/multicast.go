@@ -110,16 +110,16 @@ func (id *ID) JoinMulticastEx(addr netip.Addr, flags MulticastJoinFlags, context
 			SGIDIndex: uint8(max(id.agent.gidIndex(id.local.Addr()), 0)), HopLimit: 1, TrafficClass: id.opts.tos}}}}
 	qp := id.qp
 	cm.mu.Unlock()
+	var attached *verbs.QP
 	if qp != nil && flags != JoinSendOnlyFullMember {
 		if err := qp.AttachMcast(ev.UD.AHAttr.GRH.DGID, 0); err != nil {
 			ev = &Event{Type: EventMulticastError, Status: -int(errnoOf(err)), UD: UDParam{Context: context}}
-			qp = nil
+		} else {
+			attached = qp
 		}
 	}
 	cm.mu.Lock()
-	if ev.Type == EventMulticastJoin {
-		g.attached = qp
-	}
+	g.attached = attached
 	id.event(ev)
 	cm.mu.Unlock()
 	return id.wait(op, EventMulticastJoin)
