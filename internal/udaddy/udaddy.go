@@ -33,14 +33,13 @@ package udaddy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/cmatest"
 	"github.com/rdmago/rdmago/internal/getopt"
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/verbs"
@@ -71,28 +70,9 @@ func Defaults() Options {
 	return Options{Connections: 1, Count: 10, Size: 100, TOS: -1, Port: "7174", PortSpace: rdmacm.PSUDP, Idle: 10 * time.Second}
 }
 
-// ExitError ends a run with Status after its messages were printed.
-type ExitError struct {
-	Status int
-	Msg    string
-}
-
-func (e *ExitError) Error() string { return "udaddy: " + e.Msg }
-
-// ExitStatus is the process status after err: 0 for nil, the status of an
-// *ExitError, 130 for an interrupt, and 1 otherwise.
-func ExitStatus(err error) int {
-	var e *ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &e):
-		return e.Status
-	case errors.Is(err, context.Canceled):
-		return 130
-	}
-	return 1
-}
+// ExitStatus is the process status after err: 0 for nil, the status of a
+// *cmatest.ExitError, 130 for an interrupt, and 1 otherwise.
+func ExitStatus(err error) int { return cmatest.ExitStatus(err) }
 
 // Usage prints udaddy's usage.
 func Usage(w io.Writer) {
@@ -116,31 +96,11 @@ func Usage(w io.Writer) {
 // is out of range is an error naming the flag.
 func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 	o := Defaults()
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-		Usage(stdout)
-		return o, &ExitError{Status: 0, Msg: "help"}
-	}
-	opts, operands, err := getopt.Parse(args, "s:b:c:C:S:t:p:P:f:", nil)
+	f, opts, err := cmatest.Parse("udaddy", args, "s:b:c:C:S:t:p:P:f:", Usage, stdout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "udaddy: %v\n", err)
-		Usage(stdout)
-		return o, &ExitError{Status: 1, Msg: err.Error()}
+		return o, err
 	}
-	bad := func(flag, val, why string) (Options, error) {
-		msg := fmt.Sprintf("-%s %q: %s", flag, val, why)
-		fmt.Fprintf(stderr, "udaddy: %s\n", msg)
-		return o, &ExitError{Status: 1, Msg: msg}
-	}
-	if len(operands) > 0 {
-		return bad("", operands[0], "udaddy takes no operands")
-	}
-	num := func(op getopt.Option, min, max int) (int, error) {
-		n, err := strconv.ParseInt(op.Arg, 0, 64)
-		if err != nil || n < int64(min) || n > int64(max) {
-			return 0, fmt.Errorf("want a number from %d to %d", min, max)
-		}
-		return int(n), nil
-	}
+	num := func(op getopt.Option, min, max int) (int, error) { return cmatest.Number(op.Arg, min, max) }
 	for _, op := range opts {
 		var err error
 		switch op.Name {
@@ -171,17 +131,17 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 			a := strings.ToLower(op.Arg)
 			switch {
 			case strings.HasPrefix(a, "gid"):
-				return bad("f", op.Arg, "GID addresses (AF_IB) need InfiniBand; RoCE uses IP addresses")
+				return o, f.Bad("f", op.Arg, "GID addresses (AF_IB) need InfiniBand; RoCE uses IP addresses")
 			case !strings.HasPrefix(a, "ip") && !strings.HasPrefix(a, "name"):
 				fmt.Fprintln(stderr, "Warning: unknown address format")
 			}
 		}
 		if err != nil {
-			return bad(string(op.Name), op.Arg, err.Error())
+			return o, f.Bad(string(op.Name), op.Arg, err.Error())
 		}
 	}
 	if o.PortSpace != rdmacm.PSUDP && o.PortSpace != rdmacm.PSIPoIB {
-		return bad("p", fmt.Sprintf("%#x", uint16(o.PortSpace)), "udaddy needs a datagram port space: 0x111 (UDP) or 0x2 (IPoIB)")
+		return o, f.Bad("p", fmt.Sprintf("%#x", uint16(o.PortSpace)), "udaddy needs a datagram port space: 0x111 (UDP) or 0x2 (IPoIB)")
 	}
 	if o.Size == 0 {
 		o.Count = 0
@@ -190,16 +150,7 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 }
 
 // node is one connection (struct cmatest_node).
-type node struct {
-	id        *rdmacm.ID
-	pd        *verbs.PD
-	cq        *verbs.CQ
-	mr        *verbs.MR
-	ah        *verbs.AH
-	remoteQPN uint32
-	qkey      uint32
-	connected bool
-}
+type node = cmatest.Node
 
 type runner struct {
 	o      Options
@@ -217,7 +168,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	ch, err := rdmacm.CreateEventChannel()
 	if err != nil {
 		fmt.Fprintf(stderr, "udaddy: failed to create event channel: %v\n", err)
-		return &ExitError{Status: 1, Msg: err.Error()}
+		return cmatest.Fail("%v", err)
 	}
 	r.ch = ch
 	if o.Server != "" {
@@ -225,25 +176,10 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	} else {
 		err = r.server(ctx)
 	}
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		// Interrupted: end quietly, as udaddy ends on SIGINT.
+	return cmatest.Finish(ctx, "udaddy", err, stdout, stderr, func() {
 		r.destroy()
 		ch.Close()
-		return err
-	}
-	fmt.Fprintln(stdout, "test complete")
-	r.destroy()
-	ch.Close()
-	status := 0
-	if err != nil {
-		fmt.Fprintf(stderr, "udaddy: %s\n", strings.TrimPrefix(err.Error(), "udaddy: "))
-		status = ExitStatus(err)
-	}
-	fmt.Fprintf(stdout, "return status %d\n", status)
-	if err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 func (r *runner) addrInfo(passive bool) (*rdmacm.AddrInfo, error) {
@@ -321,7 +257,7 @@ func (r *runner) client(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("unable to create ID: %w", err)
 		}
-		n := &node{id: id}
+		n := &node{ID: id}
 		id.SetContext(n)
 		r.nodes = append(r.nodes, n)
 		if err := id.ResolveAddr(ai.SrcAddr, ai.DstAddr, 2*time.Second); err != nil {
@@ -332,7 +268,7 @@ func (r *runner) client(ctx context.Context) error {
 		return err
 	}
 	if r.failed {
-		return &ExitError{Status: 1, Msg: "connecting failed"}
+		return cmatest.Fail("connecting failed")
 	}
 	if r.o.Count == 0 {
 		return nil
@@ -397,20 +333,20 @@ func (r *runner) handle(ev *rdmacm.Event) error {
 			r.connectError()
 			return err
 		}
-		if err := n.id.Connect(&rdmacm.ConnParam{}); err != nil {
+		if err := n.ID.Connect(&rdmacm.ConnParam{}); err != nil {
 			r.connectError()
 			return fmt.Errorf("failure connecting: %w", err)
 		}
 	case rdmacm.EventConnectRequest:
 		return r.connectHandler(ev.ID)
 	case rdmacm.EventEstablished:
-		ah, err := n.pd.CreateAH(&ev.UD.AHAttr)
+		ah, err := n.PD.CreateAH(&ev.UD.AHAttr)
 		if err != nil {
 			r.connectError()
 			return fmt.Errorf("failure creating address handle: %w", err)
 		}
-		n.ah, n.remoteQPN, n.qkey = ah, ev.UD.QPNum, ev.UD.QKey
-		n.connected = true
+		n.AH, n.RemoteQPN, n.QKey = ah, ev.UD.QPNum, ev.UD.QKey
+		n.Connected = true
 		r.left--
 	case rdmacm.EventAddrError, rdmacm.EventRouteError, rdmacm.EventConnectError, rdmacm.EventUnreachable, rdmacm.EventRejected:
 		fmt.Fprintf(r.out, "udaddy: event: %s, error: %d\n", ev.Type, ev.Status)
@@ -432,7 +368,7 @@ func (r *runner) connectHandler(id *rdmacm.ID) error {
 		id.Reject(nil)
 		return nil
 	}
-	n := &node{id: id}
+	n := &node{ID: id}
 	id.SetContext(n)
 	r.nodes = append(r.nodes, n)
 	if err := r.initNode(n); err != nil {
@@ -445,7 +381,7 @@ func (r *runner) connectHandler(id *rdmacm.ID) error {
 		r.connectError()
 		return fmt.Errorf("failure accepting: %w", err)
 	}
-	n.connected = true
+	n.Connected = true
 	r.left--
 	return nil
 }
@@ -454,31 +390,8 @@ func (r *runner) connectHandler(id *rdmacm.ID) error {
 // node's PD, CQ, QP and buffer, and posts its receives (verify_test_params,
 // init_node, post_recvs).
 func (r *runner) initNode(n *node) error {
-	ctx := n.id.Verbs()
-	pa, err := ctx.QueryPort(n.id.PortNum())
-	if err != nil {
+	if err := n.InitUD(r.o.Count, r.o.Size); err != nil {
 		return err
-	}
-	if mtu := pa.ActiveMTU.Bytes(); r.o.Count > 0 && r.o.Size > mtu {
-		return &ExitError{Status: 1, Msg: fmt.Sprintf("message_size %d is larger than active mtu %d", r.o.Size, mtu)}
-	}
-	if n.pd, err = ctx.AllocPD(); err != nil {
-		return fmt.Errorf("unable to allocate PD: %w", err)
-	}
-	cqe := 2
-	if r.o.Count > 0 {
-		cqe = 2 * r.o.Count
-	}
-	if n.cq, err = ctx.CreateCQ(cqe, nil, 0); err != nil {
-		return fmt.Errorf("unable to create CQ: %w", err)
-	}
-	wr := uint32(max(r.o.Count, 1))
-	err = n.id.CreateQP(n.pd, &verbs.QPInitAttr{
-		SendCQ: n.cq, RecvCQ: n.cq, QPType: verbs.QPTUD,
-		Cap: verbs.QPCap{MaxSendWR: wr, MaxRecvWR: wr, MaxSendSGE: 1, MaxRecvSGE: 1},
-	})
-	if err != nil {
-		return fmt.Errorf("unable to create QP: %w", err)
 	}
 	if r.o.Count == 0 {
 		return nil
@@ -487,12 +400,13 @@ func (r *runner) initNode(n *node) error {
 	// land on one buffer: the reply address handle is made from the first
 	// datagram's GRH while later ones may still arrive.
 	slot := r.o.Size + grhLen
-	if n.mr, err = n.pd.RegMR(make([]byte, slot*r.o.Count), verbs.AccessLocalWrite); err != nil {
+	var err error
+	if n.MR, err = n.PD.RegMR(make([]byte, slot*r.o.Count), verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("failed to reg MR: %w", err)
 	}
 	for i := range r.o.Count {
-		recv := []verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{n.mr.SGE(i*slot, slot)}}}
-		if err := n.id.QP().PostRecv(recv); err != nil {
+		recv := []verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{n.MR.SGE(i*slot, slot)}}}
+		if err := n.ID.QP().PostRecv(recv); err != nil {
 			return fmt.Errorf("failed to post receives: %w", err)
 		}
 	}
@@ -502,16 +416,12 @@ func (r *runner) initNode(n *node) error {
 // postSends posts Count SEND_WITH_IMM datagrams carrying the local QP
 // number (post_sends).
 func (r *runner) postSends(n *node, flags verbs.SendFlags) error {
-	if !n.connected || r.o.Count == 0 {
+	if !n.Connected || r.o.Count == 0 {
 		return nil
 	}
-	wr := []verbs.SendWR{{
-		Opcode: verbs.WRSendWithImm, SendFlags: flags, ImmData: n.id.QP().Num(),
-		SGList: []verbs.SGE{n.mr.SGE(0, r.o.Size)},
-		AH:     n.ah, RemoteQPN: n.remoteQPN, RemoteQKey: n.qkey,
-	}}
+	wr := []verbs.SendWR{n.SendWR(r.o.Size, flags)}
 	for range r.o.Count {
-		if err := n.id.QP().PostSend(wr); err != nil {
+		if err := n.ID.QP().PostSend(wr); err != nil {
 			return fmt.Errorf("failed to post sends: %w", err)
 		}
 	}
@@ -524,12 +434,12 @@ func (r *runner) postSends(n *node, flags verbs.SendFlags) error {
 func (r *runner) pollCQs(ctx context.Context, what string) error {
 	wc := make([]verbs.WC, 8)
 	for _, n := range r.nodes {
-		if !n.connected {
+		if !n.Connected {
 			continue
 		}
 		last := time.Now()
 		for done := 0; done < r.o.Count; {
-			k, err := n.cq.Poll(wc)
+			k, err := n.CQ.Poll(wc)
 			if err != nil {
 				return fmt.Errorf("failed polling CQ: %w", err)
 			}
@@ -549,7 +459,7 @@ func (r *runner) pollCQs(ctx context.Context, what string) error {
 					return fmt.Errorf("completion with status %s (%d)", c.Status, int(c.Status))
 				}
 			}
-			if n.ah == nil {
+			if n.AH == nil {
 				if err := r.replyAH(n, &wc[0]); err != nil {
 					return fmt.Errorf("failed to create reply AH: %w", err)
 				}
@@ -562,36 +472,21 @@ func (r *runner) pollCQs(ctx context.Context, what string) error {
 
 func (r *runner) replyAH(n *node, wc *verbs.WC) error {
 	off := int(wc.WRID) * (r.o.Size + grhLen)
-	ah, err := n.pd.CreateAHFromWC(wc, n.mr.Buf()[off:off+grhLen], n.id.PortNum())
+	ah, err := n.PD.CreateAHFromWC(wc, n.MR.Buf()[off:off+grhLen], n.ID.PortNum())
 	if err != nil {
 		return err
 	}
-	attr, _, err := n.id.QP().Query()
+	attr, _, err := n.ID.QP().Query()
 	if err != nil {
 		return err
 	}
-	n.ah, n.remoteQPN, n.qkey = ah, wc.ImmData, attr.QKey
+	n.AH, n.RemoteQPN, n.QKey = ah, wc.ImmData, attr.QKey
 	return nil
 }
 
 // destroy releases every node's resources (destroy_nodes).
 func (r *runner) destroy() {
 	for _, n := range r.nodes {
-		if n.ah != nil {
-			n.ah.Destroy()
-		}
-		if n.id.QP() != nil {
-			n.id.DestroyQP()
-		}
-		if n.cq != nil {
-			n.cq.Destroy()
-		}
-		if n.mr != nil {
-			n.mr.Dereg()
-		}
-		if n.pd != nil {
-			n.pd.Dealloc()
-		}
-		n.id.Destroy()
+		n.Destroy()
 	}
 }
