@@ -16,6 +16,7 @@
 //	ib_send_bw, ib_send_lat, ib_write_bw, ib_write_lat, ib_read_bw, ib_read_lat,
 //	ib_atomic_bw, ib_atomic_lat
 //	              perftest's tools over an RC QP (interoperate with perftest 4.5)
+//	mckey         UD datagrams to a multicast group joined through rdma_cm, as rdma-core's mckey (interoperates with it)
 //	rc_pingpong   ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)
 //	uc_pingpong   ping-pong over a UC QP, as ibv_uc_pingpong (interoperates with it)
 //	ud_pingpong   ping-pong over a UD QP, as ibv_ud_pingpong (interoperates with it)
@@ -56,6 +57,7 @@ var commands = map[string]command{
 	"dump":         {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", runDump},
 	"fi_info":      {"list the fabric API's providers and endpoints, as libfabric's fi_info", runFiInfo},
 	"fi_pingpong":  {"ping-pong over the fabric API, as libfabric's fi_pingpong (interoperates with it)", runFiPingpong},
+	"mckey":        {"UD datagrams to a multicast group joined through rdma_cm, as rdma-core's mckey (interoperates with it)", runMckey},
 	"rc_pingpong":  {"ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)", runRCPingpong},
 	"rping":        {"RDMA READ/WRITE ping-pong over rdma_cm, as rdma-core's rping (interoperates with it)", runRping},
 	"rstream":      {"byte streams over rsockets (package rsocket), as rdma-core's rstream (interoperates with it)", runRstream},
