@@ -22,9 +22,11 @@ func (q *qp) receive(in *inPacket, now time.Time) {
 		}
 		return
 	}
-	if q.typ == verbs.QPTRC && op.Transport() != wire.TransportRC ||
-		q.typ == verbs.QPTUC && op.Transport() != wire.TransportUC {
+	if op.Transport() != q.transport() {
 		return // wrong transport for this QP: silently dropped (IBTA C9-54)
+	}
+	if q.typ == verbs.QPTXRCSend && !op.IsResponse() || q.typ == verbs.QPTXRCRecv && op.IsResponse() {
+		return // an XRC QP is only a requester or only a responder
 	}
 	switch q.st.state {
 	case verbs.QPSReset, verbs.QPSInit, verbs.QPSErr:
@@ -55,7 +57,7 @@ func (q *qp) complete(p *wire.Packet, now time.Time) {
 	if psn.Diff(r.una) < 0 && !p.OpCode().IsReadResponse() || psn.Diff(r.psn) >= 0 {
 		return
 	}
-	op := p.OpCode()
+	op := rcOp(p.OpCode())
 	if op == wire.RCAcknowledge {
 		syn := p.AETH.Syndrome()
 		switch syn.Kind() {

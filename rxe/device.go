@@ -101,14 +101,17 @@ type hw struct {
 	mtu   verbs.MTU
 	port  uint16
 
-	mu      sync.RWMutex
-	qps     map[uint32]*qp
-	keys    map[uint32]*mr      // by key
-	mws     map[uint32]*mw      // by index (the key's upper 24 bits)
-	keyIdx  map[uint32]struct{} // indexes of region keys
-	nsrq    int
-	nextQPN uint32 // the low 16 bits of the next QP number to try
-	owner   uint8  // the upper 8 bits of the device's QP numbers (see share.go)
+	mu       sync.RWMutex
+	qps      map[uint32]*qp
+	keys     map[uint32]*mr      // by key
+	mws      map[uint32]*mw      // by index (the key's upper 24 bits)
+	keyIdx   map[uint32]struct{} // indexes of region keys
+	nsrq     int
+	srqs     map[uint32]*srq   // XRC SRQs, by number
+	xrcds    map[fileKey]*xrcd // XRC domains opened through a file
+	nextSRQN uint32            // the next XRC SRQ number to try
+	nextQPN  uint32            // the low 16 bits of the next QP number to try
+	owner    uint8             // the upper 8 bits of the device's QP numbers (see share.go)
 
 	upMu    sync.Mutex // guards bringing the links up, and stopped
 	stopped bool
@@ -124,15 +127,18 @@ type hw struct {
 
 func startHW(d *device) (*hw, error) {
 	h := &hw{
-		dev:     d,
-		mtu:     activeMTU(d.cfg.NetdevMTU),
-		port:    d.cfg.Port,
-		qps:     map[uint32]*qp{},
-		keys:    map[uint32]*mr{},
-		mws:     map[uint32]*mw{},
-		mcast:   map[netip.Addr]*group{},
-		keyIdx:  map[uint32]struct{}{},
-		nextQPN: minQPN,
+		dev:      d,
+		mtu:      activeMTU(d.cfg.NetdevMTU),
+		port:     d.cfg.Port,
+		qps:      map[uint32]*qp{},
+		keys:     map[uint32]*mr{},
+		mws:      map[uint32]*mw{},
+		mcast:    map[netip.Addr]*group{},
+		keyIdx:   map[uint32]struct{}{},
+		srqs:     map[uint32]*srq{},
+		xrcds:    map[fileKey]*xrcd{},
+		nextQPN:  minQPN,
+		nextSRQN: 1,
 	}
 	h.bufs.New = func() any { return &bufBox{b: make([]byte, maxPacket)} }
 	for _, a := range d.cfg.Addrs {
@@ -329,8 +335,9 @@ type devctx struct {
 	hw     *hw
 	events verbs.EventSink
 
-	mu     sync.Mutex
-	closed bool
+	mu        sync.Mutex
+	closed    bool
+	xrcdOpens []*xrcdOpen // XRC domains opened here and not closed
 }
 
 // QueryDevice implements verbs.ContextDriver (ibv_query_device).
@@ -345,7 +352,7 @@ func (c *devctx) QueryDevice() (verbs.DeviceAttr, error) {
 		HWVer:                 0,
 		MaxQP:                 maxQP,
 		MaxQPWR:               maxQPWR,
-		DeviceCapFlags:        verbs.DeviceBadPKeyCntr | verbs.DeviceBadQKeyCntr | verbs.DeviceChangePhyPort | verbs.DeviceUDAVPortEnforce | verbs.DevicePortActiveEvent | verbs.DeviceSysImageGUID | verbs.DeviceRCRNRNAKGen | verbs.DeviceSRQResize | verbs.DeviceMemWindow | verbs.DeviceMemWindowType2B | verbs.DeviceMemMgtExtensions,
+		DeviceCapFlags:        verbs.DeviceBadPKeyCntr | verbs.DeviceBadQKeyCntr | verbs.DeviceChangePhyPort | verbs.DeviceUDAVPortEnforce | verbs.DevicePortActiveEvent | verbs.DeviceSysImageGUID | verbs.DeviceRCRNRNAKGen | verbs.DeviceSRQResize | verbs.DeviceMemWindow | verbs.DeviceMemWindowType2B | verbs.DeviceMemMgtExtensions | verbs.DeviceXRC,
 		MaxSGE:                maxSGE,
 		MaxSGERD:              maxSGE,
 		MaxCQ:                 maxCQ,
@@ -434,10 +441,10 @@ func (c *devctx) Close() error {
 	// (ibv_close_device succeeds whatever is still allocated), then let
 	// go of the hardware. A peer's RDMA to a released region fails with
 	// a remote access error.
+	mine := c.closeXRC() // XRC_RECV QPs are the handles' (see xrc.go)
 	c.hw.mu.Lock()
-	var mine []*qp
 	for _, q := range c.hw.qps {
-		if q.ctx == c {
+		if q.ctx == c && q.typ != verbs.QPTXRCRecv {
 			mine = append(mine, q)
 		}
 	}

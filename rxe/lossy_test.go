@@ -96,21 +96,7 @@ func checkTransfer(t *testing.T, name string, a, b *end, op verbs.WROpcode, size
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
-	wr := verbs.SendWR{WRID: 88, Opcode: op, SendFlags: verbs.SendSignaled, ImmData: 0xabcd0000 | uint32(size&0xffff),
-		RKey: b.mr.RKey()}
-	switch op {
-	case verbs.WRRDMARead:
-		wr.SGList = []verbs.SGE{a.mr.SGE(dst, size)}
-		wr.RemoteAddr = b.mr.Addr() + uint64(src)
-	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
-		wr.SGList = []verbs.SGE{a.mr.SGE(src, size)}
-		wr.RemoteAddr = b.mr.Addr() + uint64(dst)
-	default:
-		wr.SGList = []verbs.SGE{a.mr.SGE(src, size)}
-	}
-	if size == 0 {
-		wr.SGList = nil
-	}
+	wr := transferWR(op, a.mr, b.mr, size, src, dst)
 	if err := a.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -148,16 +134,42 @@ func checkTransfer(t *testing.T, name string, a, b *end, op verbs.WROpcode, size
 	}
 }
 
+// transferWR is the signaled work request (wr_id 88) of checkTransfer:
+// size bytes between offset src of one side's region and dst of the
+// other's, local the requester's region and remote the responder's.
+func transferWR(op verbs.WROpcode, local, remote *verbs.MR, size, src, dst int) verbs.SendWR {
+	wr := verbs.SendWR{WRID: 88, Opcode: op, SendFlags: verbs.SendSignaled, ImmData: 0xabcd0000 | uint32(size&0xffff),
+		RKey: remote.RKey()}
+	switch op {
+	case verbs.WRRDMARead:
+		wr.SGList = []verbs.SGE{local.SGE(dst, size)}
+		wr.RemoteAddr = remote.Addr() + uint64(src)
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		wr.SGList = []verbs.SGE{local.SGE(src, size)}
+		wr.RemoteAddr = remote.Addr() + uint64(dst)
+	default:
+		wr.SGList = []verbs.SGE{local.SGE(src, size)}
+	}
+	if size == 0 {
+		wr.SGList = nil
+	}
+	return wr
+}
+
 // checkAtomicsExactlyOnce runs n FETCH_ADDs of 1 and checks that each was
 // executed once: the results are 0..n-1 and the counter ends at n; then a
-// COMPARE_SWAP chain of n steps.
-func checkAtomicsExactlyOnce(t *testing.T, a, b *end, n int) {
+// COMPARE_SWAP chain of n steps. Each work request goes through adjust,
+// if given, before it is posted.
+func checkAtomicsExactlyOnce(t *testing.T, a, b *end, n int, adjust ...func(*verbs.SendWR)) {
 	t.Helper()
 	target := len(b.buf) - 4096 // outside the transfer regions
 	binary.NativeEndian.PutUint64(b.buf[target:], 0)
 	for i := 0; i < n; i++ {
 		wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRAtomicFetchAndAdd, SendFlags: verbs.SendSignaled,
 			SGList: []verbs.SGE{a.mr.SGE(8*i, 8)}, RemoteAddr: b.mr.Addr() + uint64(target), RKey: b.mr.RKey(), CompareAdd: 1}
+		for _, f := range adjust {
+			f(&wr)
+		}
 		if err := a.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 			t.Fatal(err)
 		}
@@ -193,6 +205,9 @@ func checkAtomicsExactlyOnce(t *testing.T, a, b *end, n int) {
 		wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRAtomicCmpAndSwp, SendFlags: verbs.SendSignaled,
 			SGList: []verbs.SGE{a.mr.SGE(8*i, 8)}, RemoteAddr: b.mr.Addr() + uint64(target), RKey: b.mr.RKey(),
 			CompareAdd: uint64(n + i), Swap: uint64(n + i + 1)}
+		for _, f := range adjust {
+			f(&wr)
+		}
 		if err := a.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 			t.Fatal(err)
 		}

@@ -164,7 +164,7 @@ func (q *qp) invalidate(rkey uint32) bool {
 // access that needs right, through this QP.
 func (q *qp) windowMemory(rkey uint32, va, n uint64, right verbs.AccessFlags) ([]byte, bool) {
 	w := q.hw.window(rkey)
-	if w == nil || w.pd != q.pd {
+	if w == nil || w.pd != q.memPD() {
 		return nil, false
 	}
 	b := w.bound.Load()

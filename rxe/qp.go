@@ -28,7 +28,8 @@ type qp struct {
 	rcq    *swcq.CQ
 	sigAll bool
 	cap    verbs.QPCap
-	srq    *srq // if set, receive WQEs come from it
+	srq    *srq  // if set, receive WQEs come from it
+	xrcd   *xrcd // XRC_RECV: the domain whose SRQs requests name
 
 	mu        sync.Mutex
 	attr      verbs.QPAttr
@@ -42,6 +43,7 @@ type qp struct {
 	// lastWQESent: IBV_EVENT_QP_LAST_WQE_REACHED was raised for this
 	// stay in ERR (QPs on an SRQ).
 	lastWQESent bool
+	handles     []*xrcHandle // XRC_RECV: the handles open on the QP
 
 	wake   chan struct{}
 	done   chan struct{}
@@ -104,7 +106,8 @@ type recvWQE struct {
 	sges []verbs.SGE
 }
 
-// CreateQP implements verbs.PDDriver (ibv_create_qp).
+// CreateQP implements verbs.PDDriver (ibv_create_qp), XRC_SEND QPs
+// included (XRC_RECV QPs come from an XRC domain: xrcdOpen.CreateQP).
 func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	c := attr.Cap
 	switch {
@@ -115,21 +118,25 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	case c.MaxInlineData > maxInline:
 		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, fmt.Sprintf("max_inline_data %d above the device's %d", c.MaxInlineData, maxInline))
 	}
+	xrc := attr.QPType == verbs.QPTXRCSend
 	switch attr.QPType {
-	case verbs.QPTRC, verbs.QPTUC, verbs.QPTUD, verbs.QPTGSI:
+	case verbs.QPTRC, verbs.QPTUC, verbs.QPTUD, verbs.QPTGSI, verbs.QPTXRCSend:
 	default:
-		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNotSupported, "QP type "+attr.QPType.String()+" (rxe does RC, UC and UD)")
+		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNotSupported, "QP type "+attr.QPType.String()+" (rxe does RC, UC, UD and XRC)")
 	}
 	scq, ok1 := verbs.CQDriverOf(attr.SendCQ).(*swcq.CQ)
 	rcq, ok2 := verbs.CQDriverOf(attr.RecvCQ).(*swcq.CQ)
+	if xrc {
+		rcq, ok2 = nil, attr.RecvCQ == nil // an XRC_SEND QP receives nothing
+	}
 	if !ok1 || !ok2 {
 		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, "the CQs belong to another provider's device")
 	}
 	var shared *srq
 	if attr.SRQ != nil {
 		s, ok := verbs.SRQDriverOf(attr.SRQ).(*srq)
-		if !ok || s.ctx.hw != p.ctx.hw {
-			return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, "the SRQ belongs to another device")
+		if !ok || s.ctx.hw != p.ctx.hw || s.xrcd != nil || xrc {
+			return nil, verbs.Errorf("ibv_create_qp", verbs.ErrInvalidArgument, "the SRQ belongs to another device, or is not a basic SRQ of an RC, UC or UD QP")
 		}
 		shared = s
 	}
@@ -139,35 +146,47 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	c.MaxRecvWR = max(c.MaxRecvWR, 1)
 	c.MaxSendSGE = max(c.MaxSendSGE, 1)
 	c.MaxRecvSGE = max(c.MaxRecvSGE, 1)
-	if shared != nil {
+	if shared != nil || xrc {
 		c.MaxRecvWR, c.MaxRecvSGE = 0, 0
 	}
 	attr.Cap = c
-	h := p.ctx.hw
-	if err := h.up(); err != nil {
+	q := &qp{
+		ctx: p.ctx, hw: p.ctx.hw, pd: p, typ: attr.QPType,
+		sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, scq: scq, rcq: rcq, sigAll: attr.SQSigAll, cap: c, srq: shared,
+	}
+	if xrc {
+		q.recvCQ = nil
+	}
+	if err := q.start(); err != nil {
 		return nil, err
 	}
-	q := &qp{
-		ctx: p.ctx, hw: h, pd: p, typ: attr.QPType,
-		sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, scq: scq, rcq: rcq, sigAll: attr.SQSigAll, cap: c, srq: shared,
-		wake: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{}),
+	return q, nil
+}
+
+// start brings the device up, numbers the QP, enters it in the device's
+// table and starts its owner goroutine.
+func (q *qp) start() error {
+	h := q.hw
+	if err := h.up(); err != nil {
+		return err
 	}
+	q.wake, q.done, q.exited = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	q.attr.QPState = verbs.QPSReset
 	q.attr.PathMTU = verbs.MTU1024
 	if q.datagram() {
 		q.attr.PathMTU = h.mtu // UD messages go up to the port's MTU
 	}
-	q.attr.Cap = c
+	q.attr.Cap = q.cap
 	q.attr.PortNum = 1
 	h.mu.Lock()
 	if len(h.qps) >= maxQP {
 		h.mu.Unlock()
-		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNoMemory, "too many QPs")
+		return verbs.Errorf("ibv_create_qp", verbs.ErrNoMemory, "too many QPs")
 	}
-	if attr.QPType == verbs.QPTGSI {
+	if q.typ == verbs.QPTGSI {
 		if _, taken := h.qps[gsiQPN]; taken {
 			h.mu.Unlock()
-			return nil, verbs.Errorf("ibv_create_qp", verbs.ErrBusy, "the device's QP1 exists already")
+			return verbs.Errorf("ibv_create_qp", verbs.ErrBusy, "the device's QP1 exists already")
 		}
 		q.num = gsiQPN
 	}
@@ -189,7 +208,7 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	q.timer = time.NewTimer(time.Hour)
 	q.timer.Stop()
 	go q.run()
-	return q, nil
+	return nil
 }
 
 // gsiQPN is the general services QP's number.
@@ -197,6 +216,32 @@ const gsiQPN = 1
 
 // datagram reports whether the QP carries datagrams (UD, and QP1).
 func (q *qp) datagram() bool { return q.typ == verbs.QPTUD || q.typ == verbs.QPTGSI }
+
+// reliable reports whether the QP runs RC's protocol: acknowledgements,
+// retries, READs and atomics (RC and both XRC sides).
+func (q *qp) reliable() bool {
+	return q.typ == verbs.QPTRC || q.typ == verbs.QPTXRCSend || q.typ == verbs.QPTXRCRecv
+}
+
+// transport is the transport prefix of the QP's opcodes.
+func (q *qp) transport() wire.Transport {
+	switch q.typ {
+	case verbs.QPTUC:
+		return wire.TransportUC
+	case verbs.QPTXRCSend, verbs.QPTXRCRecv:
+		return wire.TransportXRC
+	case verbs.QPTUD, verbs.QPTGSI:
+		return wire.TransportUD
+	}
+	return wire.TransportRC
+}
+
+// rcOp returns the RC opcode of op's operation (XRC_ACKNOWLEDGE gives
+// RC_ACKNOWLEDGE), for the code that handles both alike.
+func rcOp(op wire.OpCode) wire.OpCode { return op &^ 0xe0 }
+
+// opcode returns the opcode of the RC operation op in the QP's transport.
+func (q *qp) opcode(op wire.OpCode) wire.OpCode { return rcOp(op) | wire.OpCode(q.transport()) }
 
 // Num implements verbs.QPDriver.
 func (q *qp) Num() uint32 { return q.num }
@@ -396,8 +441,8 @@ func (q *qp) deliver(p inPacket) bool {
 
 // event reports an asynchronous event on this QP.
 func (q *qp) event(t verbs.EventType) {
-	if q.ctx.events != nil {
-		q.ctx.events.Event(t, q.num, 1)
+	for _, e := range q.eventSinks() {
+		e.Event(t, q.num, 1)
 	}
 }
 
@@ -556,7 +601,7 @@ func (q *qp) flush() {
 	q.mu.Unlock()
 	if r := q.resp.recv; r != nil {
 		// The message being received when the QP failed.
-		q.rcq.Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+		q.recvComp().Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 	}
 	for _, r := range rq {
 		q.rcq.Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)

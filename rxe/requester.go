@@ -108,8 +108,14 @@ func (q *qp) checkSend(wr *verbs.SendWR) (*sendWQE, error) {
 	default:
 		return nil, bad(verbs.ErrInvalidArgument, "QP %#x is in %s: sends need RTS", q.num, s)
 	}
+	if q.typ == verbs.QPTXRCRecv {
+		return nil, bad(verbs.ErrInvalidArgument, "XRC_RECV QP %#x has no send queue", q.num)
+	}
 	if !opAllowed(q.typ, wr.Opcode) {
 		return nil, bad(verbs.ErrInvalidArgument, "opcode %s not valid on a %s QP", wr.Opcode, q.typ)
+	}
+	if q.typ == verbs.QPTXRCSend && wr.RemoteSRQN > 0xffffff {
+		return nil, bad(verbs.ErrInvalidArgument, "remote_srqn %#x above 24 bits", wr.RemoteSRQN)
 	}
 	if len(wr.SGList) > int(q.cap.MaxSendSGE) {
 		return nil, bad(verbs.ErrInvalidArgument, "%d SGEs, the QP takes %d", len(wr.SGList), q.cap.MaxSendSGE)
@@ -176,14 +182,18 @@ func (q *qp) checkSend(wr *verbs.SendWR) (*sendWQE, error) {
 	return w, nil
 }
 
-// opAllowed says which work requests each transport takes.
+// opAllowed says which work requests each transport takes. XRC sends
+// what RC does but SEND_WITH_INV: the type 2 windows it would invalidate
+// are bound through a QP's own send queue, which an XRC_RECV QP lacks.
 func opAllowed(t verbs.QPType, op verbs.WROpcode) bool {
 	switch op {
 	case verbs.WRSend, verbs.WRSendWithImm:
-		return true
+		return t != verbs.QPTXRCRecv
 	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRBindMW, verbs.WRLocalInv:
-		return t == verbs.QPTRC || t == verbs.QPTUC
-	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRSendWithInv:
+		return t == verbs.QPTRC || t == verbs.QPTUC || t == verbs.QPTXRCSend
+	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+		return t == verbs.QPTRC || t == verbs.QPTXRCSend
+	case verbs.WRSendWithInv:
 		return t == verbs.QPTRC
 	}
 	return false
@@ -314,22 +324,22 @@ func (q *qp) startWQE(w *sendWQE, mtu uint64) bool {
 // buildRequest builds the next packet of w into the out batch.
 func (q *qp) buildRequest(w *sendWQE, mtu uint64) {
 	r := &q.req
-	h := wire.Headers{BTH: wire.BTHFields{PKey: wire.DefaultPKey, DestQP: q.st.destQP}}
+	h := wire.Headers{BTH: wire.BTHFields{PKey: wire.DefaultPKey, DestQP: q.st.destQP}, XRCSRQN: w.wr.RemoteSRQN}
 	var off, n uint64
 	last := false
 	switch w.wr.Opcode {
 	case verbs.WRRDMARead:
 		k := uint64(w.readDone)
-		h.BTH.OpCode = wire.RCReadRequest
+		h.BTH.OpCode = q.opcode(wire.RCReadRequest)
 		h.BTH.PSN = w.firstPSN.Add(w.readDone)
 		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + k*mtu, RKey: w.wr.RKey, DMALen: uint32(w.length - min(w.length, k*mtu))}
 		w.sent = 1
 		last = true
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
-		h.BTH.OpCode = wire.RCFetchAdd
+		h.BTH.OpCode = q.opcode(wire.RCFetchAdd)
 		h.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
 		if w.wr.Opcode == verbs.WRAtomicCmpAndSwp {
-			h.BTH.OpCode = wire.RCCompareSwap
+			h.BTH.OpCode = q.opcode(wire.RCCompareSwap)
 			h.AtomicETH.SwapAdd, h.AtomicETH.Compare = w.wr.Swap, w.wr.CompareAdd
 		}
 		h.BTH.PSN = w.firstPSN
@@ -347,7 +357,7 @@ func (q *qp) buildRequest(w *sendWQE, mtu uint64) {
 		n = min(mtu, w.length-off)
 		first := k == 0
 		last = k == w.npkts-1
-		h.BTH.OpCode = requestOpCode(q.typ, w.wr.Opcode, first, last)
+		h.BTH.OpCode = q.opcode(requestOpCode(w.wr.Opcode, first, last))
 		h.BTH.PSN = w.firstPSN.Add(k)
 		if first && (w.wr.Opcode == verbs.WRRDMAWrite || w.wr.Opcode == verbs.WRRDMAWriteWithImm) {
 			h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
@@ -358,7 +368,7 @@ func (q *qp) buildRequest(w *sendWQE, mtu uint64) {
 		w.sent++
 	}
 	r.noack++
-	if q.typ == verbs.QPTRC && (last || r.noack >= maxPktPerAck) {
+	if q.reliable() && (last || r.noack >= maxPktPerAck) {
 		h.BTH.AckReq = true
 		r.noack = 0
 	}
@@ -378,13 +388,13 @@ func (q *qp) buildRequest(w *sendWQE, mtu uint64) {
 		w.done = true
 		r.una = w.lastPSN().Add(1)
 	}
-	if q.typ == verbs.QPTRC && r.retryAt.IsZero() && q.st.timeout > 0 {
+	if q.reliable() && r.retryAt.IsZero() && q.st.timeout > 0 {
 		r.retryAt = time.Now().Add(q.st.timeout)
 	}
 }
 
-// requestOpCode picks the opcode of one packet of a SEND or WRITE.
-func requestOpCode(t verbs.QPType, op verbs.WROpcode, first, last bool) wire.OpCode {
+// requestOpCode picks the RC opcode of one packet of a SEND or WRITE.
+func requestOpCode(op verbs.WROpcode, first, last bool) wire.OpCode {
 	var c wire.OpCode
 	imm := op == verbs.WRSendWithImm || op == verbs.WRRDMAWriteWithImm
 	switch op {
@@ -426,9 +436,6 @@ func requestOpCode(t verbs.QPType, op verbs.WROpcode, first, last bool) wire.OpC
 		default:
 			c = wire.RCWriteMiddle
 		}
-	}
-	if t == verbs.QPTUC {
-		c |= wire.OpCode(wire.TransportUC)
 	}
 	return c
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/rdmago/rdmago/internal/racesync"
 	"github.com/rdmago/rdmago/rxe/wire"
 	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/swcq"
 )
 
 // responder is the receive side's protocol state.
@@ -28,6 +29,13 @@ type responder struct {
 	wbuf     []byte // WRITE: the target memory
 	wlen     uint64
 	dropping bool // UC: the rest of a broken message is dropped
+
+	// XRC_RECV: the XRC SRQ of the request being executed, which gives
+	// receive WQEs and the CQ (the same for every packet of a message),
+	// and that of the packet at hand, whose PD checks remote access (a
+	// duplicate may name another than the message in progress).
+	xsrq   *srq
+	memSRQ *srq
 
 	// Responder resources: recent READs and atomics, for replaying
 	// duplicates (max_dest_rd_atomic of them).
@@ -88,6 +96,8 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
 			err = verbs.Errorf("ibv_post_recv", verbs.ErrClosed, "QP destroyed")
 		case q.srq != nil:
 			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("QP %#x receives from an SRQ: post there", q.num))
+		case q.typ == verbs.QPTXRCSend || q.typ == verbs.QPTXRCRecv:
+			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("%s QP %#x has no receive queue: post to an XRC SRQ", q.typ, q.num))
 		case q.attr.QPState == verbs.QPSReset:
 			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("QP %#x is in RESET", q.num))
 		case len(wr.SGList) > int(q.cap.MaxRecvSGE):
@@ -111,8 +121,11 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
 }
 
 // popRecv takes the oldest receive WQE, if any, from the QP's receive
-// queue or its SRQ.
+// queue or its SRQ (for XRC, the request's XRC SRQ).
 func (q *qp) popRecv() *recvWQE {
+	if q.typ == verbs.QPTXRCRecv {
+		return q.resp.xsrq.pop()
+	}
 	if q.srq != nil {
 		return q.srq.pop()
 	}
@@ -132,6 +145,10 @@ func (q *qp) unpopRecv(w *recvWQE) {
 	if w == nil {
 		return
 	}
+	if q.typ == verbs.QPTXRCRecv {
+		q.resp.xsrq.unpop(w)
+		return
+	}
 	if q.srq != nil {
 		q.srq.unpop(w)
 		return
@@ -139,6 +156,37 @@ func (q *qp) unpopRecv(w *recvWQE) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.rq = append([]recvWQE{*w}, q.rq...)
+}
+
+// recvComp returns where receives complete: the QP's receive CQ, or for an
+// XRC_RECV QP the CQ of the request's XRC SRQ.
+func (q *qp) recvComp() *swcq.CQ {
+	if q.typ == verbs.QPTXRCRecv {
+		return q.resp.xsrq.cq
+	}
+	return q.rcq
+}
+
+// recvPD returns the PD receive buffers are checked against: the QP's,
+// or for an XRC_RECV QP that of the request's XRC SRQ.
+func (q *qp) recvPD() *pd {
+	if q.typ == verbs.QPTXRCRecv {
+		return q.resp.xsrq.pd
+	}
+	return q.pd
+}
+
+// memPD returns the PD a remote access of the packet at hand is checked
+// against: the QP's, or for an XRC_RECV QP that of the XRC SRQ the packet
+// names.
+func (q *qp) memPD() *pd {
+	if q.typ == verbs.QPTXRCRecv {
+		if s := q.resp.memSRQ; s != nil {
+			return s.pd
+		}
+		return nil
+	}
+	return q.pd
 }
 
 // respond handles a request packet (the responder).
@@ -169,7 +217,7 @@ func (q *qp) respond(p *wire.Packet, in *inPacket, now time.Time) {
 		}
 		return
 	case d < 0:
-		if q.typ == verbs.QPTRC {
+		if q.reliable() {
 			q.count(verbs.CounterDuplicateRequest, 1)
 			q.duplicate(p, psn)
 		}
@@ -190,7 +238,7 @@ func (q *qp) respond(p *wire.Packet, in *inPacket, now time.Time) {
 	r.nakSeq = false
 	// SENDs and WRITEs are acknowledged when asked; READs and atomics are
 	// answered by their responses, which carry the AETH.
-	if p.BTH.AckReq() && q.typ == verbs.QPTRC && (p.OpCode().IsSend() || p.OpCode().IsWrite()) {
+	if p.BTH.AckReq() && q.reliable() && (p.OpCode().IsSend() || p.OpCode().IsWrite()) {
 		if r.ack {
 			q.count(verbs.CounterAckDeferred, 1) // folded into this one
 		}
@@ -240,6 +288,17 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 	if (op.IsFirst() && !op.IsLast() || op.IsMiddle()) && len(p.Payload) != mtu || len(p.Payload) > mtu {
 		return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "packet length")
 	}
+	if q.typ == verbs.QPTXRCRecv {
+		// The XRCETH must name an XRC SRQ of the QP's domain, the
+		// same for every packet of a message; anything else is an
+		// invalid request, NAKed, and the QP fails as an RC
+		// responder does.
+		s := q.xrcSRQ(p.XRCETH.SRQN())
+		if s == nil || r.inMsg && s != r.xsrq {
+			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "XRC SRQ")
+		}
+		r.xsrq, r.memSRQ = s, s
+	}
 	switch {
 	case op.IsSend():
 		if op.IsFirst() {
@@ -247,21 +306,21 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 			if w == nil {
 				return q.rnrNAK(psn)
 			}
-			segs, total, ok := q.hw.resolveSGEs(q.pd, w.sges, true, r.segsBuf[:0])
+			segs, total, ok := q.hw.resolveSGEs(q.recvPD(), w.sges, true, r.segsBuf[:0])
 			if !ok {
-				q.rcq.Push(&verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+				q.recvComp().Push(&verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 				return q.fatalNAK(psn, wire.NAKRemoteOperational, verbs.EventQPFatal, "receive WQE")
 			}
 			r.inMsg, r.kind, r.recv, r.segs, r.recvLen, r.off = true, kindSend, w, segs, total, 0
 		}
 		if r.off+uint64(len(p.Payload)) > r.recvLen {
-			q.rcq.Push(&verbs.WC{WRID: r.recv.wrid, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+			q.recvComp().Push(&verbs.WC{WRID: r.recv.wrid, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 			r.inMsg, r.recv = false, nil
 			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "receive buffer too small")
 		}
 		if p.IETH != nil && !q.invalidate(p.IETH.RKey()) {
 			// SEND_WITH_INV naming no type 2 window of this QP.
-			q.rcq.Push(&verbs.WC{WRID: r.recv.wrid, Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+			q.recvComp().Push(&verbs.WC{WRID: r.recv.wrid, Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 			r.inMsg, r.recv = false, nil
 			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "invalidate R_Key")
 		}
@@ -319,7 +378,7 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 				q.pushRecv(&wc, p.BTH.SolicitedEvent())
 			}
 		}
-	case op == wire.RCReadRequest:
+	case rcOp(op) == wire.RCReadRequest:
 		q.count(verbs.CounterRDMARecvs, 1)
 		reth := p.RETH
 		n := uint64(reth.DMALen())
@@ -335,7 +394,7 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 		q.remember(resource{valid: true, firstPSN: psn, npkts: npkts, rkey: reth.RKey(), va: reth.VA(), length: n})
 		r.epsn = r.epsn.Add(npkts)
 		q.sendReadResponse(psn, buf, mtu)
-	case op == wire.RCCompareSwap || op == wire.RCFetchAdd:
+	case rcOp(op) == wire.RCCompareSwap || rcOp(op) == wire.RCFetchAdd:
 		a := p.AtomicETH
 		if a.VA()&7 != 0 {
 			return q.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "misaligned atomic")
@@ -347,7 +406,7 @@ func (q *qp) execute(p *wire.Packet, in *inPacket) (wire.Syndrome, bool) {
 		racesync.Sync()
 		q.hw.atomicMu.Lock()
 		orig := binary.NativeEndian.Uint64(b)
-		if op == wire.RCFetchAdd {
+		if rcOp(op) == wire.RCFetchAdd {
 			binary.NativeEndian.PutUint64(b, orig+a.SwapAdd())
 		} else if orig == a.Compare() {
 			binary.NativeEndian.PutUint64(b, a.SwapAdd())
@@ -375,7 +434,7 @@ func (q *qp) remoteMemory(rkey uint32, va, n uint64, right verbs.AccessFlags) ([
 	if q.st.access&right == 0 {
 		return nil, false
 	}
-	m := q.hw.lookup(rkey, q.pd)
+	m := q.hw.lookup(rkey, q.memPD())
 	if m == nil {
 		return q.windowMemory(rkey, va, n, right)
 	}
@@ -387,8 +446,8 @@ func (q *qp) remoteMemory(rkey uint32, va, n uint64, right verbs.AccessFlags) ([
 
 // pushRecv completes a receive, failing the QP if the CQ overflows.
 func (q *qp) pushRecv(wc *verbs.WC, solicited bool) {
-	if !q.rcq.Push(wc, solicited) {
-		q.cqOverflow(q.rcq)
+	if cq := q.recvComp(); !cq.Push(wc, solicited) {
+		q.cqOverflow(cq)
 	}
 }
 
@@ -409,12 +468,19 @@ func (q *qp) remember(res resource) {
 func (q *qp) duplicate(p *wire.Packet, psn wire.PSN) {
 	r := &q.resp
 	op := p.OpCode()
+	if q.typ == verbs.QPTXRCRecv {
+		// A replayed READ reads through the PD of the SRQ it names;
+		// a duplicate naming none of the domain's is ignored.
+		if r.memSRQ = q.xrcSRQ(p.XRCETH.SRQN()); r.memSRQ == nil {
+			return
+		}
+	}
 	switch {
 	case op.IsSend() || op.IsWrite():
 		if p.BTH.AckReq() || op.IsLast() {
 			r.ack, r.ackPSN, r.ackSyn = true, r.epsn.Add(0xffffff), wire.SyndromeACKUnlimited
 		}
-	case op == wire.RCReadRequest:
+	case rcOp(op) == wire.RCReadRequest:
 		for _, res := range r.res {
 			if !res.valid || res.atomic || psn.Diff(res.firstPSN) < 0 || psn.Diff(res.firstPSN.Add(res.npkts-1)) > 0 {
 				continue
@@ -431,7 +497,7 @@ func (q *qp) duplicate(p *wire.Packet, psn wire.PSN) {
 			q.sendReadResponse(psn, buf, q.st.mtu)
 			return
 		}
-	case op == wire.RCCompareSwap || op == wire.RCFetchAdd:
+	case rcOp(op) == wire.RCCompareSwap || rcOp(op) == wire.RCFetchAdd:
 		for _, res := range r.res {
 			if res.valid && res.atomic && res.firstPSN == psn {
 				q.sendAtomicAck(psn, res.orig)
@@ -491,13 +557,13 @@ func (q *qp) pumpReads() {
 				Syndrome: wire.SyndromeACKUnlimited, MSN: r.msn}
 			switch {
 			case j.npkts == 1:
-				h.BTH.OpCode = wire.RCReadResponseOnly
+				h.BTH.OpCode = q.opcode(wire.RCReadResponseOnly)
 			case j.k == 0:
-				h.BTH.OpCode = wire.RCReadResponseFirst
+				h.BTH.OpCode = q.opcode(wire.RCReadResponseFirst)
 			case j.k == j.npkts-1:
-				h.BTH.OpCode = wire.RCReadResponseLast
+				h.BTH.OpCode = q.opcode(wire.RCReadResponseLast)
 			default:
-				h.BTH.OpCode = wire.RCReadResponseMiddle
+				h.BTH.OpCode = q.opcode(wire.RCReadResponseMiddle)
 			}
 			n := len(j.buf)
 			chunk := j.buf[min(j.k*mtu, n):min((j.k+1)*mtu, n)]
@@ -532,7 +598,7 @@ func (q *qp) drainReads() {
 // sendAtomicAck sends an ATOMIC ACKNOWLEDGE.
 func (q *qp) sendAtomicAck(psn wire.PSN, orig uint64) {
 	q.drainReads()
-	h := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCAtomicAcknowledge, PKey: wire.DefaultPKey, DestQP: q.st.destQP, PSN: psn},
+	h := wire.Headers{BTH: wire.BTHFields{OpCode: q.opcode(wire.RCAtomicAcknowledge), PKey: wire.DefaultPKey, DestQP: q.st.destQP, PSN: psn},
 		Syndrome: wire.SyndromeACKUnlimited, MSN: q.resp.msn, OrigData: orig}
 	out := q.queueOut()
 	out.Buf, _ = wire.AppendPacket(out.Buf, &h, nil)
@@ -541,7 +607,7 @@ func (q *qp) sendAtomicAck(psn wire.PSN, orig uint64) {
 // sendAck sends an ACK or NAK now, after any READ response still queued.
 func (q *qp) sendAck(psn wire.PSN, syn wire.Syndrome) {
 	q.drainReads()
-	h := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCAcknowledge, PKey: wire.DefaultPKey, DestQP: q.st.destQP, PSN: psn},
+	h := wire.Headers{BTH: wire.BTHFields{OpCode: q.opcode(wire.RCAcknowledge), PKey: wire.DefaultPKey, DestQP: q.st.destQP, PSN: psn},
 		Syndrome: syn, MSN: q.resp.msn}
 	out := q.queueOut()
 	out.Buf, _ = wire.AppendPacket(out.Buf, &h, nil)
@@ -558,7 +624,7 @@ func (q *qp) flushAck() {
 
 // rnrNAK refuses a packet for want of a receive WQE.
 func (q *qp) rnrNAK(psn wire.PSN) (wire.Syndrome, bool) {
-	if q.typ == verbs.QPTRC {
+	if q.reliable() {
 		q.count(verbs.CounterSendRNRErr, 1)
 		q.sendAck(psn, wire.RNRNAKSyndrome(q.st.minRNR))
 	} else {
@@ -572,7 +638,7 @@ func (q *qp) rnrNAK(psn wire.PSN) (wire.Syndrome, bool) {
 // fatalNAK refuses a packet with an error NAK and moves the QP to ERR, as
 // rxe does for the responder's class B, C and D errors on RC.
 func (q *qp) fatalNAK(psn wire.PSN, syn wire.Syndrome, ev verbs.EventType, why string) (wire.Syndrome, bool) {
-	if q.typ != verbs.QPTRC {
+	if !q.reliable() {
 		// UC: the message is silently dropped; a receive WQE it had
 		// taken stays for the next message.
 		if q.resp.recv != nil {

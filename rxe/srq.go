@@ -5,12 +5,20 @@ import (
 	"sync"
 
 	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/swcq"
 )
 
 // srq implements verbs.SRQDriver: a receive queue QPs share. Its WQEs are
-// taken by the owners of the QPs attached to it, under mu.
+// taken by the owners of the QPs attached to it, under mu. An XRC SRQ is
+// shared instead by the XRC_RECV QPs of its domain, for the requests that
+// name its number; it has its own PD and CQ.
 type srq struct {
 	ctx *devctx
+	// XRC SRQs only.
+	xrcd *xrcd
+	pd   *pd
+	cq   *swcq.CQ
+	num  uint32
 
 	mu        sync.Mutex
 	attr      verbs.SRQAttr
@@ -20,16 +28,10 @@ type srq struct {
 
 // CreateSRQ implements verbs.PDDriver (ibv_create_srq).
 func (p *pd) CreateSRQ(attr *verbs.SRQInitAttr) (verbs.SRQDriver, error) {
-	a := attr.Attr
-	switch {
-	case a.MaxWR > maxSRQWR:
-		return nil, verbs.Errorf("ibv_create_srq", verbs.ErrInvalidArgument, fmt.Sprintf("max_wr %d above the device's %d", a.MaxWR, maxSRQWR))
-	case a.MaxSGE > maxSGE:
-		return nil, verbs.Errorf("ibv_create_srq", verbs.ErrInvalidArgument, fmt.Sprintf("max_sge %d above the device's %d", a.MaxSGE, maxSGE))
-	case a.SRQLimit > a.MaxWR:
-		return nil, verbs.Errorf("ibv_create_srq", verbs.ErrInvalidArgument, fmt.Sprintf("srq_limit %d above max_wr %d", a.SRQLimit, a.MaxWR))
+	a, err := checkSRQAttr("ibv_create_srq", attr.Attr)
+	if err != nil {
+		return nil, err
 	}
-	a.MaxSGE = max(a.MaxSGE, 1)
 	h := p.ctx.hw
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -39,6 +41,21 @@ func (p *pd) CreateSRQ(attr *verbs.SRQInitAttr) (verbs.SRQDriver, error) {
 	h.nsrq++
 	attr.Attr = a
 	return &srq{ctx: p.ctx, attr: a}, nil
+}
+
+// checkSRQAttr checks an SRQ's sizes against the device's and returns
+// them as the device gives them.
+func checkSRQAttr(op string, a verbs.SRQAttr) (verbs.SRQAttr, error) {
+	switch {
+	case a.MaxWR > maxSRQWR:
+		return a, verbs.Errorf(op, verbs.ErrInvalidArgument, fmt.Sprintf("max_wr %d above the device's %d", a.MaxWR, maxSRQWR))
+	case a.MaxSGE > maxSGE:
+		return a, verbs.Errorf(op, verbs.ErrInvalidArgument, fmt.Sprintf("max_sge %d above the device's %d", a.MaxSGE, maxSGE))
+	case a.SRQLimit > a.MaxWR:
+		return a, verbs.Errorf(op, verbs.ErrInvalidArgument, fmt.Sprintf("srq_limit %d above max_wr %d", a.SRQLimit, a.MaxWR))
+	}
+	a.MaxSGE = max(a.MaxSGE, 1)
+	return a, nil
 }
 
 // Modify implements verbs.SRQDriver (ibv_modify_srq).
@@ -142,6 +159,9 @@ func (s *srq) Destroy() error {
 	h := s.ctx.hw
 	h.mu.Lock()
 	h.nsrq--
+	if s.xrcd != nil && h.srqs[s.num] == s {
+		delete(h.srqs, s.num)
+	}
 	h.mu.Unlock()
 	return nil
 }
