@@ -41,7 +41,7 @@ struct rg_send_wr {
 	struct ibv_mw *mw;
 	struct ibv_mr *bind_mr;
 	uint32_t opcode, flags, imm, inv_rkey, rkey, remote_qpn, remote_qkey;
-	uint32_t bind_access, bind_rkey, sge_off, num_sge;
+	uint32_t bind_access, bind_rkey, sge_off, num_sge, remote_srqn;
 };
 
 // rg_post_send posts n requests as one list (ibv_post_send). On failure
@@ -59,6 +59,8 @@ static inline int rg_post_send(struct ibv_qp *qp, struct rg_send_wr *w, int n, s
 		x->num_sge = w[i].num_sge;
 		x->opcode = w[i].opcode;
 		x->send_flags = w[i].flags;
+		if (qp->qp_type == IBV_QPT_XRC_SEND)
+			x->qp_type.xrc.remote_srqn = w[i].remote_srqn;
 		switch (w[i].opcode) {
 		case IBV_WR_SEND_WITH_IMM:
 		case IBV_WR_RDMA_WRITE_WITH_IMM:

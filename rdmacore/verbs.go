@@ -280,6 +280,7 @@ type releaser interface{ release() }
 const (
 	kindQP = iota
 	kindSRQ
+	kindXRCD
 	kindAH
 	kindMW
 	kindMR
@@ -921,6 +922,9 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	if attr.QPType == verbs.QPTGSI {
 		return nil, verbs.Errorf("ibv_create_qp", verbs.ErrNotSupported, "the kernel owns QP1 on rdma-core devices")
 	}
+	if attr.QPType == verbs.QPTXRCSend {
+		return p.createXRCSendQP(attr) // see xrc.go
+	}
 	scq, ok1 := verbs.CQDriverOf(attr.SendCQ).(*cq)
 	rcq, ok2 := verbs.CQDriverOf(attr.RecvCQ).(*cq)
 	if !ok1 || !ok2 {
@@ -1143,6 +1147,7 @@ func fillSend(cw *C.struct_rg_send_wr, w *verbs.SendWR) error {
 	}
 	cw.remote_qpn = C.uint32_t(w.RemoteQPN)
 	cw.remote_qkey = C.uint32_t(w.RemoteQKey)
+	cw.remote_srqn = C.uint32_t(w.RemoteSRQN)
 	if w.Opcode == verbs.WRBindMW {
 		b := &w.BindMW
 		win, ok := verbs.MWDriverOf(b.MW).(*mw)
