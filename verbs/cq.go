@@ -31,33 +31,45 @@ type CQ struct {
 // compVector is the completion vector its events go to, from 0 to
 // NumCompVectors()-1 (the software device has one).
 func (c *Context) CreateCQ(cqe int, channel *CompChannel, compVector int) (*CQ, error) {
-	if err := c.check("ibv_create_cq"); err != nil {
+	return c.createCQ("ibv_create_cq", cqe, channel, compVector, func(notify func()) (CQDriver, error) {
+		return c.driverCQ(cqe, notify, compVector)
+	})
+}
+
+// driverCQ has the provider create a CQ, on a completion vector other
+// than 0 if asked.
+func (c *Context) driverCQ(cqe int, notify func(), compVector int) (CQDriver, error) {
+	if v, ok := c.drv.(CompVectors); ok && compVector != 0 {
+		return v.CreateCQOnVector(cqe, notify, compVector)
+	}
+	return c.drv.CreateCQ(cqe, notify)
+}
+
+// createCQ checks the arguments every CQ takes, has create make the
+// provider's CQ, and binds it to the channel and the context.
+func (c *Context) createCQ(op string, cqe int, channel *CompChannel, compVector int, create func(notify func()) (CQDriver, error)) (*CQ, error) {
+	if err := c.check(op); err != nil {
 		return nil, err
 	}
 	if n := c.NumCompVectors(); compVector < 0 || compVector >= n {
-		return nil, Errorf("ibv_create_cq", ErrInvalidArgument, "comp_vector "+itoa(compVector)+" not in [0, "+itoa(n)+")")
+		return nil, Errorf(op, ErrInvalidArgument, "comp_vector "+itoa(compVector)+" not in [0, "+itoa(n)+")")
 	}
 	attr, err := c.drv.QueryDevice()
 	if err != nil {
 		return nil, err
 	}
 	if cqe < 1 || cqe > attr.MaxCQE {
-		return nil, Errorf("ibv_create_cq", ErrInvalidArgument, "cqe "+itoa(cqe)+" not in [1, "+itoa(attr.MaxCQE)+"]")
+		return nil, Errorf(op, ErrInvalidArgument, "cqe "+itoa(cqe)+" not in [1, "+itoa(attr.MaxCQE)+"]")
 	}
 	if channel != nil && channel.ctx != c {
-		return nil, Errorf("ibv_create_cq", ErrInvalidArgument, "completion channel belongs to another context")
+		return nil, Errorf(op, ErrInvalidArgument, "completion channel belongs to another context")
 	}
 	cq := &CQ{ctx: c, channel: channel}
 	var notify func()
 	if channel != nil {
 		notify = cq.fired
 	}
-	if v, ok := c.drv.(CompVectors); ok && compVector != 0 {
-		cq.drv, err = v.CreateCQOnVector(cqe, notify, compVector)
-	} else {
-		cq.drv, err = c.drv.CreateCQ(cqe, notify)
-	}
-	if err != nil {
+	if cq.drv, err = create(notify); err != nil {
 		return nil, err
 	}
 	if channel != nil {

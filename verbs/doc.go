@@ -35,6 +35,21 @@
 // WQE, the completion queue (the SRQ's CQ) and the PD that remote RDMA and
 // atomics are checked against. Devices that do XRC report DeviceXRC.
 //
+// The extended verbs:
+//
+//	ibv_query_device_ex   (*Context).QueryDeviceEx
+//	ibv_create_cq_ex      (*Context).CreateCQEx; ibv_cq_ex_to_cq: CQEx.CQ
+//	ibv_start_poll, ibv_next_poll, ibv_end_poll, ibv_wc_read_*: (*CQEx).StartPoll, NextPoll, EndPoll, Read*
+//	ibv_create_qp_ex      (*Context).CreateQPEx; ibv_qp_to_qp_ex: (*QP).QPEx
+//	ibv_wr_start, ibv_wr_*, ibv_wr_complete, ibv_wr_abort: (*QPEx).WRStart, WRSend ..., WRComplete, WRAbort
+//
+// An extended CQ reads each completion in place, one field at a time, and
+// may carry the device's completion timestamps; the software device
+// stamps completions only for a CQ that asks. The work request builder
+// collects requests between WRStart and WRComplete and posts them as one
+// list, all or none on the software device. Neither allocates per
+// completion or work request.
+//
 // Where Go has a better shape, the API takes it: errors are error values
 // wrapping an errno (errors.Is(err, verbs.ErrInvalidArgument)); a failed post
 // returns a *WRError naming the work request, as bad_wr does; blocking calls

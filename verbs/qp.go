@@ -19,6 +19,9 @@ type QP struct {
 	srq    *SRQ
 	// userCtx is QPInitAttr.QPContext.
 	userCtx any
+	// ex is the work request builder of a QP made by CreateQPEx with
+	// send_ops_flags.
+	ex *QPEx
 
 	mu        sync.Mutex
 	destroyed bool
@@ -165,22 +168,35 @@ func (qp *QP) State() QPState {
 // remote XRC SRQ it is for in RemoteSRQN; an XRC_RECV QP has no send
 // queue.
 func (qp *QP) PostSend(wrs []SendWR) error {
-	if err := qp.live("ibv_post_send"); err != nil {
+	return qp.postSend("ibv_post_send", wrs, false)
+}
+
+// postSend is PostSend for the call op; with all, it posts through the
+// provider's BatchPoster if it has one, so that all of wrs are posted or
+// none.
+func (qp *QP) postSend(op string, wrs []SendWR, all bool) error {
+	if err := qp.live(op); err != nil {
 		return &WRError{Err: err}
 	}
 	if qp.typ == QPTXRCRecv && len(wrs) > 0 {
-		return &WRError{WRID: wrs[0].WRID, Err: Errorf("ibv_post_send", ErrInvalidArgument, "an XRC_RECV QP has no send queue")}
+		return &WRError{WRID: wrs[0].WRID, Err: Errorf(op, ErrInvalidArgument, "an XRC_RECV QP has no send queue")}
 	}
 	for i := range wrs {
 		if w := &wrs[i]; w.Opcode == WRBindMW && w.BindMW.MW != nil && w.BindMW.MW.gone() {
-			return &WRError{Index: i, WRID: w.WRID, Err: Errorf("ibv_post_send", ErrClosed, "BIND_MW of a deallocated memory window")}
+			return &WRError{Index: i, WRID: w.WRID, Err: Errorf(op, ErrClosed, "BIND_MW of a deallocated memory window")}
 		}
 	}
 	racesync.Sync()
-	err := qp.drv.PostSend(wrs)
+	var err error
 	posted := wrs
-	if we, ok := err.(*WRError); ok {
-		posted = wrs[:we.Index]
+	if b, ok := qp.drv.(BatchPoster); all && ok {
+		if err = b.PostSendBatch(wrs); err != nil {
+			posted = nil
+		}
+	} else if err = qp.drv.PostSend(wrs); err != nil {
+		if we, ok := err.(*WRError); ok {
+			posted = wrs[:we.Index]
+		}
 	}
 	for i := range posted {
 		if w := &posted[i]; w.Opcode == WRBindMW && w.BindMW.MW != nil {
@@ -260,6 +276,9 @@ func (qp *QP) Destroy() error {
 		return err
 	}
 	qp.destroyed = true
+	if qp.ex != nil {
+		qp.ex.release()
+	}
 	if qp.xrcd != nil {
 		qp.xrcd.dropRecvQP(qp)
 		return nil

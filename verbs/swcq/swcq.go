@@ -8,6 +8,7 @@ package swcq
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -18,6 +19,7 @@ type CQ struct {
 
 	mu          sync.Mutex
 	ring        []verbs.WC // circular: n entries from head
+	stamps      []stamp    // NewStamped: when each entry of ring was pushed
 	head, n     int
 	armed       notifyMode
 	overrunTold bool // FirstOverrun has said so
@@ -41,6 +43,39 @@ func New(cqe int, notify func()) *CQ {
 	return &CQ{notify: notify, ring: make([]verbs.WC, cqe), nonEmpty: make(chan struct{}, 1)}
 }
 
+// NewStamped returns a CQ like New's that also records when each
+// completion is pushed, for an extended CQ asked for completion
+// timestamps: StartPoll and NextPoll hand them out with the completion,
+// in Clock's units. Only such CQs read the clock.
+func NewStamped(cqe int, notify func()) *CQ {
+	cq := New(cqe, notify)
+	cq.stamps = make([]stamp, cqe)
+	return cq
+}
+
+// stamp is when a completion was pushed: Clock's two readings.
+type stamp struct{ raw, wallNS uint64 }
+
+// The clock completions are stamped with counts nanoseconds of the
+// process's monotonic clock: a provider reports ClockKHz as its
+// hca_core_clock and TimestampMask as its completion_timestamp_mask.
+const (
+	ClockKHz      = 1_000_000 // 1 GHz: one tick a nanosecond
+	TimestampMask = ^uint64(0)
+)
+
+// epoch is the raw clock's zero.
+var epoch = time.Now()
+
+// Clock reads the clock completions are stamped with: raw is the
+// monotonic time in nanoseconds since the package was loaded, wallNS the
+// same moment in nanoseconds since the Unix epoch. Raw readings never go
+// backwards, whatever happens to the wall clock.
+func Clock() (raw, wallNS uint64) {
+	t := time.Now()
+	return uint64(t.Sub(epoch)), uint64(t.UnixNano())
+}
+
 // Push adds a completion; solicited says whether it is for a solicited
 // message (a SEND with the SE bit). It returns false if the CQ is full:
 // the completion is lost and the CQ is in error, and the provider should
@@ -56,7 +91,14 @@ func (cq *CQ) Push(wc *verbs.WC, solicited bool) bool {
 		cq.mu.Unlock()
 		return false
 	}
-	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
+	i := (cq.head + cq.n) % len(cq.ring)
+	cq.ring[i] = *wc
+	if cq.stamps != nil {
+		// Read under the lock, so that the stamps of the queue's
+		// entries never decrease whichever QPs push them.
+		raw, wall := Clock()
+		cq.stamps[i] = stamp{raw, wall}
+	}
 	cq.n++
 	fire := cq.armed == notifyAll || cq.armed == notifySolicited && (solicited || wc.Status != verbs.WCSuccess)
 	if fire {
@@ -96,14 +138,53 @@ func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 	k := 0
 	for k < len(wc) && cq.n > 0 {
 		wc[k] = cq.ring[cq.head]
-		cq.head = (cq.head + 1) % len(cq.ring)
-		cq.n--
+		cq.pop()
 		k++
 	}
 	if k == 0 && cq.overflow {
 		return 0, verbs.Errorf("ibv_poll_cq", verbs.ErrIO, "CQ overrun: completions were lost")
 	}
 	return k, nil
+}
+
+// pop drops the oldest completion (mu held).
+func (cq *CQ) pop() {
+	cq.head = (cq.head + 1) % len(cq.ring)
+	cq.n--
+}
+
+// StartPoll implements verbs.CQExDriver (ibv_start_poll): it takes the
+// oldest completion into cur, with its timestamps if the CQ is stamped.
+// It returns verbs.ErrNoEntry when the CQ is empty.
+func (cq *CQ) StartPoll(cur *verbs.WCEx) error { return cq.take(cur, "ibv_start_poll") }
+
+// NextPoll implements verbs.CQExDriver (ibv_next_poll), as StartPoll.
+func (cq *CQ) NextPoll(cur *verbs.WCEx) error { return cq.take(cur, "ibv_next_poll") }
+
+// EndPoll implements verbs.CQExDriver (ibv_end_poll). StartPoll and
+// NextPoll consume what they hand out, so there is nothing to do.
+func (cq *CQ) EndPoll() {}
+
+func (cq *CQ) take(cur *verbs.WCEx, op string) error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return verbs.Errorf(op, verbs.ErrClosed, "CQ destroyed")
+	}
+	if cq.n == 0 {
+		if cq.overflow {
+			return verbs.Errorf(op, verbs.ErrIO, "CQ overrun: completions were lost")
+		}
+		return verbs.ErrNoEntry
+	}
+	cur.WC = cq.ring[cq.head]
+	cur.CompletionTS, cur.CompletionWallclockNS = 0, 0
+	if cq.stamps != nil {
+		s := cq.stamps[cq.head]
+		cur.CompletionTS, cur.CompletionWallclockNS = s.raw, s.wallNS
+	}
+	cq.pop()
+	return nil
 }
 
 // Len implements verbs.CQDriver.
@@ -169,10 +250,18 @@ func (cq *CQ) Resize(cqe int) error {
 		return verbs.Errorf("ibv_resize_cq", verbs.ErrInvalidArgument, "fewer entries than completions queued")
 	}
 	ring := make([]verbs.WC, cqe)
-	for i := 0; i < cq.n; i++ {
-		ring[i] = cq.ring[(cq.head+i)%len(cq.ring)]
+	var stamps []stamp
+	if cq.stamps != nil {
+		stamps = make([]stamp, cqe)
 	}
-	cq.ring, cq.head = ring, 0
+	for i := 0; i < cq.n; i++ {
+		j := (cq.head + i) % len(cq.ring)
+		ring[i] = cq.ring[j]
+		if stamps != nil {
+			stamps[i] = cq.stamps[j]
+		}
+	}
+	cq.ring, cq.stamps, cq.head = ring, stamps, 0
 	return nil
 }
 
@@ -187,4 +276,4 @@ func (cq *CQ) Destroy() error {
 	return nil
 }
 
-var _ verbs.CQDriver = (*CQ)(nil)
+var _ verbs.CQExDriver = (*CQ)(nil)

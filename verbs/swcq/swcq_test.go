@@ -1,7 +1,9 @@
 package swcq
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -35,5 +37,72 @@ func TestOverrunIsToldOnce(t *testing.T) {
 	}
 	if !cq.FirstOverrun() || cq.FirstOverrun() {
 		t.Error("the overrun was not told exactly once")
+	}
+}
+
+// A stamped CQ hands out each completion with the time it was pushed:
+// in push order, within the wall-clock window of the pushes, and across a
+// resize.
+func TestStampedCQStampsCompletionsInOrder(t *testing.T) {
+	cq := NewStamped(8, nil)
+	rawBefore, _ := Clock()
+	before := time.Now()
+	for i := range 6 {
+		cq.Push(&verbs.WC{WRID: uint64(i)}, false)
+	}
+	after := time.Now()
+	rawAfter, _ := Clock()
+	var cur verbs.WCEx
+	if err := cq.StartPoll(&cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.Resize(16); err != nil {
+		t.Fatal(err)
+	}
+	prev := uint64(0)
+	for i := 0; ; i++ {
+		if cur.WRID != uint64(i) {
+			t.Fatalf("completion %d has wr_id %d", i, cur.WRID)
+		}
+		if cur.CompletionTS < max(prev, rawBefore) || cur.CompletionTS > rawAfter {
+			t.Errorf("completion %d stamped %d: not in [%d, %d] after %d", i, cur.CompletionTS, rawBefore, rawAfter, prev)
+		}
+		if w := time.Unix(0, int64(cur.CompletionWallclockNS)); w.Before(before.Truncate(0)) || w.After(after.Truncate(0)) {
+			t.Errorf("completion %d: wall clock %s outside [%s, %s]", i, w, before, after)
+		}
+		prev = cur.CompletionTS
+		if err := cq.NextPoll(&cur); err != nil {
+			if err != verbs.ErrNoEntry || i != 5 {
+				t.Fatalf("after completion %d: %v, want ErrNoEntry after 6", i, err)
+			}
+			break
+		}
+	}
+	cq.EndPoll()
+}
+
+// An ordinary CQ reads no clock: its completions carry no time, and a
+// stale time in the caller's WCEx is cleared.
+func TestUnstampedCQHandsOutNoTime(t *testing.T) {
+	cq := New(2, nil)
+	cq.Push(&verbs.WC{WRID: 1}, false)
+	cur := verbs.WCEx{CompletionTS: 5, CompletionWallclockNS: 5}
+	if err := cq.StartPoll(&cur); err != nil || cur.WRID != 1 || cur.CompletionTS != 0 || cur.CompletionWallclockNS != 0 {
+		t.Fatalf("StartPoll: %v %+v", err, cur)
+	}
+	if err := cq.StartPoll(&cur); err != verbs.ErrNoEntry {
+		t.Fatalf("StartPoll on an empty CQ: %v, want ErrNoEntry itself", err)
+	}
+	cq.Push(&verbs.WC{}, false)
+	cq.Push(&verbs.WC{}, false)
+	cq.Push(&verbs.WC{}, false) // overruns
+	cq.StartPoll(&cur)
+	cq.NextPoll(&cur)
+	if err := cq.NextPoll(&cur); !errors.Is(err, verbs.ErrIO) {
+		t.Fatalf("polling an overrun CQ dry: %v, want EIO", err)
+	}
+	cq.Destroy()
+	if err := cq.StartPoll(&cur); !errors.Is(err, verbs.ErrClosed) {
+		t.Fatalf("StartPoll after Destroy: %v, want ErrClosed", err)
 	}
 }

@@ -91,6 +91,15 @@ var cases = []testCase{
 	{"Errors/RNRRetryExceeded", testRNR},
 	{"Errors/FlushAfterError", testFlush},
 	{"Errors/BadWorkRequest", testBadWR},
+	{"Extended/query_device_ex", testQueryDeviceEx},
+	{"Extended/CQEx_reads_what_poll_reads", testCQExMatchesPoll},
+	{"Extended/CQEx_completion_timestamps", testCQExTimestamps},
+	{"Extended/CQEx_refuses_unknown_fields", testCQExRefuses},
+	{"Extended/QPEx_every_operation", testQPExEveryOp},
+	{"Extended/QPEx_memory_windows", testQPExMW},
+	{"Extended/QPEx_refuses_ops_outside_send_ops_flags", testQPExRefusesOps},
+	{"Extended/QPEx_abort_posts_nothing", testQPExAbort},
+	{"Extended/QPEx_UD", testQPExUD},
 }
 
 // Run runs every case against tg, each as a subtest.
@@ -123,6 +132,7 @@ type side struct {
 	pd  *verbs.PD
 	ch  *verbs.CompChannel
 	cq  *verbs.CQ
+	cqx *verbs.CQEx // with opts.cqEx: the CQ as CreateCQEx made it
 	qp  *verbs.QP
 	buf []byte
 	mr  *verbs.MR
@@ -136,6 +146,11 @@ type opts struct {
 	rnrRetry uint8
 	access   verbs.AccessFlags
 	inline   uint32
+	// cqEx makes the CQ with CreateCQEx, asking for wcFlags; sendOps
+	// makes the QP with CreateQPEx and these send_ops_flags.
+	cqEx    bool
+	wcFlags verbs.CreateCQWCFlags
+	sendOps verbs.QPCreateSendOpsFlags
 }
 
 const bufSize = 1 << 16
@@ -162,7 +177,12 @@ func newSide(t *testing.T, tg *Target, dev *verbs.Device, o opts) *side {
 	if s.ch, err = ctx.CreateCompChannel(); err != nil {
 		t.Fatal(err)
 	}
-	if s.cq, err = ctx.CreateCQ(256, s.ch, 0); err != nil {
+	if o.cqEx {
+		if s.cqx, err = ctx.CreateCQEx(&verbs.CQInitAttrEx{CQE: 256, Channel: s.ch, WCFlags: o.wcFlags}); err != nil {
+			t.Fatal(err)
+		}
+		s.cq = s.cqx.CQ
+	} else if s.cq, err = ctx.CreateCQ(256, s.ch, 0); err != nil {
 		t.Fatal(err)
 	}
 	if o.typ == 0 {
@@ -170,7 +190,13 @@ func newSide(t *testing.T, tg *Target, dev *verbs.Device, o opts) *side {
 	}
 	attr := &verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: o.typ, SRQ: o.srq,
 		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: o.inline}}
-	if s.qp, err = s.pd.CreateQP(attr); err != nil {
+	if o.sendOps != 0 {
+		s.qp, err = ctx.CreateQPEx(&verbs.QPInitAttrEx{QPInitAttr: *attr, CompMask: verbs.QPInitAttrPD | verbs.QPInitAttrSendOpsFlags,
+			PD: s.pd, SendOpsFlags: o.sendOps})
+	} else {
+		s.qp, err = s.pd.CreateQP(attr)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	s.buf = make([]byte, bufSize)
