@@ -18,6 +18,7 @@ type end struct {
 	ctx *verbs.Context
 	pd  *verbs.PD
 	cq  *verbs.CQ
+	cqx *verbs.CQEx // with pairOpts.wcFlags: the CQ as CreateCQEx made it
 	qp  *verbs.QP
 	buf []byte
 	mr  *verbs.MR
@@ -35,6 +36,11 @@ type pairOpts struct {
 	sendWR   uint32
 	recvWR   uint32
 	rdAtomic uint8
+	// wcFlags makes each end's CQ with CreateCQEx, asking for these
+	// fields; sendOps makes its QP with CreateQPEx and these
+	// send_ops_flags.
+	wcFlags verbs.CreateCQWCFlags
+	sendOps verbs.QPCreateSendOpsFlags
 }
 
 func (o *pairOpts) defaults() {
@@ -122,11 +128,21 @@ func newEndOn(t testing.TB, dev *verbs.Device, o *pairOpts) *end {
 	if e.pd, err = ctx.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
-	if e.cq, err = ctx.CreateCQ(4096, nil, 0); err != nil {
+	if o.wcFlags != 0 {
+		if e.cqx, err = ctx.CreateCQEx(&verbs.CQInitAttrEx{CQE: 4096, WCFlags: o.wcFlags}); err != nil {
+			t.Fatal(err)
+		}
+		e.cq = e.cqx.CQ
+	} else if e.cq, err = ctx.CreateCQ(4096, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, QPType: o.typ,
-		Cap: verbs.QPCap{MaxSendWR: o.sendWR, MaxRecvWR: o.recvWR, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
+	attr := verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, QPType: o.typ,
+		Cap: verbs.QPCap{MaxSendWR: o.sendWR, MaxRecvWR: o.recvWR, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}}
+	if o.sendOps != 0 {
+		e.qp, err = ctx.CreateQPEx(&verbs.QPInitAttrEx{QPInitAttr: attr, CompMask: verbs.QPInitAttrPD | verbs.QPInitAttrSendOpsFlags, PD: e.pd, SendOpsFlags: o.sendOps})
+	} else {
+		e.qp, err = e.pd.CreateQP(&attr)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
