@@ -298,6 +298,11 @@ func (c *ctx) QueryDevice() (verbs.DeviceAttr, error) {
 	if rc := C.ibv_query_device(c.s.c, &a); rc != 0 {
 		return verbs.DeviceAttr{}, failRC("ibv_query_device", rc)
 	}
+	return goDeviceAttr(&a), nil
+}
+
+// goDeviceAttr converts struct ibv_device_attr.
+func goDeviceAttr(a *C.struct_ibv_device_attr) verbs.DeviceAttr {
 	return verbs.DeviceAttr{
 		FWVer:                 C.GoString(&a.fw_ver[0]),
 		NodeGUID:              be64(uint64(a.node_guid)),
@@ -339,7 +344,7 @@ func (c *ctx) QueryDevice() (verbs.DeviceAttr, error) {
 		MaxPKeys:              int(a.max_pkeys),
 		LocalCADelayAck:       uint8(a.local_ca_ack_delay),
 		PhysPortCnt:           uint8(a.phys_port_cnt),
-	}, nil
+	}
 }
 
 // be64 converts a big-endian value as C stores it to the host's order.
@@ -631,9 +636,14 @@ type cq struct {
 	armed  atomic.Bool // the program armed the CQ (ReqNotify)
 	done   chan struct{}
 
+	// ex is the CQ as ibv_create_cq_ex made it, or nil; wcFlags are
+	// the fields it was asked for.
+	ex      *C.struct_ibv_cq_ex
+	wcFlags C.uint64_t
+
 	mu      sync.Mutex
 	wake    chan struct{} // closed at the next event
-	stash   []verbs.WC    // completions Len and Wait took from the device
+	stash   []verbs.WCEx  // completions Len, Wait and StartPoll took from the device
 	started bool
 	closed  bool
 }
@@ -649,14 +659,25 @@ func (c *ctx) NumCompVectors() int { return int(c.s.c.num_comp_vectors) }
 // CreateCQOnVector implements verbs.CompVectors (ibv_create_cq's
 // comp_vector).
 func (c *ctx) CreateCQOnVector(cqe int, notify func(), vector int) (verbs.CQDriver, error) {
+	return c.newCQ("ibv_create_cq", notify, func(ch *C.struct_ibv_comp_channel) (*C.struct_ibv_cq, error) {
+		q, err := C.ibv_create_cq(c.s.c, C.int(cqe), nil, ch, C.int(vector))
+		if q == nil {
+			return nil, fail("ibv_create_cq", err)
+		}
+		return q, nil
+	})
+}
+
+// newCQ makes a CQ with create, on a completion channel of its own.
+func (c *ctx) newCQ(op string, notify func(), create func(*C.struct_ibv_comp_channel) (*C.struct_ibv_cq, error)) (*cq, error) {
 	ch, err := C.ibv_create_comp_channel(c.s.c)
 	if ch == nil {
 		return nil, fail("ibv_create_comp_channel", err)
 	}
-	q, err := C.ibv_create_cq(c.s.c, C.int(cqe), nil, ch, C.int(vector))
-	if q == nil {
+	q, err := create(ch)
+	if err != nil {
 		C.ibv_destroy_comp_channel(ch)
-		return nil, fail("ibv_create_cq", err)
+		return nil, err
 	}
 	fd, err := syscall.Dup(int(ch.fd))
 	if err == nil {
@@ -665,7 +686,7 @@ func (c *ctx) CreateCQOnVector(cqe int, notify func(), vector int) (verbs.CQDriv
 	if err != nil {
 		C.ibv_destroy_cq(q)
 		C.ibv_destroy_comp_channel(ch)
-		return nil, fail("ibv_create_cq", err)
+		return nil, fail(op, err)
 	}
 	r := &cq{c: c, cq: q, ch: ch, f: os.NewFile(uintptr(fd), "ibv-cq"), notify: notify, done: make(chan struct{}), wake: make(chan struct{})}
 	if notify != nil {
@@ -712,8 +733,11 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 	n := 0
 	if q.hasStash() {
 		q.mu.Lock()
-		n = copy(wc, q.stash)
-		q.stash = q.stash[:copy(q.stash, q.stash[n:])]
+		for n < len(wc) && n < len(q.stash) {
+			wc[n] = q.stash[n].WC
+			n++
+		}
+		q.unstash(n)
 		q.mu.Unlock()
 		if n == len(wc) {
 			return n, nil
@@ -741,21 +765,45 @@ func (q *cq) hasStash() bool {
 	return len(q.stash) > 0
 }
 
+// unstash drops the first n stashed completions (mu held).
+func (q *cq) unstash(n int) {
+	if n == 0 {
+		return
+	}
+	q.stash = q.stash[:copy(q.stash, q.stash[n:])]
+	if len(q.stash) == 0 {
+		stashed.Add(-1)
+	}
+}
+
 // fill polls what the device holds into the stash, so that Len can count
-// it. Called with mu held.
-func (q *cq) fill() {
-	var buf [64]verbs.WC
+// it; an extended CQ is read with the extended API, its timestamps
+// included. Called with mu held.
+func (q *cq) fill() error {
+	var buf [64]verbs.WCEx
 	for {
-		got := int(C.rg_poll_cq(q.cq, C.int(len(buf)), (*C.struct_ibv_wc)(unsafe.Pointer(&buf[0]))))
-		if got <= 0 {
-			break
+		var got int
+		if q.ex != nil {
+			var err error
+			if got, err = q.pollEx(buf[:]); err != nil {
+				return err
+			}
+		} else {
+			var wc [len(buf)]verbs.WC
+			got = max(int(C.rg_poll_cq(q.cq, C.int(len(wc)), (*C.struct_ibv_wc)(unsafe.Pointer(&wc[0])))), 0)
+			for i := range got {
+				buf[i] = verbs.WCEx{WC: wc[i]}
+			}
+		}
+		if got == 0 {
+			return nil
 		}
 		if len(q.stash) == 0 {
 			stashed.Add(1)
 		}
 		q.stash = append(q.stash, buf[:got]...)
 		if got < len(buf) {
-			break
+			return nil
 		}
 	}
 }
@@ -763,11 +811,7 @@ func (q *cq) fill() {
 func (q *cq) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	had := len(q.stash) > 0
 	q.fill()
-	if had && len(q.stash) == 0 {
-		stashed.Add(-1)
-	}
 	return len(q.stash)
 }
 
@@ -788,9 +832,12 @@ func (q *cq) Wait(ctx context.Context) error {
 			q.mu.Unlock()
 			return failRC("ibv_req_notify_cq", rc)
 		}
-		q.fill()
+		err := q.fill()
 		n := len(q.stash)
 		q.mu.Unlock()
+		if err != nil && n == 0 {
+			return err
+		}
 		if n > 0 {
 			return nil
 		}
