@@ -31,11 +31,7 @@ func FuzzReceive(f *testing.F) {
 	a, b, _ := memPair(f, 7, link.Faults{}, pairOpts{bufSize: 4096})
 	q := verbs.QPDriverOf(b.qp).(*qp)
 	// Guard memory around a registered window: only the window may change.
-	arena := make([]byte, 3*4096)
-	for i := range arena {
-		arena[i] = 0xa5
-	}
-	guard := bytes.Repeat([]byte{0xa5}, 4096)
+	arena := bytes.Repeat([]byte{0xa5}, 3*4096)
 	window := arena[4096 : 2*4096]
 	mr, err := b.pd.RegMR(window, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
 	if err != nil {
@@ -73,38 +69,12 @@ func FuzzReceive(f *testing.F) {
 	for _, op := range []wire.OpCode{wire.RCSendOnly, wire.RCSendFirst, wire.RCWriteOnly, wire.RCWriteFirst, wire.RCWriteOnlyWithImmediate,
 		wire.RCReadRequest, wire.RCCompareSwap, wire.RCFetchAdd, wire.RCSendLastWithImmediate, wire.RCAcknowledge, wire.RCReadResponseOnly,
 		wire.UCSendOnly, wire.UDSendOnly} {
-		h := wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: 0xffff, PSN: rqPSN, AckReq: true},
-			RETH:      wire.RETHFields{VA: mr.Addr() + 64, RKey: mr.RKey(), DMALen: 1024},
-			AtomicETH: wire.AtomicETHFields{VA: mr.Addr() + 8, RKey: mr.RKey(), SwapAdd: 1}}
-		n := 0
-		if op.HasPayload() {
-			n = 1024
-		}
-		pkt, err := wire.AppendPacket(nil, &h, make([]byte, n))
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(pkt, true)
+		addFuzzSeed(f, wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: 0xffff, PSN: rqPSN, AckReq: true}}, mr)
 	}
 	wcs := make([]verbs.WC, 64)
 	f.Fuzz(func(t *testing.T, pkt []byte, atEPSN bool) {
-		if len(pkt) < wire.BTHLen+wire.ICRCLen || len(pkt) > maxPacket {
+		if !deliverFuzzed(t, q, pkt, atEPSN, arena) {
 			return
-		}
-		buf := q.hw.getBuf()[:len(pkt)]
-		copy(buf, pkt)
-		binary.BigEndian.PutUint32(buf[4:], uint32(buf[4])<<24|q.num) // to the QP under test
-		if atEPSN {
-			var epsn wire.PSN
-			onOwner(q, func() { epsn = q.resp.epsn })
-			binary.BigEndian.PutUint32(buf[8:], uint32(buf[8])<<24|uint32(epsn))
-		}
-		if !q.deliver(inPacket{buf: buf, src: peerAddr(q)}) {
-			t.Fatal("QP refused the packet")
-		}
-		onOwner(q, func() {})
-		if !bytes.Equal(arena[:4096], guard) || !bytes.Equal(arena[2*4096:], guard) {
-			t.Fatal("memory outside the registered region changed")
 		}
 		b.cq.Poll(wcs)
 		a.cq.Poll(wcs)
@@ -113,6 +83,54 @@ func FuzzReceive(f *testing.F) {
 		}
 	})
 }
+
+// addFuzzSeed adds to f the packet of h, its RETH and AtomicETH aimed at
+// the start of mr and a payload of 1024 bytes if the opcode carries one.
+func addFuzzSeed(f *testing.F, h wire.Headers, mr *verbs.MR) {
+	f.Helper()
+	h.RETH = wire.RETHFields{VA: mr.Addr() + 64, RKey: mr.RKey(), DMALen: 1024}
+	h.AtomicETH = wire.AtomicETHFields{VA: mr.Addr() + 8, RKey: mr.RKey(), SwapAdd: 1}
+	n := 0
+	if h.BTH.OpCode.HasPayload() {
+		n = 1024
+	}
+	pkt, err := wire.AppendPacket(nil, &h, make([]byte, n))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(pkt, true)
+}
+
+// deliverFuzzed hands pkt to q as the device's receive loop would,
+// addressed to q and, if atEPSN, at the PSN its responder expects, and
+// waits until q has handled it. The arena's middle 4 KiB are registered
+// memory: it fails t if a byte of the 0xa5 guard pages around them
+// changed. It reports false, doing nothing, for a length no link passes.
+func deliverFuzzed(t *testing.T, q *qp, pkt []byte, atEPSN bool, arena []byte) bool {
+	t.Helper()
+	if len(pkt) < wire.BTHLen+wire.ICRCLen || len(pkt) > maxPacket {
+		return false
+	}
+	buf := q.hw.getBuf()[:len(pkt)]
+	copy(buf, pkt)
+	binary.BigEndian.PutUint32(buf[4:], uint32(buf[4])<<24|q.num) // to the QP under test
+	if atEPSN {
+		var epsn wire.PSN
+		onOwner(q, func() { epsn = q.resp.epsn })
+		binary.BigEndian.PutUint32(buf[8:], uint32(buf[8])<<24|uint32(epsn))
+	}
+	if !q.deliver(inPacket{buf: buf, src: peerAddr(q)}) {
+		t.Fatal("QP refused the packet")
+	}
+	onOwner(q, func() {})
+	if !bytes.Equal(arena[:4096], fuzzGuard) || !bytes.Equal(arena[2*4096:], fuzzGuard) {
+		t.Fatal("memory outside the registered region changed")
+	}
+	return true
+}
+
+// fuzzGuard is what a guard page of deliverFuzzed's arena holds.
+var fuzzGuard = bytes.Repeat([]byte{0xa5}, 4096)
 
 // peerAddr returns the address q's packets come from (its AV's DGID).
 func peerAddr(q *qp) (a netip.Addr) {

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/rxe/wire"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -21,7 +23,7 @@ import (
 // cq[0], srq[1] with PD pd[1] and CQ cq[1]. B's memory region mr[i] is
 // registered in pd[i]; A's in its own PD.
 type xrcRig struct {
-	t   *testing.T
+	t   testing.TB
 	net *link.Network
 	a   *end // the sender: its qp is the XRC_SEND QP
 	b   struct {
@@ -41,12 +43,18 @@ type xrcRig struct {
 
 const xrcAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 
-func newXRCRig(t *testing.T, seed uint64, f link.Faults, o pairOpts) *xrcRig {
+func newXRCRig(t testing.TB, seed uint64, f link.Faults, o pairOpts) *xrcRig {
 	t.Helper()
 	o.defaults()
 	r := &xrcRig{t: t, net: link.NewNetwork(seed), o: o}
-	la := mustAttach(t, r.net, "10.5.0.1")
-	lb := mustAttach(t, r.net, "10.5.0.2")
+	la, err := r.net.Attach(netip.MustParseAddr("10.5.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := r.net.Attach(netip.MustParseAddr("10.5.0.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	devA, err := NewDevice(Config{Name: "xrc_a", Links: []link.Link{la}, NetdevMTU: 9000})
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +117,7 @@ func newXRCRig(t *testing.T, seed uint64, f link.Faults, o pairOpts) *xrcRig {
 
 // newXRCSRQ makes an XRC SRQ of x holding maxWR receives, with pd's
 // memory, completing to cq, and returns it and its number.
-func newXRCSRQ(t *testing.T, pd *verbs.PD, x *verbs.XRCD, cq *verbs.CQ, maxWR uint32) (*verbs.SRQ, uint32) {
+func newXRCSRQ(t testing.TB, pd *verbs.PD, x *verbs.XRCD, cq *verbs.CQ, maxWR uint32) (*verbs.SRQ, uint32) {
 	t.Helper()
 	s, err := pd.Context().CreateSRQEx(&verbs.SRQInitAttrEx{Attr: verbs.SRQAttr{MaxWR: maxWR, MaxSGE: 2},
 		CompMask: verbs.SRQInitAttrType | verbs.SRQInitAttrPD | verbs.SRQInitAttrXRCD | verbs.SRQInitAttrCQ,
@@ -174,7 +182,7 @@ func (r *xrcRig) connect() {
 }
 
 // waitCQ polls cq until n completions arrived or the deadline.
-func waitCQ(t *testing.T, cq *verbs.CQ, n int, d time.Duration) []verbs.WC {
+func waitCQ(t testing.TB, cq *verbs.CQ, n int, d time.Duration) []verbs.WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -581,4 +589,77 @@ func TestXRCDeviceAdvertisesXRC(t *testing.T) {
 	if attr.DeviceCapFlags&verbs.DeviceXRC == 0 {
 		t.Fatalf("device_cap_flags %#x lack IBV_DEVICE_XRC", attr.DeviceCapFlags)
 	}
+}
+
+// FuzzReceiveXRC feeds arbitrary packets to a live XRC_RECV QP through
+// the device's receive entry point, their XRCETH naming either SRQ of the
+// domain, an SRQ of another domain or none. Whatever arrives, nothing may
+// crash, no memory outside the registered window may change (the window
+// is in SRQ 0's PD, so a request through SRQ 1 must not reach it either),
+// and a QP driven into ERR is brought back for the next input.
+func FuzzReceiveXRC(f *testing.F) {
+	const rqPSN = 0x100
+	r := newXRCRig(f, 8, link.Faults{}, pairOpts{bufSize: 8192})
+	b := &r.b
+	q := verbs.QPDriverOf(b.qp).(*xrcHandle).qp
+	arena := bytes.Repeat([]byte{0xa5}, 3*4096)
+	mr, err := b.pd[0].RegMR(arena[4096:2*4096], xrcAccess)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { mr.Dereg() })
+	other, err := b.ctx.OpenXRCD(nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	foreign, foreignN := newXRCSRQ(f, b.pd[0], other, b.cq[0], 4)
+	f.Cleanup(func() { foreign.Destroy(); other.Close() })
+	gidA, _ := r.a.ctx.QueryGID(1, 0)
+	reconnect := func() {
+		steps := []struct {
+			attr verbs.QPAttr
+			mask verbs.QPAttrMask
+		}{
+			{verbs.QPAttr{QPState: verbs.QPSReset}, verbs.QPAttrState},
+			{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: xrcAccess &^ verbs.AccessLocalWrite},
+				verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+			{verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPNum: r.a.qp.Num(), RQPSN: rqPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1,
+				AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: gidA}}},
+				verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+			{verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 0x200, Timeout: 1}, verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout},
+		}
+		for _, s := range steps {
+			if err := b.qp.Modify(&s.attr, s.mask); err != nil {
+				f.Fatal(err)
+			}
+		}
+		// Keep a receive WQE in each SRQ (a full one has plenty).
+		for i, s := range []*verbs.SRQ{b.srq[0], b.srq[1], foreign} {
+			err := s.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{mr.SGE(2048*(i%2), 2048)}}})
+			if err != nil && !errors.Is(err, verbs.ErrNoMemory) {
+				panic(err)
+			}
+		}
+		onOwner(q, func() {})
+	}
+	reconnect()
+	for _, srqn := range []uint32{b.srqn[0], b.srqn[1], foreignN, 0xffffff} {
+		for _, op := range []wire.OpCode{wire.XRCSendOnly, wire.XRCSendFirst, wire.XRCWriteOnly, wire.XRCWriteFirst, wire.XRCWriteOnlyWithImmediate,
+			wire.XRCReadRequest, wire.XRCCompareSwap, wire.XRCFetchAdd, wire.XRCSendLastWithImmediate, wire.XRCSendOnlyWithInvalidate,
+			wire.XRCAcknowledge, wire.RCSendOnly} {
+			addFuzzSeed(f, wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: 0xffff, PSN: rqPSN, AckReq: true}, XRCSRQN: srqn}, mr)
+		}
+	}
+	wcs := make([]verbs.WC, 64)
+	f.Fuzz(func(t *testing.T, pkt []byte, atEPSN bool) {
+		if !deliverFuzzed(t, q, pkt, atEPSN, arena) {
+			return
+		}
+		for _, cq := range []*verbs.CQ{b.cq[0], b.cq[1], r.a.cq} {
+			cq.Poll(wcs)
+		}
+		if b.qp.State() == verbs.QPSErr {
+			reconnect()
+		}
+	})
 }
