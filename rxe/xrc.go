@@ -263,11 +263,23 @@ func (q *qp) eventSinks() []verbs.EventSink {
 func (c *devctx) closeXRC() []*qp {
 	h := c.hw
 	h.mu.Lock()
-	var orphans []*qp
+	var recv []*qp
 	for _, q := range h.qps {
-		if q.typ != verbs.QPTXRCRecv {
-			continue
+		if q.typ == verbs.QPTXRCRecv {
+			recv = append(recv, q)
 		}
+	}
+	var srqs []*srq
+	for _, s := range h.srqs {
+		if s.ctx == c {
+			srqs = append(srqs, s)
+		}
+	}
+	h.mu.Unlock()
+	// q.mu is taken without h.mu held: a poster may hold q.mu and want
+	// h.mu.
+	var orphans []*qp
+	for _, q := range recv {
 		q.mu.Lock()
 		k := 0
 		for _, hd := range q.handles {
@@ -280,18 +292,11 @@ func (c *devctx) closeXRC() []*qp {
 		}
 		clear(q.handles[k:])
 		q.handles = q.handles[:k]
-		if k == 0 {
+		if k == 0 && !q.destroyed {
 			orphans = append(orphans, q)
 		}
 		q.mu.Unlock()
 	}
-	var srqs []*srq
-	for _, s := range h.srqs {
-		if s.ctx == c {
-			srqs = append(srqs, s)
-		}
-	}
-	h.mu.Unlock()
 	for _, s := range srqs {
 		s.Destroy()
 	}

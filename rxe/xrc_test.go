@@ -469,7 +469,7 @@ func TestXRCEmptySRQIsRNRAndRetried(t *testing.T) {
 // the QP, and O_EXCL refuses a file whose domain exists.
 func TestXRCSharedDomainAndOpenQP(t *testing.T) {
 	r := newXRCRig(t, 26, link.Faults{}, pairOpts{})
-	a, b := r.a, &r.b
+	b := &r.b
 	f, err := os.Create(filepath.Join(t.TempDir(), "xrc_domain"))
 	if err != nil {
 		t.Fatal(err)
@@ -527,26 +527,10 @@ func TestXRCSharedDomainAndOpenQP(t *testing.T) {
 	if err := recv.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	r.b.qp, opened = opened, r.b.qp // connect and the cleanup use the rig's
-	if err := a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSReset}, verbs.QPAttrState); err != nil {
-		t.Fatal(err)
-	}
-	r.connect()
-	r.b.qp, opened = opened, r.b.qp
-	if err := srq.PostRecv([]verbs.RecvWR{{WRID: 3, SGList: []verbs.SGE{b.mr[0].SGE(0, 64)}}}); err != nil {
-		t.Fatal(err)
-	}
-	copy(a.buf, "through the opened QP")
-	if err := a.qp.PostSend([]verbs.SendWR{{WRID: 4, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{a.mr.SGE(0, 21)}, RemoteSRQN: srqn}}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := a.wait(1, 10*time.Second)[0]; wc.Status != verbs.WCSuccess {
-		t.Fatalf("requester completion %s", wc.Status)
-	}
-	wc := waitCQ(t, b.cq[0], 1, 10*time.Second)[0]
-	if wc.Status != verbs.WCSuccess || wc.QPNum != opened.Num() || string(b.buf[0][:21]) != "through the opened QP" {
-		t.Fatalf("receive %+v %q", wc, b.buf[0][:21])
+	r.retarget(opened)
+	wc := r.sendThrough(srq, srqn, b.cq[0], "through the opened QP")
+	if wc.QPNum != opened.Num() {
+		t.Fatalf("receive through QP %#x, want %#x", wc.QPNum, opened.Num())
 	}
 	// The last handle takes the QP with it: the device forgets the
 	// number.
@@ -556,6 +540,124 @@ func TestXRCSharedDomainAndOpenQP(t *testing.T) {
 	}
 	if _, err := ctx2.OpenQP(openAttr(x2)); !errors.Is(err, verbs.ErrNoEntry) {
 		t.Fatalf("opening QP %#x after its last handle: %v, want ErrNoEntry", num, err)
+	}
+}
+
+// retarget connects the sender anew, to the XRC_RECV QP (handle) qp.
+func (r *xrcRig) retarget(qp *verbs.QP) {
+	r.t.Helper()
+	if err := r.a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSReset}, verbs.QPAttrState); err != nil {
+		r.t.Fatal(err)
+	}
+	keep := r.b.qp // connect aims at the rig's; the cleanup destroys it
+	r.b.qp = qp
+	r.connect()
+	r.b.qp = keep
+}
+
+// sendThrough posts a receive of 64 bytes at the start of B's first
+// region to srq, SENDs msg to it by number, and returns the receive's
+// completion on cq, having checked it and the data.
+func (r *xrcRig) sendThrough(srq *verbs.SRQ, srqn uint32, cq *verbs.CQ, msg string) verbs.WC {
+	t, a, b := r.t, r.a, &r.b
+	t.Helper()
+	clear(b.buf[0][:64])
+	if err := srq.PostRecv([]verbs.RecvWR{{WRID: 3, SGList: []verbs.SGE{b.mr[0].SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(a.buf, msg)
+	if err := a.qp.PostSend([]verbs.SendWR{{WRID: 4, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(0, len(msg))}, RemoteSRQN: srqn}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := a.wait(1, 10*time.Second)[0]; wc.Status != verbs.WCSuccess {
+		t.Fatalf("requester completion %s", wc.Status)
+	}
+	wc := waitCQ(t, cq, 1, 10*time.Second)[0]
+	if wc.Status != verbs.WCSuccess || wc.WRID != 3 || string(b.buf[0][:len(msg)]) != msg {
+		t.Fatalf("receive %+v %q", wc, b.buf[0][:len(msg)])
+	}
+	return wc
+}
+
+// TestXRCContextCloseLeavesOtherContextsHandles: closing a context closes
+// its handles on XRC_RECV QPs, its XRC SRQs and its opens of domains; a
+// QP another context holds a handle on keeps serving, and goes with the
+// last context that held one, as does a domain shared through a file.
+func TestXRCContextCloseLeavesOtherContextsHandles(t *testing.T) {
+	r := newXRCRig(t, 29, link.Faults{}, pairOpts{})
+	b := &r.b
+	f, err := os.Create(filepath.Join(t.TempDir(), "xrc_domain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	attr := &verbs.XRCDInitAttr{CompMask: verbs.XRCDInitAttrFD | verbs.XRCDInitAttrOFlags, FD: int(f.Fd()), OFlags: os.O_CREATE}
+	var ctx [2]*verbs.Context
+	var x [2]*verbs.XRCD
+	for i := range ctx {
+		if ctx[i], err = b.dev.Open(); err != nil {
+			t.Fatal(err)
+		}
+		defer ctx[i].Close()
+		if x[i], err = ctx[i].OpenXRCD(attr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := verbs.QPDriverOf(b.qp).(*xrcHandle).hw
+	key, err := fileIdentity(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Context 0 makes the QP; context 1 opens it and has the SRQ.
+	recv, err := x[0].CreateQP(&verbs.QPInitAttr{QPType: verbs.QPTXRCRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	num := recv.Num()
+	opened, err := ctx[1].OpenQP(&verbs.QPOpenAttr{CompMask: verbs.QPOpenAttrNum | verbs.QPOpenAttrXRCD | verbs.QPOpenAttrType,
+		QPNum: num, XRCD: x[1], QPType: verbs.QPTXRCRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := ctx[1].AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ctx[1].CreateCQ(16, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq, srqn := newXRCSRQ(t, pd, x[1], cq, 8)
+	// The receive buffer must be in the SRQ's PD.
+	mr, err := pd.RegMR(b.buf[0], xrcAccess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.mr[0], mr = mr, b.mr[0]
+	defer func() { b.mr[0] = mr }()
+	r.retarget(opened)
+	r.sendThrough(srq, srqn, cq, "before the close")
+	if err := ctx[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.sendThrough(srq, srqn, cq, "after the creator's close")
+	h.mu.RLock()
+	_, shared := h.xrcds[key]
+	h.mu.RUnlock()
+	if !shared {
+		t.Fatal("the file's domain went with one of the two contexts that opened it")
+	}
+	if err := ctx[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.RLock()
+	_, qpLeft := h.qps[num]
+	_, domainLeft := h.xrcds[key]
+	_, srqLeft := h.srqs[srqn]
+	h.mu.RUnlock()
+	if qpLeft || domainLeft || srqLeft {
+		t.Fatalf("after the last context: QP left %v, domain left %v, SRQ left %v", qpLeft, domainLeft, srqLeft)
 	}
 }
 
