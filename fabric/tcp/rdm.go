@@ -100,9 +100,8 @@ type rdm struct {
 	info      *fabric.Info
 	ctx       any
 
-	mu      sync.Mutex
-	av      *fabric.AV
-	comp    fabric.Completions
+	rxm.Binds // Mu, the AV, the CQs and counters
+
 	enabled bool
 	closed  bool
 	pep     *pep
@@ -126,44 +125,23 @@ type rdm struct {
 func newRDM(d *fabric.Domain, info *fabric.Info, context any) (*rdm, error) {
 	r := &rdm{d: d, info: info.Dup(), ctx: context, conns: map[netip.AddrPort]*rconn{}, byEP: map[*ep]*rconn{}, orphans: map[netip.AddrPort][]pending{},
 		rndv: map[uint64]*rndvSend{}, done: make(chan struct{}), pid: uint64(os.Getpid())}
+	r.Self = r
 	r.Sends = rxm.Sends{To: r.sendTo, InjectSize: rxmInjectSize}
 	r.icq, _ = d.OpenCQ(nil)
 	r.ieq, _ = d.Fabric.OpenEQ()
 	return r, nil
 }
 
-func (r *rdm) BindEQ(*fabric.EQ) error { return nil }
-
-func (r *rdm) BindAV(av *fabric.AV) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.av = av
-	return nil
-}
-
-func (r *rdm) BindCQ(cq *fabric.CQ, flags uint64) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.comp.BindCQ(cq, flags, r)
-}
-
-// BindCounter binds a counter for the operations flags names.
-func (r *rdm) BindCounter(c *fabric.Counter, flags uint64) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.comp.BindCounter(c, flags, r)
-}
-
 // Enable starts the listener peers connect to, whose address Name
 // returns.
 func (r *rdm) Enable() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	if r.enabled {
 		return nil
 	}
-	if r.av == nil || r.comp.TxCQ == nil || r.comp.RxCQ == nil {
-		return fabric.Errorf("fi_enable", fabric.ErrNoAV, "bind an AV and CQs first")
+	if err := r.Bound(); err != nil {
+		return err
 	}
 	li := r.info.Dup()
 	li.EPAttr.Type = fabric.EPMsg
@@ -201,10 +179,10 @@ func (r *rdm) Progress() { r.pump() }
 
 // pump takes the connections' events and completions and acts on them.
 func (r *rdm) pump() bool {
-	if !r.mu.TryLock() {
+	if !r.Mu.TryLock() {
 		return false // someone is at it
 	}
-	defer r.mu.Unlock()
+	defer r.Mu.Unlock()
 	if !r.closed {
 		if r.h == nil {
 			r.h = &rxm.Handlers{Event: r.cmEvent, EventErr: r.connFailed, Comp: r.completion, CompErr: r.opFailed}
@@ -217,12 +195,12 @@ func (r *rdm) pump() bool {
 // ---- Connections ----
 
 // conn returns the connection to dest, making it if there is none.
-// Called with r.mu held.
+// Called with r.Mu held.
 func (r *rdm) conn(dest fabric.Addr) (*rconn, error) {
-	if r.av == nil {
+	if r.AV == nil {
 		return nil, fabric.Errorf("fi_send", fabric.ErrNoAV, "")
 	}
-	peer, err := r.av.Lookup(dest)
+	peer, err := r.AV.Lookup(dest)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +220,7 @@ func (r *rdm) conn(dest fabric.Addr) (*rconn, error) {
 	return c, nil
 }
 
-// newConn sets up a connection's endpoint. Called with r.mu held.
+// newConn sets up a connection's endpoint. Called with r.Mu held.
 // A loopback connection's far end (ours, connecting to ourselves) only
 // receives: it is not the connection sends to peer take.
 func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr, sendable bool) *rconn {
@@ -254,7 +232,7 @@ func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr, sendable boo
 	// program's: the remote-read counter leaves them out.
 	e.internalKey = func(key uint64) bool { return key&rxmKeyBase == rxmKeyBase }
 	for _, b := range []uint64{fabric.BindRemoteRead, fabric.BindRemoteWrite} {
-		if cn := r.comp.Counter(b); cn != nil {
+		if cn := r.Comp.Counter(b); cn != nil {
 			e.BindCounter(cn, b)
 		}
 	}
@@ -281,7 +259,7 @@ func (r *rdm) dropConn(c *rconn) {
 	}()
 }
 
-// cmEvent handles a connection event. Called with r.mu held.
+// cmEvent handles a connection event. Called with r.Mu held.
 func (r *rdm) cmEvent(ev fabric.EQEntry) {
 	switch ev.Event {
 	case fabric.EventConnReq:
@@ -320,8 +298,8 @@ func (r *rdm) connReq(ev fabric.EQEntry) {
 	}
 	peer := netip.AddrPortFrom(ev.Info.DestAddr.Addr().Unmap(), cd.Port)
 	addr := fabric.AddrNotAvail
-	if r.av != nil {
-		addr = r.av.Find(peer)
+	if r.AV != nil {
+		addr = r.AV.Find(peer)
 	}
 	loopback := false
 	var moved []pending
@@ -381,7 +359,7 @@ func (r *rdm) connFailed(ee fabric.EQErrEntry) {
 }
 
 // failWaiting reports the sends waiting on c as failed with errno.
-// Called with r.mu held.
+// Called with r.Mu held.
 func (r *rdm) failWaiting(c *rconn, errno fabric.Errno) {
 	for _, p := range c.waiting {
 		if p.rndv != 0 {
@@ -391,7 +369,7 @@ func (r *rdm) failWaiting(c *rconn, errno fabric.Errno) {
 			}
 		}
 		if p.comp {
-			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: p.ctx, Flags: p.flags}, Err: errno})
+			r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: p.ctx, Flags: p.flags}, Err: errno})
 		}
 	}
 	c.waiting = nil
@@ -408,15 +386,15 @@ func (r *rdm) completion(e fabric.CQEntry) {
 		}
 	case *txUser:
 		if x.comp {
-			r.comp.Done(fabric.CQEntry{Context: x.ctx, Flags: x.flags, Len: x.length})
+			r.Comp.Done(fabric.CQEntry{Context: x.ctx, Flags: x.flags, Len: x.length})
 		} else {
-			r.comp.Count(x.flags) // an inject
+			r.Comp.Count(x.flags) // an inject
 		}
 	case nil:
 		// A peer's RMA write with CQ data. (The connection counted it,
 		// into the counter newConn bound, as it counts the others.)
-		if e.Flags&fabric.CompRemoteCQData != 0 && r.comp.RxCQ != nil {
-			r.comp.RxCQ.Push(e)
+		if e.Flags&fabric.CompRemoteCQData != 0 && r.Comp.RxCQ != nil {
+			r.Comp.RxCQ.Push(e)
 		}
 	case *rdOp:
 		// The rendezvous data is in: tell the sender, complete the receive.
@@ -437,10 +415,10 @@ func (r *rdm) opFailed(ee fabric.CQErrEntry) {
 		}
 	case *txUser:
 		if x.comp {
-			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: ee.Err})
+			r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: ee.Err})
 		}
 	case *rdOp:
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.Ctx, Flags: x.m.Flags()}, Err: ee.Err})
+		r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.Ctx, Flags: x.m.Flags()}, Err: ee.Err})
 	}
 }
 
@@ -477,7 +455,7 @@ func (r *rdm) received(b *rxBuf, e fabric.CQEntry) {
 		if s := r.rndv[p.MsgID]; s != nil {
 			delete(r.rndv, p.MsgID)
 			s.mr.Close()
-			r.comp.Done(fabric.CQEntry{Context: s.ctx, Flags: s.flags, Len: s.length})
+			r.Comp.Done(fabric.CQEntry{Context: s.ctx, Flags: s.flags, Len: s.length})
 		}
 	}
 }
@@ -501,7 +479,7 @@ func (r *rdm) complete(u urecv, m umsg) {
 	if m.Rndv == nil {
 		n := copy(u.Buf, m.Body)
 		if uint64(n) < m.Size {
-			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Len: uint64(n), Buf: u.Buf[:n], Tag: m.Tag},
+			r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Len: uint64(n), Buf: u.Buf[:n], Tag: m.Tag},
 				OLen: m.Size - uint64(n), Err: fabric.ErrTrunc})
 			return
 		}
@@ -509,24 +487,24 @@ func (r *rdm) complete(u urecv, m umsg) {
 		return
 	}
 	if m.Size > uint64(len(u.Buf)) || len(m.Rndv) != 1 || m.Rndv[0].Len != m.Size {
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Tag: m.Tag}, OLen: m.Size, Err: fabric.ErrTrunc})
+		r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Tag: m.Tag}, OLen: m.Size, Err: fabric.ErrTrunc})
 		return
 	}
 	v := m.Rndv[0]
 	if err := m.Conn.ep.Read(u.Buf[:v.Len], nil, fabric.AddrNotAvail, v.Addr, v.Key, &rdOp{m: m, r: u}); err != nil {
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags()}, Err: fabric.ErrIO})
+		r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags()}, Err: fabric.ErrIO})
 	}
 }
 
 func (r *rdm) deliverDone(u urecv, m umsg, n uint64) {
-	r.comp.Done(fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Len: n, Buf: u.Buf[:n], Data: m.Data, Tag: m.Tag})
+	r.Comp.Done(fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Len: n, Buf: u.Buf[:n], Data: m.Data, Tag: m.Tag})
 }
 
 // ---- The program's calls ----
 
 func (r *rdm) post(u urecv) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	if r.closed {
 		return fabric.Errorf("fi_recv", fabric.ErrBadFD, "endpoint closed")
 	}
@@ -545,7 +523,7 @@ func (r *rdm) TRecv(buf []byte, desc any, src fabric.Addr, tag, ignore uint64, c
 }
 
 // connFor returns the connection for an operation to dest. Called with
-// r.mu held.
+// r.Mu held.
 func (r *rdm) connFor(op string, dest fabric.Addr) (*rconn, error) {
 	if r.closed || !r.enabled {
 		return nil, fabric.Errorf(op, fabric.ErrOpBadState, "endpoint not enabled")
@@ -564,8 +542,8 @@ func (c *rconn) queue(p pending) {
 
 // sendTo sends a message to dest: eager, raw tagged or rendezvous.
 func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, data uint64, context any, flags uint64) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	c, err := r.connFor(op, dest)
 	if err != nil {
 		return err
@@ -632,10 +610,10 @@ func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, 
 // as rxm passes it to its MSG endpoints: the peer's tcp endpoint serves
 // it against the peer's registered regions, with no rxm header.
 
-// rma queues an RMA operation for dest's connection. Called without r.mu.
+// rma queues an RMA operation for dest's connection. Called without r.Mu.
 func (r *rdm) rma(op string, dest fabric.Addr, t *txUser, do func(e *ep, t *txUser) error) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	c, err := r.connFor(op, dest)
 	if err != nil {
 		return err
@@ -646,7 +624,7 @@ func (r *rdm) rma(op string, dest fabric.Addr, t *txUser, do func(e *ep, t *txUs
 			// The connection broke meanwhile: the operation fails as the
 			// connection's other operations do.
 			if t.comp {
-				r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: t.ctx, Flags: t.flags}, Err: errnoOf(err, fabric.ErrConnReset)})
+				r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: t.ctx, Flags: t.flags}, Err: errnoOf(err, fabric.ErrConnReset)})
 			}
 		}
 	}
@@ -698,8 +676,8 @@ func (r *rdm) Read(buf []byte, desc any, src fabric.Addr, addr, key uint64, cont
 
 // Name is the listening address peers connect to (fi_getname).
 func (r *rdm) Name() (netip.AddrPort, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	if r.pep == nil {
 		return netip.AddrPort{}, fabric.Errorf("fi_getname", fabric.ErrOpBadState, "enable the endpoint first")
 	}
@@ -709,9 +687,9 @@ func (r *rdm) Name() (netip.AddrPort, error) {
 // Close closes the connections and the listener; posted receives and
 // unfinished sends complete with ErrCanceled.
 func (r *rdm) Close() error {
-	r.mu.Lock()
+	r.Mu.Lock()
 	if r.closed {
-		r.mu.Unlock()
+		r.Mu.Unlock()
 		return nil
 	}
 	r.closed = true
@@ -726,15 +704,15 @@ func (r *rdm) Close() error {
 		delete(r.orphans, peer)
 	}
 	for _, u := range r.q.Drain() {
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
+		r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
 	}
 	for id, s := range r.rndv {
 		s.mr.Close()
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: fabric.ErrCanceled})
+		r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: fabric.ErrCanceled})
 		delete(r.rndv, id)
 	}
 	p := r.pep
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	for e := range conns {
 		e.Close()
 	}
@@ -743,7 +721,7 @@ func (r *rdm) Close() error {
 	}
 	r.wg.Wait()
 	// What the connections canceled: the program's sends among it.
-	r.mu.Lock()
+	r.Mu.Lock()
 	for {
 		ee, err := r.icq.ReadErr()
 		if err != nil {
@@ -752,14 +730,14 @@ func (r *rdm) Close() error {
 		switch x := ee.Context.(type) {
 		case *txUser:
 			if x.comp {
-				r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: fabric.ErrCanceled})
+				r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.ctx, Flags: x.flags}, Err: fabric.ErrCanceled})
 			}
 		case *rdOp:
 			// A receive whose rendezvous read was under way.
-			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.Ctx, Flags: x.m.Flags()}, Err: fabric.ErrCanceled})
+			r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.Ctx, Flags: x.m.Flags()}, Err: fabric.ErrCanceled})
 		}
 	}
-	r.mu.Unlock()
-	r.comp.Detach(r)
+	r.Mu.Unlock()
+	r.Comp.Detach(r)
 	return nil
 }

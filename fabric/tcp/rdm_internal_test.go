@@ -12,7 +12,7 @@ import (
 func TestHostileRendezvousRequestsAreRefused(t *testing.T) {
 	d := &fabric.Domain{}
 	rxcq, _ := d.OpenCQ(nil)
-	r := &rdm{comp: fabric.Completions{RxCQ: rxcq}, rndv: map[uint64]*rndvSend{}, byEP: map[*ep]*rconn{}}
+	r := &rdm{Binds: rxm.Binds{Comp: fabric.Completions{RxCQ: rxcq}}, rndv: map[uint64]*rndvSend{}, byEP: map[*ep]*rconn{}}
 	c := &rconn{addr: fabric.AddrNotAvail}
 	pkt := func(bodyLen int, size, iovLen uint64) []byte {
 		b := make([]byte, rxmPktLen+bodyLen)

@@ -128,9 +128,8 @@ type rdm struct {
 	info      *fabric.Info
 	ctx       any
 
-	mu      sync.Mutex
-	av      *fabric.AV
-	comp    fabric.Completions
+	rxm.Binds // Mu, the AV, the CQs and counters
+
 	enabled bool
 	closed  bool
 	pep     *pep
@@ -163,43 +162,23 @@ type rdm struct {
 func newRDM(d *fabric.Domain, info *fabric.Info, context any) (*rdm, error) {
 	r := &rdm{d: d, info: info.Dup(), ctx: context, conns: map[netip.AddrPort]*rconn{}, byEP: map[*ep]*rconn{},
 		sar: map[sarKey]*umsg{}, rndv: map[uint64]*rndvSend{}, orphans: map[netip.AddrPort][]func(*rconn){}, pid: uint64(os.Getpid())}
+	r.Self = r
 	r.Sends = rxm.Sends{To: r.sendTo, InjectSize: rdmInject}
 	r.icq, _ = d.OpenCQ(nil)
 	r.ieq, _ = d.Fabric.OpenEQ()
 	return r, nil
 }
 
-func (r *rdm) BindEQ(*fabric.EQ) error { return nil }
-
-func (r *rdm) BindAV(av *fabric.AV) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.av = av
-	return nil
-}
-
-func (r *rdm) BindCQ(cq *fabric.CQ, flags uint64) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.comp.BindCQ(cq, flags, r)
-}
-
-func (r *rdm) BindCounter(c *fabric.Counter, flags uint64) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.comp.BindCounter(c, flags, r)
-}
-
 // Enable registers the send buffers and starts the listener peers
 // connect to, whose address Name returns.
 func (r *rdm) Enable() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	if r.enabled {
 		return nil
 	}
-	if r.av == nil || r.comp.TxCQ == nil || r.comp.RxCQ == nil {
-		return fabric.Errorf("fi_enable", fabric.ErrNoAV, "bind an AV and CQs first")
+	if err := r.Bound(); err != nil {
+		return err
 	}
 	tx := make([]byte, rdmTxSlots*rdmSlotLen)
 	mr, err := r.d.RegMR(tx, fabric.AccessSend, 0)
@@ -242,15 +221,15 @@ func (r *rdm) Enable() error {
 
 // pump takes the connections' events and completions and acts on them.
 func (r *rdm) pump() bool {
-	if !r.mu.TryLock() {
+	if !r.Mu.TryLock() {
 		return false
 	}
-	defer r.mu.Unlock()
+	defer r.Mu.Unlock()
 	r.pumpLocked()
 	return true
 }
 
-// pumpLocked is pump with r.mu held.
+// pumpLocked is pump with r.Mu held.
 func (r *rdm) pumpLocked() {
 	if !r.closed {
 		rxm.Pump(r.ieq, r.icq, r.handlers())
@@ -267,7 +246,7 @@ func (r *rdm) handlers() *rxm.Handlers {
 }
 
 // runRetries runs the deferred work in order, keeping what still cannot
-// go. Called with r.mu held.
+// go. Called with r.Mu held.
 func (r *rdm) runRetries() {
 	w := r.retry
 	r.retry = nil
@@ -285,15 +264,15 @@ func (r *rdm) Progress() { r.pump() }
 // ---- Connections ----
 
 // conn returns the connection to dest, making it if there is none.
-// Called with r.mu held, which it lets go while it resolves a new peer.
+// Called with r.Mu held, which it lets go while it resolves a new peer.
 func (r *rdm) conn(op string, dest fabric.Addr) (*rconn, error) {
 	if r.closed || !r.enabled {
 		return nil, fabric.Errorf(op, fabric.ErrOpBadState, "endpoint not enabled")
 	}
-	if r.av == nil {
+	if r.AV == nil {
 		return nil, fabric.Errorf(op, fabric.ErrNoAV, "")
 	}
-	peer, err := r.av.Lookup(dest)
+	peer, err := r.AV.Lookup(dest)
 	if err != nil {
 		return nil, err
 	}
@@ -305,9 +284,9 @@ func (r *rdm) conn(op string, dest fabric.Addr) (*rconn, error) {
 	mi.TxAttr.Size, mi.RxAttr.Size = 0, 0
 	// Opening the endpoint resolves the peer's address and route, which
 	// may take a while: the connections' progress goes on meanwhile.
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	d, err := provider{}.Endpoint(r.d, mi, nil)
-	r.mu.Lock()
+	r.Mu.Lock()
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +311,7 @@ func (r *rdm) conn(op string, dest fabric.Addr) (*rconn, error) {
 }
 
 // newConn enables a connection's endpoint and posts its receive
-// buffers. Called with r.mu held.
+// buffers. Called with r.Mu held.
 func (r *rdm) newConn(e *ep, peer netip.AddrPort, addr fabric.Addr, sendable bool) (*rconn, error) {
 	c := &rconn{ep: e, peer: peer, addr: addr, myIdx: r.nextIdx}
 	r.nextIdx++
@@ -423,8 +402,8 @@ func (r *rdm) connReq(ev fabric.EQEntry) {
 	}
 	peer := netip.AddrPortFrom(ev.Info.DestAddr.Addr().Unmap(), cd.Port)
 	addr := fabric.AddrNotAvail
-	if r.av != nil {
-		addr = r.av.Find(peer)
+	if r.AV != nil {
+		addr = r.AV.Find(peer)
 	}
 	loopback := false
 	var moved []func(*rconn)
@@ -503,8 +482,8 @@ func (r *rdm) completion(e fabric.CQEntry) {
 	case *rxBuf:
 		if e.Flags&fabric.CompRemoteWrite != 0 {
 			// A peer's fi_writedata: its data consumed this buffer.
-			if e.Flags&fabric.CompRemoteCQData != 0 && r.comp.RxCQ != nil {
-				r.comp.RxCQ.Push(fabric.CQEntry{Flags: e.Flags, Data: e.Data})
+			if e.Flags&fabric.CompRemoteCQData != 0 && r.Comp.RxCQ != nil {
+				r.Comp.RxCQ.Push(fabric.CQEntry{Flags: e.Flags, Data: e.Data})
 			}
 		} else {
 			r.received(x, e)
@@ -517,9 +496,9 @@ func (r *rdm) completion(e fabric.CQEntry) {
 		if u := x.user; u != nil {
 			if u.left--; u.left == 0 {
 				if u.comp {
-					r.comp.Done(fabric.CQEntry{Context: u.ctx, Flags: u.flags, Len: u.length})
+					r.Comp.Done(fabric.CQEntry{Context: u.ctx, Flags: u.flags, Len: u.length})
 				} else {
-					r.comp.Count(u.flags)
+					r.Comp.Count(u.flags)
 				}
 			}
 		}
@@ -529,14 +508,14 @@ func (r *rdm) completion(e fabric.CQEntry) {
 		}
 		p := rxm.Pkt{Ctrl: rxm.CtrlRndvRdDone, MsgID: x.m.MsgID}
 		r.sendCtrl(x.m.Conn, &p, nil)
-		r.comp.Done(fabric.CQEntry{Context: x.r.Ctx, Flags: x.m.Flags(), Len: x.m.Size, Buf: x.r.Buf[:x.m.Size], Data: x.m.Data, Tag: x.m.Tag})
+		r.Comp.Done(fabric.CQEntry{Context: x.r.Ctx, Flags: x.m.Flags(), Len: x.m.Size, Buf: x.r.Buf[:x.m.Size], Data: x.m.Data, Tag: x.m.Tag})
 	case *rmaOp:
 		e.Context = x.ctx
-		r.comp.Done(e)
+		r.Comp.Done(e)
 	}
 }
 
-// failRndv fails a rendezvous send. Called with r.mu held.
+// failRndv fails a rendezvous send. Called with r.Mu held.
 func (r *rdm) failRndv(id uint64, errno fabric.Errno) {
 	s := r.rndv[id]
 	if s == nil {
@@ -544,7 +523,7 @@ func (r *rdm) failRndv(id uint64, errno fabric.Errno) {
 	}
 	delete(r.rndv, id)
 	s.mr.Close()
-	r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: errno})
+	r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: s.ctx, Flags: s.flags}, Err: errno})
 }
 
 func (r *rdm) opFailed(ee fabric.CQErrEntry) {
@@ -561,17 +540,17 @@ func (r *rdm) opFailed(ee fabric.CQErrEntry) {
 		if u := x.user; u != nil && u.left > 0 {
 			u.left = 0 // the first failure reports; the rest are quiet
 			if u.comp {
-				r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: u.flags}, Err: ee.Err})
+				r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.ctx, Flags: u.flags}, Err: ee.Err})
 			}
 		}
 	case *rdOp:
 		if x.local != nil {
 			x.local.Close()
 		}
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.Ctx, Flags: x.m.Flags()}, Err: ee.Err})
+		r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: x.r.Ctx, Flags: x.m.Flags()}, Err: ee.Err})
 	case *rmaOp:
 		ee.Context = x.ctx
-		r.comp.Failed(ee)
+		r.Comp.Failed(ee)
 	}
 }
 
@@ -603,7 +582,7 @@ func (r *rdm) received(b *rxBuf, e fabric.CQEntry) {
 		if s := r.rndv[p.MsgID]; s != nil && s.c == b.c {
 			delete(r.rndv, p.MsgID)
 			s.mr.Close()
-			r.comp.Done(fabric.CQEntry{Context: s.ctx, Flags: s.flags, Len: s.length})
+			r.Comp.Done(fabric.CQEntry{Context: s.ctx, Flags: s.flags, Len: s.length})
 		}
 	case rxm.CtrlCredit:
 		// Credits for flow control this endpoint did not ask for.
@@ -665,16 +644,16 @@ func (r *rdm) complete(u urecv, m umsg) {
 	if m.Rndv == nil {
 		n := copy(u.Buf, m.Body)
 		if uint64(n) < m.Size {
-			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Len: uint64(n), Buf: u.Buf[:n], Tag: m.Tag},
+			r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Len: uint64(n), Buf: u.Buf[:n], Tag: m.Tag},
 				OLen: m.Size - uint64(n), Err: fabric.ErrTrunc})
 			return
 		}
-		r.comp.Done(fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Len: m.Size, Buf: u.Buf[:m.Size], Data: m.Data, Tag: m.Tag})
+		r.Comp.Done(fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Len: m.Size, Buf: u.Buf[:m.Size], Data: m.Data, Tag: m.Tag})
 		return
 	}
 	if m.Size > uint64(len(u.Buf)) || len(m.Rndv) != 1 || m.Rndv[0].Len != m.Size {
 		// Nothing is read; the sender hears it is done with its buffer.
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Tag: m.Tag}, OLen: m.Size, Err: fabric.ErrTrunc})
+		r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags(), Tag: m.Tag}, OLen: m.Size, Err: fabric.ErrTrunc})
 		r.sendCtrl(m.Conn, &rxm.Pkt{Ctrl: rxm.CtrlRndvRdDone, MsgID: m.MsgID}, nil)
 		return
 	}
@@ -684,7 +663,7 @@ func (r *rdm) complete(u urecv, m umsg) {
 	if _, ok := desc.(*fabric.MR); !ok {
 		mr, err := r.d.RegMR(u.Buf[:v.Len], fabric.AccessRecv, 0)
 		if err != nil {
-			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags()}, Err: fabric.ErrNoMemory})
+			r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags()}, Err: fabric.ErrNoMemory})
 			return
 		}
 		op.local, desc = mr, mr.Desc()
@@ -698,7 +677,7 @@ func (r *rdm) complete(u urecv, m umsg) {
 			if op.local != nil {
 				op.local.Close()
 			}
-			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags()}, Err: fabric.ErrIO})
+			r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: m.Flags()}, Err: fabric.ErrIO})
 		}
 		return true
 	}
@@ -710,8 +689,8 @@ func (r *rdm) complete(u urecv, m umsg) {
 // ---- The program's calls ----
 
 func (r *rdm) post(u urecv) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	if r.closed {
 		return fabric.Errorf("fi_recv", fabric.ErrBadFD, "endpoint closed")
 	}
@@ -736,7 +715,7 @@ type slot struct {
 }
 
 // take reserves n send buffers; false if there are not so many free.
-// Called with r.mu held.
+// Called with r.Mu held.
 func (r *rdm) take(n int) ([]slot, bool) {
 	if len(r.free) < n {
 		return nil, false
@@ -761,7 +740,7 @@ func (s *slot) fill(p *rxm.Pkt, body []byte) {
 // is the program's send it is part of, rndv the rendezvous it asks for.
 // A packet the connection's queue has no room for waits in r.retry; one
 // that cannot go (no connection, a broken one) gives its slot back and
-// fails what it was part of. Called with r.mu held.
+// fails what it was part of. Called with r.Mu held.
 func (r *rdm) postSlot(c *rconn, s slot, user *userSend, rndv uint64) {
 	try := func() bool {
 		if c != nil && r.byEP[c.ep] == c {
@@ -781,7 +760,7 @@ func (r *rdm) postSlot(c *rconn, s slot, user *userSend, rndv uint64) {
 		if user != nil && user.left > 0 {
 			user.left = 0
 			if user.comp {
-				r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: user.ctx, Flags: user.flags}, Err: fabric.ErrConnRefused})
+				r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: user.ctx, Flags: user.flags}, Err: fabric.ErrConnRefused})
 			}
 		}
 		return true
@@ -792,7 +771,7 @@ func (r *rdm) postSlot(c *rconn, s slot, user *userSend, rndv uint64) {
 }
 
 // sendCtrl sends a control packet with no body of the program's, when a
-// send slot is free. Called with r.mu held.
+// send slot is free. Called with r.Mu held.
 func (r *rdm) sendCtrl(c *rconn, p *rxm.Pkt, body []byte) {
 	try := func() bool {
 		s, ok := r.take(1)
@@ -821,8 +800,8 @@ func (c *rconn) queue(send func(c *rconn)) {
 // sendTo sends a message to dest: eager, in segments, or by rendezvous.
 // The data is copied into registered send buffers before it returns.
 func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, data uint64, context any, flags uint64) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	c, err := r.conn(op, dest)
 	if err != nil {
 		return err
@@ -903,8 +882,8 @@ func (r *rdm) sendTo(op string, buf []byte, dest fabric.Addr, tagged bool, tag, 
 // RMA goes straight over the connection to the peer, as rxm passes it to
 // its MSG endpoint.
 func (r *rdm) rma(op string, dest fabric.Addr, ctx any, do func(e *ep, o *rmaOp) error) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	c, err := r.conn(op, dest)
 	if err != nil {
 		return err
@@ -919,7 +898,7 @@ func (r *rdm) rma(op string, dest fabric.Addr, ctx any, do func(e *ep, o *rmaOp)
 			err = do(c.ep, o)
 		}
 		if err != nil && ctx != nil {
-			r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: ctx, Flags: fabric.CompRMA}, Err: fabric.ErrConnRefused})
+			r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: ctx, Flags: fabric.CompRMA}, Err: fabric.ErrConnRefused})
 		}
 	})
 	return nil
@@ -946,8 +925,8 @@ func (r *rdm) Read(buf []byte, desc any, src fabric.Addr, addr, key uint64, cont
 
 // Name is the listening address peers connect to (fi_getname).
 func (r *rdm) Name() (netip.AddrPort, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	if !r.enabled {
 		return netip.AddrPort{}, fabric.Errorf("fi_getname", fabric.ErrOpBadState, "enable the endpoint first")
 	}
@@ -957,20 +936,20 @@ func (r *rdm) Name() (netip.AddrPort, error) {
 // Close closes the connections and the listener; receives and sends
 // outstanding complete with ErrCanceled.
 func (r *rdm) Close() error {
-	r.mu.Lock()
+	r.Mu.Lock()
 	if r.closed {
-		r.mu.Unlock()
+		r.Mu.Unlock()
 		return nil
 	}
 	r.closed = true
 	cancel := r.cancel
-	r.mu.Unlock()
+	r.Mu.Unlock()
 	if cancel != nil {
 		cancel()
 	}
 	r.wg.Wait() // the loop, and the connections dropped before
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	conns := r.byEP
 	r.byEP, r.conns = map[*ep]*rconn{}, map[netip.AddrPort]*rconn{}
 	for _, c := range conns {
@@ -992,7 +971,7 @@ func (r *rdm) Close() error {
 	}
 	r.runRetries()
 	for _, u := range r.q.Drain() {
-		r.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
+		r.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: u.Ctx, Flags: fabric.CompRecv}, Err: fabric.ErrCanceled})
 	}
 	for id := range r.rndv {
 		r.failRndv(id, fabric.ErrCanceled)
@@ -1005,6 +984,6 @@ func (r *rdm) Close() error {
 	}
 	r.icq.Close()
 	r.ieq.Close()
-	r.comp.Detach(r)
+	r.Comp.Detach(r)
 	return nil
 }

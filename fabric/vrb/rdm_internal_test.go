@@ -12,7 +12,7 @@ import (
 func hostile() (*rdm, *rconn, *fabric.CQ) {
 	d := &fabric.Domain{}
 	rxcq, _ := d.OpenCQ(nil)
-	r := &rdm{comp: fabric.Completions{RxCQ: rxcq}, sar: map[sarKey]*umsg{}, rndv: map[uint64]*rndvSend{}, byEP: map[*ep]*rconn{}}
+	r := &rdm{Binds: rxm.Binds{Comp: fabric.Completions{RxCQ: rxcq}}, sar: map[sarKey]*umsg{}, rndv: map[uint64]*rndvSend{}, byEP: map[*ep]*rconn{}}
 	return r, &rconn{addr: fabric.AddrNotAvail}, rxcq
 }
 

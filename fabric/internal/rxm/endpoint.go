@@ -3,6 +3,7 @@ package rxm
 import (
 	"net/netip"
 	"strconv"
+	"sync"
 
 	"github.com/rdmago/rdmago/fabric"
 )
@@ -86,4 +87,47 @@ func (s *Sends) GetOpt(fabric.Opt) (int, error) {
 
 func (s *Sends) SetOpt(fabric.Opt, int) error {
 	return fabric.Errorf("fi_setopt", fabric.ErrNoProtoOpt, "")
+}
+
+// Binds gives an RDM endpoint its bind calls (fi_ep_bind with an EQ, an
+// AV, a CQ or a counter) and fi_enable's check that they were made.
+// Providers embed it, hold Mu whenever they use AV or Comp, and set Self
+// to the endpoint, which the bound CQs and counters then progress.
+type Binds struct {
+	Mu   sync.Mutex
+	AV   *fabric.AV
+	Comp fabric.Completions
+	Self fabric.Progressor
+}
+
+// BindEQ accepts an EQ: an RDM endpoint reports no connection events.
+func (b *Binds) BindEQ(*fabric.EQ) error { return nil }
+
+func (b *Binds) BindAV(av *fabric.AV) error {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	b.AV = av
+	return nil
+}
+
+func (b *Binds) BindCQ(cq *fabric.CQ, flags uint64) error {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	return b.Comp.BindCQ(cq, flags, b.Self)
+}
+
+// BindCounter binds a counter for the operations flags names.
+func (b *Binds) BindCounter(c *fabric.Counter, flags uint64) error {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	return b.Comp.BindCounter(c, flags, b.Self)
+}
+
+// Bound checks, with Mu held, that an AV and CQs for both directions are
+// bound, as fi_enable requires of an RDM endpoint.
+func (b *Binds) Bound() error {
+	if b.AV == nil || b.Comp.TxCQ == nil || b.Comp.RxCQ == nil {
+		return fabric.Errorf("fi_enable", fabric.ErrNoAV, "bind an AV and CQs first")
+	}
+	return nil
 }
