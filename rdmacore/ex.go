@@ -14,18 +14,24 @@ struct rg_wc_ex {
 	uint64_t wallclock_ns;
 };
 
-// rg_poll_cq_ex reads up to n completions of an extended CQ with
-// ibv_start_poll, ibv_next_poll and ibv_end_poll, each field flags asks
-// for read with its ibv_wc_read_* (immediate data in host order, as
-// rg_poll_cq gives it). It returns how many, or a negative errno.
+// rg_poll_cq_ex reads up to n completions of an extended CQ, each field
+// flags asks for read with its ibv_wc_read_* (immediate data in host
+// order, as rg_poll_cq gives it), and returns how many or a negative
+// errno. Each completion is a polling batch of its own (ibv_start_poll,
+// then ibv_end_poll): ibv_next_poll is never called,
+// because Linux's rxe provider before rdma-core 55 (Debian 12 ships 44)
+// moves its consumer index past the producer when ibv_next_poll finds the
+// queue empty and ibv_end_poll follows, as the man page asks, after which
+// the CQ hands out stale entries (rdma-core commit b78b414e0).
 static int rg_poll_cq_ex(struct ibv_cq_ex *cq, uint64_t flags, int n, struct rg_wc_ex *out) {
 	struct ibv_poll_cq_attr attr = {0};
-	int k = 0, rc = ibv_start_poll(cq, &attr);
-	if (rc == ENOENT)
-		return 0;
-	if (rc)
-		return -rc;
+	int k = 0;
 	while (k < n) {
+		int rc = ibv_start_poll(cq, &attr);
+		if (rc == ENOENT)
+			break;
+		if (rc)
+			return k > 0 ? k : -rc;
 		struct rg_wc_ex *e = &out[k++];
 		memset(e, 0, sizeof *e);
 		e->wc.wr_id = cq->wr_id;
@@ -57,10 +63,8 @@ static int rg_poll_cq_ex(struct ibv_cq_ex *cq, uint64_t flags, int n, struct rg_
 			if (flags & IBV_WC_EX_WITH_DLID_PATH_BITS)
 				e->wc.dlid_path_bits = ibv_wc_read_dlid_path_bits(cq);
 		}
-		if (k < n && ibv_next_poll(cq))
-			break;
+		ibv_end_poll(cq);
 	}
-	ibv_end_poll(cq);
 	return k;
 }
 
