@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/internal/racesync"
+	"github.com/rdmago/rdmago/internal/rcexample"
 	"github.com/rdmago/rdmago/rxe"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -113,37 +114,7 @@ type resources struct {
 	mr   *verbs.MR
 	qp   *verbs.QP
 	gid  verbs.GID
-	peer conData
-}
-
-// conData is what the sides exchange over TCP (struct cm_con_data_t):
-// buffer address, rkey, QP number, LID and GID, in network byte order.
-type conData struct {
-	Addr  uint64
-	RKey  uint32
-	QPNum uint32
-	LID   uint16
-	GID   [16]byte
-}
-
-const conDataLen = 8 + 4 + 4 + 2 + 16
-
-func (c *conData) marshal() []byte {
-	b := make([]byte, conDataLen)
-	binary.BigEndian.PutUint64(b[0:], c.Addr)
-	binary.BigEndian.PutUint32(b[8:], c.RKey)
-	binary.BigEndian.PutUint32(b[12:], c.QPNum)
-	binary.BigEndian.PutUint16(b[16:], c.LID)
-	copy(b[18:], c.GID[:])
-	return b
-}
-
-func (c *conData) unmarshal(b []byte) {
-	c.Addr = binary.BigEndian.Uint64(b[0:])
-	c.RKey = binary.BigEndian.Uint32(b[8:])
-	c.QPNum = binary.BigEndian.Uint32(b[12:])
-	c.LID = binary.BigEndian.Uint16(b[16:])
-	copy(c.GID[:], b[18:])
+	peer rcexample.ConData
 }
 
 // syncData writes local to the peer and reads as much back (sock_sync_data).
@@ -154,16 +125,7 @@ func (c *conData) unmarshal(b []byte) {
 func (r *resources) syncData(local []byte) ([]byte, error) {
 	racesync.Sync()
 	defer racesync.Sync()
-	errc := make(chan error, 1)
-	go func() { _, err := r.conn.Write(local); errc <- err }()
-	remote := make([]byte, len(local))
-	if _, err := io.ReadFull(r.conn, remote); err != nil {
-		return nil, fmt.Errorf("sock_sync_data: %w", err)
-	}
-	if err := <-errc; err != nil {
-		return nil, fmt.Errorf("sock_sync_data: %w", err)
-	}
-	return remote, nil
+	return rcexample.SyncData(r.conn, local)
 }
 
 // barrier is sock_sync_data with one dummy byte each way.
@@ -235,12 +197,14 @@ func (r *resources) destroy() {
 
 // connectQP exchanges addresses and brings the QP to RTS (connect_qp).
 func (r *resources) connectQP(postRecv bool) error {
-	local := conData{Addr: r.mr.Addr(), RKey: r.mr.RKey(), QPNum: r.qp.Num(), GID: r.gid}
-	remote, err := r.syncData(local.marshal())
+	local := rcexample.ConData{Addr: r.mr.Addr(), RKey: r.mr.RKey(), QPNum: r.qp.Num(), GID: r.gid}
+	remote, err := r.syncData(local.Marshal())
 	if err != nil {
 		return err
 	}
-	r.peer.unmarshal(remote)
+	if r.peer, err = rcexample.ParseConData(remote); err != nil {
+		return err
+	}
 	r.out.printf(r.who, "remote address 0x%x, rkey 0x%08x, QP 0x%06x, GID %s",
 		r.peer.Addr, r.peer.RKey, r.peer.QPNum, verbs.GID(r.peer.GID).Addr())
 	err = r.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1,
