@@ -54,7 +54,9 @@ func binaries(t *testing.T) string {
 			return
 		}
 		cmd := exec.Command(goTool, "build", "-o", build.dir+string(filepath.Separator),
-			"./rdma_client", "./rdma_server", "./rdmacm_client", "./rdmacm_server", "./fabric_client", "./fabric_server")
+			"./rdma_client", "./rdma_server", "./rdmacm_client", "./rdmacm_server", "./fabric_client", "./fabric_server",
+			"./ping-sr-0", "./ping-sr-1", "./ping-sr-2e", "./ping-sr-2", "./ping-sr-3", "./ping-sr-4",
+			"./blast-sr-2e", "./blast-sr-2")
 		build.out, build.err = cmd.CombinedOutput()
 	})
 	if build.err != nil {
@@ -82,6 +84,9 @@ type proc struct {
 	out  bytes.Buffer
 	line chan string // stdout, line by line
 	done chan struct{}
+
+	waitOnce sync.Once
+	waitErr  error
 }
 
 func start(t *testing.T, ctx context.Context, bin, rxeAddr, rxePort string, args ...string) *proc {
@@ -142,10 +147,12 @@ func (p *proc) waitFor(t *testing.T, re *regexp.Regexp) []string {
 	return nil
 }
 
-// wait waits for the program to end and returns its error.
+// wait waits for the program to end and returns its error. Any number
+// of goroutines may call it.
 func (p *proc) wait() error {
 	<-p.done
-	return p.cmd.Wait()
+	p.waitOnce.Do(func() { p.waitErr = p.cmd.Wait() })
+	return p.waitErr
 }
 
 func (p *proc) output() string {
