@@ -176,11 +176,15 @@ type Context struct {
 	drv   ContextDriver
 	async chan AsyncEvent
 
-	mu     sync.Mutex
-	qps    map[uint32]*QP
-	srqs   map[SRQDriver]*SRQ
-	cqs    map[CQDriver]*CQ
-	closed bool
+	mu   sync.Mutex
+	qps  map[uint32]*QP
+	srqs map[SRQDriver]*SRQ
+	cqs  map[CQDriver]*CQ
+	// recvQPs holds the XRC_RECV QP handles made or opened here, by QP
+	// number, through any open of a domain: qps names one of them, and
+	// the next when that one is destroyed.
+	recvQPs map[uint32][]*QP
+	closed  bool
 }
 
 // eventSink is the EventSink a provider gets with Open: the context's

@@ -46,10 +46,6 @@ type XRCD struct {
 	mu     sync.Mutex
 	users  int // XRC SRQs and XRC_RECV QP handles of the domain
 	closed bool
-	// recv holds the XRC_RECV QP handles made or opened through this
-	// XRCD, by QP number: the context's QP table names one of them, and
-	// the next when that one is destroyed.
-	recv map[uint32][]*QP
 }
 
 // OpenXRCD opens an XRC domain (ibv_open_xrcd). A nil attr is the common
@@ -87,7 +83,7 @@ func (c *Context) OpenXRCD(attr *XRCDInitAttr) (*XRCD, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &XRCD{ctx: c, drv: drv, recv: map[uint32][]*QP{}}, nil
+	return &XRCD{ctx: c, drv: drv}, nil
 }
 
 // Context returns the context the domain was opened on (xrcd->context).
@@ -228,11 +224,12 @@ func (c *Context) OpenQP(attr *QPOpenAttr) (*QP, error) {
 // addRecvQP registers a new XRC_RECV QP handle (x holds a use for it).
 func (x *XRCD) addRecvQP(drv QPDriver, userCtx any) *QP {
 	qp := &QP{ctx: x.ctx, xrcd: x, drv: drv, num: drv.Num(), typ: QPTXRCRecv, userCtx: userCtx}
-	x.mu.Lock()
-	x.recv[qp.num] = append(x.recv[qp.num], qp)
-	x.mu.Unlock()
 	c := x.ctx
 	c.mu.Lock()
+	if c.recvQPs == nil {
+		c.recvQPs = map[uint32][]*QP{}
+	}
+	c.recvQPs[qp.num] = append(c.recvQPs[qp.num], qp)
 	if c.qps[qp.num] == nil {
 		c.qps[qp.num] = qp
 	}
@@ -241,10 +238,13 @@ func (x *XRCD) addRecvQP(drv QPDriver, userCtx any) *QP {
 }
 
 // dropRecvQP unregisters a destroyed XRC_RECV QP handle: the context's
-// table names another handle of the same QP, if this XRCD has one.
+// table names another handle of the same QP, made or opened through any
+// of the context's opens of the domain, if one is left.
 func (x *XRCD) dropRecvQP(qp *QP) {
-	x.mu.Lock()
-	hs := x.recv[qp.num]
+	x.release()
+	c := x.ctx
+	c.mu.Lock()
+	hs := c.recvQPs[qp.num]
 	for i, h := range hs {
 		if h == qp {
 			hs = append(hs[:i:i], hs[i+1:]...)
@@ -252,14 +252,10 @@ func (x *XRCD) dropRecvQP(qp *QP) {
 		}
 	}
 	if len(hs) == 0 {
-		delete(x.recv, qp.num)
+		delete(c.recvQPs, qp.num)
 	} else {
-		x.recv[qp.num] = hs
+		c.recvQPs[qp.num] = hs
 	}
-	x.users--
-	x.mu.Unlock()
-	c := x.ctx
-	c.mu.Lock()
 	if c.qps[qp.num] == qp {
 		delete(c.qps, qp.num)
 		if len(hs) > 0 {

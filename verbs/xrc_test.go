@@ -419,3 +419,66 @@ var (
 	_ verbs.XRCDriver    = (*xrcContext)(nil)
 	_ verbs.XRCSRQDriver = (*xrcSRQ)(nil)
 )
+
+// sharedXRCContext is xrcContext whose opens of a domain are all the same
+// domain, as opens through one file are: a QP made through one open can be
+// opened through another.
+type sharedXRCContext struct {
+	xrcContext
+	domain *xrcDomain
+}
+
+func (c *sharedXRCContext) OpenXRCD(*verbs.XRCDInitAttr) (verbs.XRCDDriver, error) {
+	if c.domain == nil {
+		c.domain = &xrcDomain{c: &c.xrcContext, qps: map[uint32]int{}}
+	}
+	return c.domain, nil
+}
+
+type sharedXRCDevice struct{ ctx *sharedXRCContext }
+
+func (d sharedXRCDevice) Open(ev verbs.EventSink) (verbs.ContextDriver, error) {
+	d.ctx.events = ev
+	return d.ctx, nil
+}
+
+// TestQPEventsNameAHandleOfAnyOpenOfTheDomain: a context that holds
+// handles on one XRC_RECV QP through two opens of its domain keeps getting
+// the QP's events, naming the handle left, when the other is destroyed.
+func TestQPEventsNameAHandleOfAnyOpenOfTheDomain(t *testing.T) {
+	drv := &sharedXRCContext{}
+	ctx, err := verbs.NewDevice("xrc_shared", 1, sharedXRCDevice{drv}).Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var x [2]*verbs.XRCD
+	for i := range x {
+		if x[i], err = ctx.OpenXRCD(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	created, err := x[0].CreateQP(&verbs.QPInitAttr{QPType: verbs.QPTXRCRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened, err := ctx.OpenQP(&verbs.QPOpenAttr{CompMask: verbs.QPOpenAttrNum | verbs.QPOpenAttrXRCD | verbs.QPOpenAttrType,
+		QPNum: created.Num(), XRCD: x[1], QPType: verbs.QPTXRCRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := created.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	drv.events.Event(verbs.EventQPFatal, opened.Num(), 0)
+	if ev := <-ctx.AsyncEvents(); ev.QP != opened {
+		t.Fatalf("the event names %p, want the handle opened through the other open %p", ev.QP, opened)
+	}
+	if err := opened.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range x {
+		if err := x[i].Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
