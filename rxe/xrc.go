@@ -211,6 +211,33 @@ func (o *xrcdOpen) OpenQP(num uint32) (verbs.QPDriver, error) {
 	return hd, nil
 }
 
+// live reports an error if the handle was closed with its context: the
+// QP it names may serve other contexts' handles still.
+func (hd *xrcHandle) live(op string) error {
+	hd.qp.mu.Lock()
+	defer hd.qp.mu.Unlock()
+	if hd.closed {
+		return verbs.Errorf(op, verbs.ErrClosed, "the QP handle's context is closed")
+	}
+	return nil
+}
+
+// Modify implements verbs.QPDriver (ibv_modify_qp) for this handle.
+func (hd *xrcHandle) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	if err := hd.live("ibv_modify_qp"); err != nil {
+		return err
+	}
+	return hd.qp.Modify(attr, mask)
+}
+
+// Query implements verbs.QPDriver (ibv_query_qp) for this handle.
+func (hd *xrcHandle) Query() (verbs.QPAttr, verbs.QPInitAttr, error) {
+	if err := hd.live("ibv_query_qp"); err != nil {
+		return verbs.QPAttr{}, verbs.QPInitAttr{}, err
+	}
+	return hd.qp.Query()
+}
+
 // Destroy implements verbs.QPDriver: it closes the handle, and destroys
 // the QP if no other handle is left.
 func (hd *xrcHandle) Destroy() error {

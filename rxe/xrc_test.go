@@ -765,3 +765,62 @@ func FuzzReceiveXRC(f *testing.F) {
 		}
 	})
 }
+
+// fileDomains opens, on n new contexts of B's device, the XRC domain of
+// one new file; the contexts close at the end of the test.
+func (r *xrcRig) fileDomains(n int) ([]*verbs.Context, []*verbs.XRCD) {
+	t := r.t
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "xrc_domain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	attr := &verbs.XRCDInitAttr{CompMask: verbs.XRCDInitAttrFD | verbs.XRCDInitAttrOFlags, FD: int(f.Fd()), OFlags: os.O_CREATE}
+	ctx, x := make([]*verbs.Context, n), make([]*verbs.XRCD, n)
+	for i := range n {
+		if ctx[i], err = r.b.dev.Open(); err != nil {
+			t.Fatal(err)
+		}
+		c := ctx[i]
+		t.Cleanup(func() { c.Close() })
+		if x[i], err = ctx[i].OpenXRCD(attr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ctx, x
+}
+
+// TestXRCHandleOfAClosedContextFails: once the context that holds a
+// handle on an XRC_RECV QP is closed, the handle fails with ErrClosed, as
+// every object of a closed context does, and leaves the QP, which another
+// context still holds, as it was.
+func TestXRCHandleOfAClosedContextFails(t *testing.T) {
+	r := newXRCRig(t, 30, link.Faults{}, pairOpts{})
+	ctx, x := r.fileDomains(2)
+	created, err := x[0].CreateQP(&verbs.QPInitAttr{QPType: verbs.QPTXRCRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened, err := ctx[1].OpenQP(&verbs.QPOpenAttr{CompMask: verbs.QPOpenAttrNum | verbs.QPOpenAttrXRCD | verbs.QPOpenAttrType,
+		QPNum: created.Num(), XRCD: x[1], QPType: verbs.QPTXRCRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite}
+	if err := created.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); !errors.Is(err, verbs.ErrClosed) {
+		t.Errorf("modifying through the closed context's handle: %v, want ErrClosed", err)
+	}
+	if _, _, err := created.Query(); !errors.Is(err, verbs.ErrClosed) {
+		t.Errorf("querying through the closed context's handle: %v, want ErrClosed", err)
+	}
+	if a, _, err := opened.Query(); err != nil || a.QPState != verbs.QPSReset {
+		t.Errorf("the QP through the other context's handle: %s %v, want RESET", a.QPState, err)
+	}
+	if err := opened.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+}
