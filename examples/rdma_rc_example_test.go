@@ -46,7 +46,7 @@ func TestRDMARCExampleRunsAsTwoProcesses(t *testing.T) {
 		"test result is 0")
 	srv.check(t,
 		"going to send the message: 'SEND operation '",
-		"no GID index given: using GID index 0 of this RoCE port",
+		"no GID index given: using GID index 0 (127.0.0.2) of this RoCE port",
 		"Remote GID =00:00:00:00:00:00:00:00:00:00:ff:ff:7f:00:00:01",
 		"Send Request was posted",
 		"Contents of server buffer: 'RDMA write operation'",

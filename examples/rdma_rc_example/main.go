@@ -344,6 +344,7 @@ func (r *resources) syncByte(tag byte) error {
 // (connect_qp).
 func (r *resources) connectQP() error {
 	var myGID verbs.GID
+	picked := false
 	if cfg.gidIdx < 0 && r.portAttr.LinkLayer == verbs.LinkLayerEthernet {
 		// RoCE addresses every packet by GID: without one the QP would
 		// reach nobody. Take the port's first IPv4 GID (or GID 0).
@@ -351,14 +352,16 @@ func (r *resources) connectQP() error {
 		if err != nil {
 			return err
 		}
-		cfg.gidIdx = idx
-		fmt.Printf("no GID index given: using GID index %d of this RoCE port\n", idx)
+		cfg.gidIdx, picked = idx, true
 	}
 	if cfg.gidIdx >= 0 {
 		var err error
 		if myGID, err = r.ibCtx.QueryGID(cfg.ibPort, cfg.gidIdx); err != nil { // ibv_query_gid
 			return fmt.Errorf("could not get gid for port %d, index %d: %w", cfg.ibPort, cfg.gidIdx, err)
 		}
+	}
+	if picked {
+		fmt.Printf("no GID index given: using GID index %d (%s) of this RoCE port\n", cfg.gidIdx, myGID.Addr())
 	}
 	local := rcexample.ConData{Addr: r.mr.Addr(), RKey: r.mr.RKey(), QPNum: r.qp.Num(), LID: r.portAttr.LID, GID: myGID}
 	fmt.Printf("\nLocal LID = 0x%x\n", r.portAttr.LID)
