@@ -491,7 +491,7 @@ func (q *qp) retire() {
 				wc.ByteLen = uint32(w.length)
 			}
 			if !q.scq.Push(&wc, false) {
-				q.cqOverflow(q.scq)
+				q.cqOverflow(q.ctx, q.scq)
 			}
 		}
 	}
@@ -500,11 +500,11 @@ func (q *qp) retire() {
 	q.req.next = max(q.req.next-k, 0)
 }
 
-// cqOverflow handles a full CQ: the CQ reports IBV_EVENT_CQ_ERR and the
-// QP fails, as with hardware.
-func (q *qp) cqOverflow(cq *swcq.CQ) {
-	if q.ctx.events != nil && cq.FirstOverrun() {
-		q.ctx.events.CQEvent(verbs.EventCQErr, cq)
+// cqOverflow handles a full CQ of context c: the CQ reports
+// IBV_EVENT_CQ_ERR to c and the QP fails, as with hardware.
+func (q *qp) cqOverflow(c *devctx, cq *swcq.CQ) {
+	if c.events != nil && cq.FirstOverrun() {
+		c.events.CQEvent(verbs.EventCQErr, cq)
 	}
 	q.toError()
 }

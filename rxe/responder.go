@@ -444,10 +444,15 @@ func (q *qp) remoteMemory(rkey uint32, va, n uint64, right verbs.AccessFlags) ([
 	return m.span(va, n)
 }
 
-// pushRecv completes a receive, failing the QP if the CQ overflows.
+// pushRecv completes a receive, failing the QP if the CQ overflows. An
+// XRC SRQ's CQ is of the SRQ's context, which need not be the QP's.
 func (q *qp) pushRecv(wc *verbs.WC, solicited bool) {
 	if cq := q.recvComp(); !cq.Push(wc, solicited) {
-		q.cqOverflow(cq)
+		c := q.ctx
+		if q.typ == verbs.QPTXRCRecv {
+			c = q.resp.xsrq.ctx
+		}
+		q.cqOverflow(c, cq)
 	}
 }
 

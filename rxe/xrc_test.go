@@ -824,3 +824,56 @@ func TestXRCHandleOfAClosedContextFails(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestXRCCQOverrunIsReportedToTheCQsContext: when the CQ of an XRC SRQ
+// overruns, IBV_EVENT_CQ_ERR naming that CQ goes to the context the CQ
+// belongs to, even when another context made the XRC_RECV QP.
+func TestXRCCQOverrunIsReportedToTheCQsContext(t *testing.T) {
+	r := newXRCRig(t, 31, link.Faults{}, pairOpts{})
+	ctx, x := r.fileDomains(2)
+	recv, err := x[0].CreateQP(&verbs.QPInitAttr{QPType: verbs.QPTXRCRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Destroy()
+	pd, err := ctx[1].AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ctx[1].CreateCQ(1, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq, srqn := newXRCSRQ(t, pd, x[1], cq, 64)
+	buf := make([]byte, 4096)
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := cq.Cap() + 1
+	for i := range n {
+		if err := srq.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{mr.SGE(64*i, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.retarget(recv)
+	for i := range n {
+		if err := r.a.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRSend, SGList: []verbs.SGE{r.a.mr.SGE(0, 8)}, RemoteSRQN: srqn}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		ev, err := ctx[1].GetAsyncEvent(wait)
+		if err != nil {
+			t.Fatalf("no IBV_EVENT_CQ_ERR on the CQ's context: %v", err)
+		}
+		if ev.Type == verbs.EventCQErr {
+			if ev.CQ != cq {
+				t.Fatalf("IBV_EVENT_CQ_ERR names CQ %p, want the SRQ's %p", ev.CQ, cq)
+			}
+			break
+		}
+	}
+}
