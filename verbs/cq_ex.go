@@ -234,13 +234,15 @@ func (cq *CQEx) StartPoll(attr *PollCQAttr) error {
 	if attr != nil && attr.CompMask != 0 {
 		return Errorf("ibv_start_poll", ErrInvalidArgument, "comp_mask must be 0")
 	}
-	racesync.Sync()
 	if err := cq.ex.StartPoll(&cq.cur); err != nil {
 		if err == ErrNoEntry {
 			return errStartPollEmpty
 		}
 		return err
 	}
+	// After the completion is taken: what the device wrote before it
+	// completed is the program's to read from here on.
+	racesync.Sync()
 	cq.polling = true
 	cq.WRID, cq.Status = cq.cur.WRID, cq.cur.Status
 	return nil
@@ -259,6 +261,7 @@ func (cq *CQEx) NextPoll() error {
 		}
 		return err
 	}
+	racesync.Sync()
 	cq.WRID, cq.Status = cq.cur.WRID, cq.cur.Status
 	return nil
 }
