@@ -52,4 +52,9 @@
 // answers fails it with IBV_WC_RETRY_EXC_ERR within the transport's
 // retries (ACKTimeout, RetryCount). A program interrupted with SIGINT or
 // SIGTERM disconnects before it exits, as the kernel would for it.
+//
+// A NIC needs no CPU to deliver a completion; the software device's
+// goroutines do, so the busy polls of ping-sr-0 to 2 yield the CPU
+// between polls (sched_yield). They still take a whole CPU while they
+// wait, which is the course's third problem.
 package course
