@@ -441,7 +441,8 @@ func (c *devctx) Close() error {
 	// (ibv_close_device succeeds whatever is still allocated), then let
 	// go of the hardware. A peer's RDMA to a released region fails with
 	// a remote access error.
-	mine := c.closeXRC() // XRC_RECV QPs are the handles' (see xrc.go)
+	orphans := c.closeXRC() // XRC_RECV QPs are the handles' (see xrc.go)
+	var mine []*qp
 	c.hw.mu.Lock()
 	for _, q := range c.hw.qps {
 		if q.ctx == c && q.typ != verbs.QPTXRCRecv {
@@ -465,6 +466,9 @@ func (c *devctx) Close() error {
 	c.hw.mu.Unlock()
 	for _, q := range mine {
 		q.Destroy()
+	}
+	for _, q := range orphans {
+		q.teardown()
 	}
 	c.dev.release()
 	return nil

@@ -406,6 +406,13 @@ func (q *qp) Destroy() error {
 	}
 	q.destroyed = true
 	q.mu.Unlock()
+	q.teardown()
+	return nil
+}
+
+// teardown takes a QP marked destroyed out of the device and stops its
+// owner.
+func (q *qp) teardown() {
 	q.hw.mu.Lock()
 	if q.hw.qps[q.num] == q {
 		delete(q.hw.qps, q.num)
@@ -414,7 +421,6 @@ func (q *qp) Destroy() error {
 	q.hw.leaveAll(q)
 	close(q.done)
 	<-q.exited
-	return nil
 }
 
 // kick wakes the owner; it never blocks.

@@ -254,10 +254,15 @@ func (hd *xrcHandle) Destroy() error {
 			break
 		}
 	}
-	last := len(q.handles) == 0
+	// The QP is marked destroyed with its last handle gone, so that no
+	// OpenQP takes a handle on it in between.
+	last := len(q.handles) == 0 && !q.destroyed
+	if last {
+		q.destroyed = true
+	}
 	q.mu.Unlock()
 	if last {
-		return q.Destroy()
+		q.teardown()
 	}
 	return nil
 }
@@ -286,7 +291,8 @@ func (q *qp) eventSinks() []verbs.EventSink {
 
 // closeXRC releases what context c holds of the device's XRC objects, as
 // its Close does: its handles on XRC_RECV QPs (returned: the QPs no handle
-// is left on, to destroy), its XRC SRQs and its opens of domains.
+// is left on, marked destroyed, to tear down), its XRC SRQs and its opens
+// of domains.
 func (c *devctx) closeXRC() []*qp {
 	h := c.hw
 	h.mu.Lock()
@@ -320,6 +326,7 @@ func (c *devctx) closeXRC() []*qp {
 		clear(q.handles[k:])
 		q.handles = q.handles[:k]
 		if k == 0 && !q.destroyed {
+			q.destroyed = true // no OpenQP may find it from now on
 			orphans = append(orphans, q)
 		}
 		q.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -874,6 +875,65 @@ func TestXRCCQOverrunIsReportedToTheCQsContext(t *testing.T) {
 				t.Fatalf("IBV_EVENT_CQ_ERR names CQ %p, want the SRQ's %p", ev.CQ, cq)
 			}
 			break
+		}
+	}
+}
+
+// TestXRCOpenQPWhileTheLastHandlesContextCloses: ibv_open_qp coming
+// while the context that holds a QP's last handle closes either fails
+// with ErrNoEntry or gives a handle on a live QP, never one on a QP the
+// close then destroys under it.
+func TestXRCOpenQPWhileTheLastHandlesContextCloses(t *testing.T) {
+	r := newXRCRig(t, 32, link.Faults{}, pairOpts{})
+	ctx, x := r.fileDomains(2)
+	created, err := x[0].CreateQP(&verbs.QPInitAttr{QPType: verbs.QPTXRCRecv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The closing context has an XRC SRQ too: holding the SRQ's lock
+	// stops its close after it has let go of its QP handles and before
+	// it destroys what they held.
+	pd, err := ctx[0].AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ctx[0].CreateCQ(4, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _ := newXRCSRQ(t, pd, x[0], cq, 4)
+	s := verbs.SRQDriverOf(held).(*srq)
+	q := verbs.QPDriverOf(created).(*xrcHandle).qp
+	s.mu.Lock()
+	closed := make(chan error)
+	go func() { closed <- ctx[0].Close() }()
+	for {
+		q.mu.Lock()
+		n := len(q.handles)
+		q.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		runtime.Gosched()
+	}
+	opened, err := ctx[1].OpenQP(&verbs.QPOpenAttr{CompMask: verbs.QPOpenAttrNum | verbs.QPOpenAttrXRCD | verbs.QPOpenAttrType,
+		QPNum: created.Num(), XRCD: x[1], QPType: verbs.QPTXRCRecv})
+	s.mu.Unlock()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case errors.Is(err, verbs.ErrNoEntry):
+		// The QP went with its last handle.
+	case err != nil:
+		t.Fatal(err)
+	default:
+		init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite}
+		if err := opened.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+			t.Fatalf("the handle opened during the close: %v", err)
+		}
+		if err := opened.Destroy(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
