@@ -122,6 +122,9 @@ func (c *Context) CreateQPEx(attr *QPInitAttrEx) (*QP, error) {
 	if err := c.check(op); err != nil {
 		return nil, err
 	}
+	if attr == nil {
+		return nil, Errorf(op, ErrInvalidArgument, "no attributes")
+	}
 	const known = QPInitAttrPD | QPInitAttrXRCD | QPInitAttrCreateFlags | QPInitAttrMaxTSOHeader | QPInitAttrIndTable | QPInitAttrRXHash | QPInitAttrSendOpsFlags
 	switch m := attr.CompMask; {
 	case m&^known != 0:

@@ -502,6 +502,9 @@ func TestCreateQPExChecksItsAttributes(t *testing.T) {
 			}
 		})
 	}
+	if qp, err := ctx.CreateQPEx(nil); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Errorf("nil attributes: %v, %v, want EINVAL", qp, err)
+	}
 }
 
 // An XRC_SEND request names the remote XRC SRQ it is for; without it
