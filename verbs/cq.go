@@ -141,8 +141,9 @@ func (cq *CQ) fired() {
 // (ibv_poll_cq). It never blocks. After an overflow it returns an error
 // wrapping ErrIO once the queue is drained.
 func (cq *CQ) Poll(wc []WC) (int, error) {
-	racesync.Sync()
-	return cq.drv.Poll(wc)
+	n, err := cq.drv.Poll(wc)
+	racesync.Sync() // after the take: what the device wrote before completing is the program's to read
+	return n, err
 }
 
 // Len returns the number of completions waiting to be polled.

@@ -36,6 +36,9 @@ type QP struct {
 // XRC domain rather than a PD: XRCD.CreateQP makes it.
 func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	const op = "ibv_create_qp"
+	if attr == nil {
+		return nil, Errorf(op, ErrInvalidArgument, "no attributes")
+	}
 	xrc := attr.QPType == QPTXRCSend
 	recvCQ, srq := attr.RecvCQ, attr.SRQ
 	if xrc {

@@ -505,6 +505,12 @@ func TestCreateQPExChecksItsAttributes(t *testing.T) {
 	if qp, err := ctx.CreateQPEx(nil); !errors.Is(err, verbs.ErrInvalidArgument) {
 		t.Errorf("nil attributes: %v, %v, want EINVAL", qp, err)
 	}
+	if qp, err := pd.CreateQP(nil); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Errorf("ibv_create_qp with nil attributes: %v, %v, want EINVAL", qp, err)
+	}
+	if qp, err := xrcd.CreateQP(nil); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Errorf("an XRC_RECV QP with nil attributes: %v, %v, want EINVAL", qp, err)
+	}
 }
 
 // An XRC_SEND request names the remote XRC SRQ it is for; without it

@@ -142,6 +142,9 @@ func XRCDDriverOf(x *XRCD) XRCDDriver {
 // gave on it are destroyed.
 func (x *XRCD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	const op = "ibv_create_qp_ex"
+	if attr == nil {
+		return nil, Errorf(op, ErrInvalidArgument, "no attributes")
+	}
 	if attr.QPType != QPTXRCRecv {
 		return nil, Errorf(op, ErrInvalidArgument, "an XRC domain makes XRC_RECV QPs, not "+attr.QPType.String()+" (make those with PD.CreateQP)")
 	}
