@@ -23,6 +23,10 @@ const (
 	JoinSendOnlyFullMember MulticastJoinFlags = 1
 )
 
+// mcastHopLimit is the hop limit of a RoCEv2 group's address vector, as
+// Linux's rdma_cm gives it (IPV6_DEFAULT_HOPLIMIT).
+const mcastHopLimit = 64
+
 // MulticastQPN is the destination QP number of datagrams to a multicast
 // group (0xFFFFFF), the QPNum of a MULTICAST_JOIN event.
 const MulticastQPN = 0xFFFFFF
@@ -61,7 +65,9 @@ func (id *ID) JoinMulticast(addr netip.Addr, context any) error {
 // If the ID has a QP when the join completes, and flags is not
 // JoinSendOnlyFullMember, the QP is attached to the group
 // (ibv_attach_mcast), as librdmacm does when it delivers the event;
-// failing to attach turns the event into MULTICAST_ERROR. On RoCE there is
+// failing to attach turns the event into MULTICAST_ERROR. Joining a group
+// the ID has joined already fails with EADDRINUSE, where librdmacm would
+// keep two joins that one leave could not tell apart. On RoCE there is
 // no subnet manager to ask: the join completes at once, and the device
 // joins the IP multicast group when its first QP attaches.
 func (id *ID) JoinMulticastEx(addr netip.Addr, flags MulticastJoinFlags, context any) error {
@@ -107,7 +113,7 @@ func (id *ID) JoinMulticastEx(addr netip.Addr, flags MulticastJoinFlags, context
 	}
 	ev := &Event{Type: EventMulticastJoin, UD: UDParam{Context: context, QPNum: MulticastQPN, QKey: UDPQKey,
 		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: MulticastGID(ip),
-			SGIDIndex: uint8(max(id.agent.gidIndex(id.local.Addr()), 0)), HopLimit: 1, TrafficClass: id.opts.tos}}}}
+			SGIDIndex: uint8(max(id.agent.gidIndex(id.local.Addr()), 0)), HopLimit: mcastHopLimit, TrafficClass: id.opts.tos}}}}
 	qp := id.qp
 	cm.mu.Unlock()
 	var attached *verbs.QP
