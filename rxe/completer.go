@@ -2,6 +2,7 @@ package rxe
 
 import (
 	"encoding/binary"
+	"errors"
 	"time"
 
 	"github.com/rdmago/rdmago/internal/racesync"
@@ -13,7 +14,8 @@ import (
 func (q *qp) receive(in *inPacket, now time.Time) {
 	var p wire.Packet
 	if err := p.Decode(in.buf); err != nil {
-		return // malformed: dropped (the link already checked the ICRC)
+		q.receiveMalformed(in, err)
+		return
 	}
 	op := p.OpCode()
 	if q.datagram() {
@@ -43,6 +45,32 @@ func (q *qp) receive(in *inPacket, now time.Time) {
 		return
 	}
 	q.respond(&p, in, now)
+}
+
+// receiveMalformed handles a packet Decode refused. A request whose
+// length does not fit its opcode (a payload where the opcode has none, too
+// short for its extended headers) is, on a reliable QP at the expected PSN,
+// a length error: an invalid request (IBTA vol. 1 §9.7.5.1.3, responder
+// class C), NAKed and fatal to the QP like any other. Everything else
+// (a bad opcode or version, a response, another PSN) is dropped.
+func (q *qp) receiveMalformed(in *inPacket, err error) {
+	if !q.reliable() || len(in.buf) < wire.BTHLen ||
+		!errors.Is(err, wire.ErrLength) && !errors.Is(err, wire.ErrTruncated) && !errors.Is(err, wire.ErrPadCount) {
+		return
+	}
+	bth := wire.BTH(in.buf[:wire.BTHLen])
+	op := bth.OpCode()
+	if op.Transport() != q.transport() || op.IsResponse() || q.typ == verbs.QPTXRCSend || !q.resp.inited {
+		return
+	}
+	switch q.st.state {
+	case verbs.QPSReset, verbs.QPSInit, verbs.QPSErr:
+		return
+	}
+	if in.src != q.st.dest || bth.PSN() != q.resp.epsn {
+		return
+	}
+	q.fatalNAK(bth.PSN(), wire.NAKInvalidRequest, verbs.EventQPReqErr, "length")
 }
 
 // complete handles an acknowledgement or read response (the completer).

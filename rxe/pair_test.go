@@ -168,37 +168,39 @@ func connect(t testing.TB, a, b *end, o *pairOpts) {
 	psnA, psnB := rand.Uint32()&0xffffff, rand.Uint32()&0xffffff
 	gidA, _ := a.ctx.QueryGID(1, 0)
 	gidB, _ := b.ctx.QueryGID(1, 0)
-	for _, s := range []struct {
-		e               *end
-		peerGID         verbs.GID
-		peerQPN, rq, sq uint32
-	}{{a, gidB, b.qp.Num(), psnB, psnA}, {b, gidA, a.qp.Num(), psnA, psnB}} {
-		init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: o.access &^ verbs.AccessLocalWrite}
-		mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags
-		if o.typ == verbs.QPTUD {
-			mask = verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey
-		}
-		if err := s.e.qp.Modify(&init, mask); err != nil {
-			t.Fatal(err)
-		}
-		rtr := verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: o.mtu, DestQPNum: s.peerQPN, RQPSN: s.rq,
-			MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR,
-			AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: s.peerGID, HopLimit: 64}}}
-		mask = verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
-		if o.typ == verbs.QPTRC {
-			mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
-		}
-		if err := s.e.qp.Modify(&rtr, mask); err != nil {
-			t.Fatal(err)
-		}
-		rts := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: s.sq, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry, MaxRdAtomic: o.rdAtomic}
-		mask = verbs.QPAttrState | verbs.QPAttrSQPSN
-		if o.typ == verbs.QPTRC {
-			mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
-		}
-		if err := s.e.qp.Modify(&rts, mask); err != nil {
-			t.Fatal(err)
-		}
+	connectQP(t, a, gidB, b.qp.Num(), psnB, psnA, o)
+	connectQP(t, b, gidA, a.qp.Num(), psnA, psnB, o)
+}
+
+// connectQP moves e's QP to RTS towards QP peerQPN at peerGID, expecting
+// PSN rq and sending from PSN sq.
+func connectQP(t testing.TB, e *end, peerGID verbs.GID, peerQPN, rq, sq uint32, o *pairOpts) {
+	t.Helper()
+	init := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: o.access &^ verbs.AccessLocalWrite}
+	mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags
+	if o.typ == verbs.QPTUD {
+		mask = verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey
+	}
+	if err := e.qp.Modify(&init, mask); err != nil {
+		t.Fatal(err)
+	}
+	rtr := verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: o.mtu, DestQPNum: peerQPN, RQPSN: rq,
+		MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR,
+		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: peerGID, HopLimit: 64}}}
+	mask = verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
+	if o.typ == verbs.QPTRC {
+		mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+	}
+	if err := e.qp.Modify(&rtr, mask); err != nil {
+		t.Fatal(err)
+	}
+	rts := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: sq, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry, MaxRdAtomic: o.rdAtomic}
+	mask = verbs.QPAttrState | verbs.QPAttrSQPSN
+	if o.typ == verbs.QPTRC {
+		mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+	}
+	if err := e.qp.Modify(&rts, mask); err != nil {
+		t.Fatal(err)
 	}
 }
 
