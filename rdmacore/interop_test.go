@@ -111,10 +111,18 @@ func TestInteropRdmacoreTools(t *testing.T) {
 	srvEx := buildFor(t, vm, "rdma_server-rdmacore", "github.com/rdmago/rdmago/examples/rdma_server", false)
 	cliEx := buildFor(t, vm, "rdma_client-rdmacore", "github.com/rdmago/rdmago/examples/rdma_client", false)
 	fabSrv := buildFor(t, vm, "fabric_server-rdmacore", "github.com/rdmago/rdmago/examples/fabric_server", false)
+	rcEx := buildFor(t, vm, "rdma_rc_example-rdmacore", "github.com/rdmago/rdmago/examples/rdma_rc_example", false)
 	host := vmtest.BuildRdmago(t)
 	hostFabCli := filepath.Join(t.TempDir(), "fabric_client")
 	if b, err := exec.Command("go", "build", "-o", hostFabCli, "github.com/rdmago/rdmago/examples/fabric_client").CombinedOutput(); err != nil {
 		t.Fatalf("go build fabric_client: %v\n%s", err, b)
+	}
+	hostRCEx := filepath.Join(t.TempDir(), "rdma_rc_example")
+	if b, err := exec.Command("go", "build", "-o", hostRCEx, "github.com/rdmago/rdmago/examples/rdma_rc_example").CombinedOutput(); err != nil {
+		t.Fatalf("go build rdma_rc_example: %v\n%s", err, b)
+	}
+	onHost := func(args ...string) *exec.Cmd {
+		return exec.Command(vm, append([]string{"host", "env", "RDMAGO_RXE_ADDR=10.77.0.1", "timeout", vmtest.Timeout}, args...)...)
 	}
 	const to = "timeout " + vmtest.Timeout + " "
 	const rdmago = "RDMAGO_PROVIDER=rdmacore " + to
@@ -192,6 +200,12 @@ func TestInteropRdmacoreTools(t *testing.T) {
 			in(1, rdmago+fabSrv+" -p verbs -a 10.77.0.11 -port 9300"),
 			exec.Command(vm, "host", "env", "RDMAGO_RXE_ADDR=10.77.0.1", "timeout", vmtest.Timeout, hostFabCli, "-p", "verbs", "-a", "10.77.0.11", "-port", "9300"),
 			`region holds "RDMA WRITE over verbs", counter 5`, "fetch-and-add 5: 0 before, 5 after"},
+		{"rdma_rc_example server through rdma-core in vm1, client on the host's software device",
+			in(1, rdmago+rcEx+" -d rxe0 -g 1"), onHost(hostRCEx, "-d", "rxe_br0", "-g", "0", "10.77.0.11"),
+			"test result is 0", "test result is 0"},
+		{"rdma_rc_example server on the host's software device, client through rdma-core in vm1",
+			onHost(hostRCEx, "-d", "rxe_br0", "-g", "0"), in(1, rdmago+rcEx+" -d rxe0 -g 1 10.77.0.1"),
+			"test result is 0", "test result is 0"},
 		{"rping rdmacore client in vm1, software device server on the host",
 			exec.Command(vm, "host", "timeout", vmtest.Timeout, host, "rping", "-s", "-a", "10.77.0.1", "-v", "-C", "10"),
 			in(1, rdmago+bin+" rping -c -a 10.77.0.1 -v -C 10"),
