@@ -19,6 +19,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -128,7 +129,7 @@ type shared struct {
 	done    chan struct{}
 	mu      sync.Mutex
 	sinks   map[*ctx]verbs.EventSink
-	byQPN   map[uint32]*ctx
+	byQPN   map[uint32][]*ctx // the contexts holding a handle on each QP (several for an XRC_RECV QP)
 	bySRQ   map[*C.struct_ibv_srq]*srq
 	byCQ    map[*C.struct_ibv_cq]*cq
 	byMRKey map[uint32]*mr
@@ -166,7 +167,7 @@ func (d *device) Open(events verbs.EventSink) (verbs.ContextDriver, error) {
 }
 
 func (d *device) openShared() (*shared, error) {
-	s := &shared{sinks: map[*ctx]verbs.EventSink{}, byQPN: map[uint32]*ctx{}, bySRQ: map[*C.struct_ibv_srq]*srq{}, byCQ: map[*C.struct_ibv_cq]*cq{}, byMRKey: map[uint32]*mr{}, done: make(chan struct{})}
+	s := &shared{sinks: map[*ctx]verbs.EventSink{}, byQPN: map[uint32][]*ctx{}, bySRQ: map[*C.struct_ibv_srq]*srq{}, byCQ: map[*C.struct_ibv_cq]*cq{}, byMRKey: map[uint32]*mr{}, done: make(chan struct{})}
 	var n C.int
 	if l := C.rdma_get_devices(&n); l != nil {
 		for i := C.int(0); i < n; i++ {
@@ -229,8 +230,10 @@ func (s *shared) readEvents() {
 				q.c.events.CQEvent(typ, q)
 			}
 		case ev.qp_num != 0:
-			if c := s.byQPN[uint32(ev.qp_num)]; c != nil {
-				c.events.Event(typ, uint32(ev.qp_num), 0)
+			for i, c := range s.byQPN[uint32(ev.qp_num)] {
+				if !slices.Contains(s.byQPN[uint32(ev.qp_num)][:i], c) {
+					c.events.Event(typ, uint32(ev.qp_num), 0)
+				}
 			}
 		default:
 			for _, sink := range s.sinks {
@@ -1008,7 +1011,7 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	}
 	r := &qp{c: p.c, qp: q, typ: attr.QPType, num: uint32(q.qp_num)}
 	p.c.s.mu.Lock()
-	p.c.s.byQPN[r.num] = p.c
+	p.c.s.byQPN[r.num] = append(p.c.s.byQPN[r.num], p.c)
 	p.c.s.mu.Unlock()
 	p.c.track(kindQP, r, true)
 	return r, nil
@@ -1313,13 +1316,26 @@ func (q *qp) DetachMcast(gid verbs.GID) error {
 	return nil
 }
 
+// dropQPN forgets one handle of c on QP num (mu held).
+func (s *shared) dropQPN(num uint32, c *ctx) {
+	l := s.byQPN[num]
+	if i := slices.Index(l, c); i >= 0 {
+		l = slices.Delete(l, i, i+1)
+	}
+	if len(l) == 0 {
+		delete(s.byQPN, num)
+	} else {
+		s.byQPN[num] = l
+	}
+}
+
 func (q *qp) Destroy() error {
 	return q.end(q.c, kindQP, q, "ibv_destroy_qp", func() C.int {
 		if rc := C.ibv_destroy_qp(q.qp); rc != 0 {
 			return rc
 		}
 		q.c.s.mu.Lock()
-		delete(q.c.s.byQPN, q.num)
+		q.c.s.dropQPN(q.num, q.c)
 		q.c.s.mu.Unlock()
 		return 0
 	})

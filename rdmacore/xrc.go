@@ -147,7 +147,7 @@ func (p *pd) createXRCSendQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 func (c *ctx) addQP(q *C.struct_ibv_qp, typ verbs.QPType) *qp {
 	r := &qp{c: c, qp: q, typ: typ, num: uint32(q.qp_num)}
 	c.s.mu.Lock()
-	c.s.byQPN[r.num] = c
+	c.s.byQPN[r.num] = append(c.s.byQPN[r.num], c)
 	c.s.mu.Unlock()
 	c.track(kindQP, r, true)
 	return r
