@@ -196,7 +196,10 @@ const reaskAfter = 2 * maxReadBurst
 const renakAfter = maxUnackedPSN / 4
 
 // resendFrom rewinds to a READ or atomic whose response is missing, once
-// for each such PSN (every later response or ACK would ask again).
+// for each such PSN (every later response or ACK would ask again). A
+// missing response so detected is an implied NAK, a PSN sequence error
+// like an explicit one: it spends a transport retry, and fails the WQE with
+// RETRY_EXC_ERR when none is left (IBTA vol. 1 chapter 9, as Linux rxe).
 func (q *qp) resendFrom(psn wire.PSN) {
 	r := &q.req
 	if r.gapSet && r.readGap == psn {
@@ -207,6 +210,11 @@ func (q *qp) resendFrom(psn wire.PSN) {
 			return
 		}
 	}
+	if !q.useRetry() {
+		q.failAt(psn, verbs.WCRetryExcErr)
+		return
+	}
+	q.count(verbs.CounterCompleterRetryErr, 1)
 	r.readGap, r.gapSet, r.gapSeen = psn, true, 0
 	q.rewind(psn)
 }

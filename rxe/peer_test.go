@@ -1,6 +1,7 @@
 package rxe
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -24,10 +25,14 @@ type peer struct {
 	in   chan []byte
 }
 
-// newPeer makes a device QP connected to a peer.
-func newPeer(t testing.TB, seed uint64, o pairOpts) *peer {
+// newPeer makes a device QP connected to a peer. adjust, if any, changes
+// the options after the defaults are filled in (where 0 means "default").
+func newPeer(t testing.TB, seed uint64, o pairOpts, adjust ...func(*pairOpts)) *peer {
 	t.Helper()
 	o.defaults()
+	for _, f := range adjust {
+		f(&o)
+	}
 	n := link.NewNetwork(seed)
 	p := &peer{t: t, addr: netip.MustParseAddr("10.60.0.2"), dev: netip.MustParseAddr("10.60.0.1"), qpn: 0x4242, in: make(chan []byte, 256)}
 	ld, err := n.Attach(p.dev)
@@ -180,5 +185,66 @@ func TestMalformedRequestOffSequenceIsDropped(t *testing.T) {
 	}
 	if got := p.e.buf[:4]; string(got) != "\x05\x06\x07\x08" {
 		t.Fatalf("memory holds %x after the WRITE", got)
+	}
+}
+
+// An ACK past an RDMA READ whose response has not come is an implied NAK
+// (IBTA vol. 1 chapter 9, the requester's response checks): the response
+// was lost and the READ is asked for again. It is a PSN sequence error as
+// an explicit NAK is, so it spends a transport retry, and with retry_cnt 0
+// the READ fails with RETRY_EXC_ERR at once, as in Linux rxe. roce-sim's
+// rxe_implied_nak_sequence_error_retry_limit_* cases are about this. The
+// transport timer here is hours long: whatever is resent, the implied NAK
+// resent it.
+func TestImpliedNAKSpendsATransportRetry(t *testing.T) {
+	for _, retry := range []uint8{0, 1} {
+		t.Run(fmt.Sprintf("retry_cnt %d", retry), func(t *testing.T) {
+			p := newPeer(t, 60+uint64(retry), pairOpts{}, func(o *pairOpts) { o.retry, o.timeout = retry, 31 })
+			e := p.e
+			if err := e.qp.PostSend([]verbs.SendWR{
+				{WRID: 1, Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{e.mr.SGE(0, 8)}, RemoteAddr: 0x1000, RKey: 0x77},
+				{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{e.mr.SGE(64, 8)}},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []wire.OpCode{wire.RCReadRequest, wire.RCSendOnly} {
+				if pkt := p.recv(5 * time.Second); pkt.OpCode() != want {
+					t.Fatalf("device sent %s, want %s", pkt.OpCode(), want)
+				}
+			}
+			// The SEND's ACK, as if the READ's response were lost.
+			p.send(wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCAcknowledge, PSN: 1}, Syndrome: wire.SyndromeACKUnlimited, MSN: 2}, nil, nil)
+			if retry == 0 {
+				wcs := e.wait(2, 5*time.Second)
+				if wcs[0].WRID != 1 || wcs[0].Status != verbs.WCRetryExcErr || wcs[1].Status != verbs.WCWRFlushErr {
+					t.Fatalf("completions %s, want the READ failed with RETRY_EXC_ERR and the SEND flushed", describe(wcs))
+				}
+				select {
+				case b := <-p.in:
+					t.Fatalf("device sent % x after its retries ran out", b[:12])
+				default:
+				}
+				return
+			}
+			// One retry: the READ goes again, and the SEND after it.
+			for _, want := range []struct {
+				op  wire.OpCode
+				psn wire.PSN
+			}{{wire.RCReadRequest, 0}, {wire.RCSendOnly, 1}} {
+				if pkt := p.recv(5 * time.Second); pkt.OpCode() != want.op || pkt.BTH.PSN() != want.psn {
+					t.Fatalf("device sent %s PSN %d, want %s PSN %d again", pkt.OpCode(), pkt.BTH.PSN(), want.op, want.psn)
+				}
+			}
+			p.send(wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCReadResponseOnly, PSN: 0}, Syndrome: wire.SyndromeACKUnlimited, MSN: 1}, []byte("8 bytes!"), nil)
+			p.send(wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCAcknowledge, PSN: 1}, Syndrome: wire.SyndromeACKUnlimited, MSN: 2}, nil, nil)
+			for _, wc := range e.wait(2, 5*time.Second) {
+				if wc.Status != verbs.WCSuccess {
+					t.Fatalf("completion %s after the retry", describe([]verbs.WC{wc}))
+				}
+			}
+			if got := string(e.buf[:8]); got != "8 bytes!" {
+				t.Fatalf("READ brought %q", got)
+			}
+		})
 	}
 }
