@@ -2,8 +2,12 @@ package rxe
 
 import (
 	"fmt"
+	"net/netip"
+	"runtime"
 	"testing"
 	"time"
+
+	"github.com/rdmago/rdmago/rxe/link"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -13,6 +17,12 @@ import (
 func benchOp(b *testing.B, op verbs.WROpcode, size, depth int) {
 	la, lb := udpLinks(b)
 	a, peer := newPair(b, la, lb, pairOpts{bufSize: max(size, 4096), mtu: verbs.MTU4096, sendWR: 512, recvWR: 512})
+	runOps(b, a, peer, op, size, depth)
+}
+
+// runOps posts b.N requests of op and size from a to peer, depth at a
+// time, and waits for each completion.
+func runOps(b *testing.B, a, peer *end, op verbs.WROpcode, size, depth int) {
 	wr := verbs.SendWR{Opcode: op, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, size)},
 		RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}
 	recvs := make([]verbs.RecvWR, depth)
@@ -37,7 +47,7 @@ func benchOp(b *testing.B, op verbs.WROpcode, size, depth int) {
 			}
 			posted++
 		}
-		got := a.wait(1, 10*time.Second)
+		got := a.wait(1, 30*time.Second)
 		if got[0].Status != verbs.WCSuccess {
 			b.Fatalf("completion %s", got[0].Status)
 		}
@@ -48,6 +58,72 @@ func benchOp(b *testing.B, op verbs.WROpcode, size, depth int) {
 				peer.qp.PostRecv(recvs[:1])
 			}
 		}
+	}
+}
+
+// BenchmarkWriteUnderLoss is 1 MiB RDMA WRITE goodput, 16 in flight, on
+// the in-memory network, lossless and with 1 % of packets dropped at
+// random: each loss costs the responder's go-back-N window of resends.
+// scripts/speed.sh reports the ratio (goal: at least half of lossless).
+func BenchmarkWriteUnderLoss(b *testing.B) {
+	for _, drop := range []float64{0, 0.01} {
+		b.Run(fmt.Sprintf("loss=%g%%", drop*100), func(b *testing.B) {
+			a, peer, _ := memPair(b, 15, link.Faults{Drop: drop}, pairOpts{bufSize: 1 << 20, mtu: verbs.MTU4096, sendWR: 64, recvWR: 64})
+			runOps(b, a, peer, verbs.WRRDMAWrite, 1<<20, 16)
+		})
+	}
+}
+
+// BenchmarkIdleQPMemory reports the memory a connected RC QP that has
+// carried no traffic yet holds (B/QP: heap and goroutine stacks): 256
+// pairs of QPs connected across two devices on the in-memory network,
+// measured before and after (goal: at most 16 KiB).
+func BenchmarkIdleQPMemory(b *testing.B) {
+	const pairs = 256
+	o := pairOpts{typ: verbs.QPTRC, bufSize: 64, mtu: verbs.MTU4096, sendWR: 64, recvWR: 64}
+	o.defaults()
+	n := link.NewNetwork(16)
+	la, _ := n.Attach(netip.MustParseAddr("10.0.0.1"))
+	lb, _ := n.Attach(netip.MustParseAddr("10.0.0.2"))
+	da, err := NewDevice(Config{Name: "idle_a", Links: []link.Link{la}, NetdevMTU: 9000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	db, err := NewDevice(Config{Name: "idle_b", Links: []link.Link{lb}, NetdevMTU: 9000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, peer := newEndOn(b, da, &o), newEndOn(b, db, &o)
+	defer func() { a.close(); peer.close() }()
+	var before, after runtime.MemStats
+	for range b.N {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var qps []*verbs.QP
+		destroy := func() {
+			for _, qp := range qps {
+				qp.Destroy()
+			}
+		}
+		for range pairs {
+			x, y := *a, *peer
+			for _, e := range []*end{&x, &y} {
+				qp, err := e.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, QPType: verbs.QPTRC,
+					Cap: verbs.QPCap{MaxSendWR: o.sendWR, MaxRecvWR: o.recvWR, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
+				if err != nil {
+					destroy()
+					b.Fatal(err)
+				}
+				e.qp = qp
+				qps = append(qps, qp)
+			}
+			connect(b, &x, &y, &o)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		used := func(m *runtime.MemStats) float64 { return float64(m.HeapInuse + m.StackInuse) }
+		b.ReportMetric((used(&after)-used(&before))/(2*pairs), "B/QP")
+		destroy()
 	}
 }
 

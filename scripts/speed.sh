@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The software device's speed beside its anchors, measured back to back in
+# one run on loopback so that the machine's noise falls on both: each
+# figure the software device's speed is held to, with its anchor
+# and the ratio.
+#
+#   scripts/speed.sh [ROUNDS]     (default 3; each figure is the median)
+#
+#   latency     rdmago ib_send_lat -s 8 (t_typical: half a round trip)
+#               vs C fi_pingpong -p tcp -e msg -S 64 (usec/xfer)
+#   rate        rdmago ib_write_bw / ib_send_bw -s 64 -t 128 -l 16 (Mpps)
+#   bandwidth   rdmago ib_write_bw / ib_read_bw / ib_send_bw -s 1 MiB (MB/s)
+#               vs iperf3, one TCP stream
+#   setup       rdmacm Dial+Accept vs TCP connect+accept (go test -bench)
+#   idle QP     bytes of heap per connected, idle RC QP (go test -bench)
+#   loss        1 MiB RDMA WRITE goodput at 1 % random loss vs lossless,
+#               in-memory network (go test -bench)
+#
+# Needs fi_pingpong and iperf3 (apt-get install libfabric-bin iperf3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+for t in fi_pingpong iperf3; do
+	command -v "$t" >/dev/null || { echo "$t is not installed (apt-get install libfabric-bin iperf3)" >&2; exit 1; }
+done
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+bin=$dir/rdmago
+go build -o "$bin" ./cmd/rdmago
+
+median() { sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+# Each pair runs under a time limit: a run that stalls counts as missing
+# (and the table says so) rather than holding up the rest.
+limit=60
+# perf PORT TOOL ARGS...: one rdmago perftest server and client on
+# loopback; prints the client's result row.
+perf() {
+	local port=$1 tool=$2; shift 2
+	timeout "$limit" "$bin" "$tool" -p "$port" "$@" >/dev/null 2>&1 &
+	local srv=$!
+	sleep 0.5
+	timeout "$limit" "$bin" "$tool" -p "$port" "$@" 127.0.0.1 | awk '/^ *[0-9]+ +[0-9]+ / {print; exit}' || true
+	wait "$srv" || true
+}
+# fipp PORT ARGS...: C fi_pingpong server and client; prints the client's row.
+fipp() {
+	local port=$1; shift
+	timeout "$limit" fi_pingpong "$@" -B "$port" >/dev/null 2>&1 &
+	local srv=$!
+	sleep 0.3
+	timeout "$limit" fi_pingpong "$@" -P "$port" 127.0.0.1 | awk 'NR == 2' || true
+	wait "$srv" || true
+}
+# iperf PORT: one iperf3 TCP stream for 3 s; prints Mbit/s.
+iperf() {
+	timeout "$limit" iperf3 -s -1 -p "$1" >/dev/null 2>&1 &
+	local srv=$!
+	sleep 0.3
+	timeout "$limit" iperf3 -c 127.0.0.1 -p "$1" -t 3 -f m | awk '/receiver/ {print $7}' || true
+	wait "$srv" || true
+}
+
+declare -A v
+add() { v[$1]+="$2 "; }
+port=47700
+for r in $(seq "$rounds"); do
+	port=$((port + 10))
+	add lat_c "$(fipp $((port + 1)) -p tcp -e msg -S 64 -I 20000 | awk '{print $7}')"
+	add lat_go "$(perf $((port + 2)) ib_send_lat -s 8 -n 20000 | awk '{print $5}')"
+	add rate_write "$(perf $((port + 3)) ib_write_bw -s 64 -t 128 -l 16 -n 200000 | awk '{print $5}')"
+	add rate_send "$(perf $((port + 4)) ib_send_bw -s 64 -t 128 -l 16 -n 200000 | awk '{print $5}')"
+	add bw_tcp "$(iperf $((port + 5)) | awk '{print $1 / 8}')"
+	add bw_write "$(perf $((port + 6)) ib_write_bw -s 1048576 -n 2000 | awk '{print $4}')"
+	add bw_read "$(perf $((port + 7)) ib_read_bw -s 1048576 -n 2000 | awk '{print $4}')"
+	add bw_send "$(perf $((port + 8)) ib_send_bw -s 1048576 -n 2000 | awk '{print $4}')"
+	echo "round $r done" >&2
+done
+# m NAME: the median of a figure's rounds, or "nan" if every round stalled.
+m() {
+	local x
+	x=$(echo ${v[$1]:-} | tr ' ' '\n' | { grep . || true; } | median)
+	echo "${x:-nan}"
+}
+
+bench=$(go test -run XXX -bench 'DialAccept' -benchtime 200x -count "$rounds" ./rdmacm 2>/dev/null)
+dial_go=$(echo "$bench" | awk '/^BenchmarkDialAccept/ {print $3 / 1000}' | median)
+dial_tcp=$(echo "$bench" | awk '/^BenchmarkTCPDialAccept/ {print $3 / 1000}' | median)
+bench=$(go test -run XXX -bench 'IdleQPMemory|WriteUnderLoss' -count "$rounds" ./rxe 2>/dev/null)
+idle=$(echo "$bench" | awk '/^BenchmarkIdleQPMemory/ {for (i = 1; i < NF; i++) if ($(i+1) == "B/QP") print $i}' | median)
+loss0=$(echo "$bench" | awk '/^BenchmarkWriteUnderLoss\/loss=0%/ {for (i = 1; i < NF; i++) if ($(i+1) == "MB/s") print $i}' | median)
+loss1=$(echo "$bench" | awk '/^BenchmarkWriteUnderLoss\/loss=1%/ {for (i = 1; i < NF; i++) if ($(i+1) == "MB/s") print $i}' | median)
+
+awk -v lc="$(m lat_c)" -v lg="$(m lat_go)" -v rw="$(m rate_write)" -v rs="$(m rate_send)" \
+	-v bt="$(m bw_tcp)" -v bwr="$(m bw_write)" -v brd="$(m bw_read)" -v bsd="$(m bw_send)" \
+	-v dg="$dial_go" -v dt="$dial_tcp" -v idle="$idle" -v l0="$loss0" -v l1="$loss1" 'BEGIN {
+	printf "%-40s %14s %22s %8s  %s\n", "figure", "rdmago", "anchor (same run)", "ratio", "goal"
+	printf "%-40s %11.1f us %19.1f us %7.2fx  %s\n", "8 B SEND, half a round trip", lg, lc, lg / lc, "<= 1.00x fi_pingpong tcp"
+	printf "%-40s %9.3f Mpps %22s %8s  %s\n", "64 B RDMA WRITE rate (128 in flight)", rw, "-", "-", ">= 1 Mpps"
+	printf "%-40s %9.3f Mpps %22s %8s  %s\n", "64 B SEND rate (128 in flight)", rs, "-", "-", ">= 1 Mpps"
+	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB RDMA WRITE", bwr, bt, bwr / bt, ">= 1.00x iperf3"
+	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB RDMA READ (vs WRITE)", brd, bwr, brd / bwr, ">= 0.90x WRITE"
+	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB SEND (vs WRITE)", bsd, bwr, bsd / bwr, ">= 0.90x WRITE"
+	printf "%-40s %11.0f us %19.0f us %7.2fx  %s\n", "rdmacm Dial+Accept (vs TCP)", dg, dt, dg / dt, "<= 2.00x TCP"
+	printf "%-40s %12.0f B %22s %8s  %s\n", "memory per idle RC QP", idle, "-", "-", "<= 16384 B"
+	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB WRITE at 1 % loss (vs lossless)", l1, l0, l1 / l0, ">= 0.50x"
+}'
