@@ -50,11 +50,14 @@ func TestInteropVerbsWithLinuxSoftRoCE(t *testing.T) {
 					return vmtest.Guest(vm, "fi_pingpong", "env FI_VERBS_GID_IDX=1 FI_UNIVERSE_SIZE=32 fi_pingpong "+args)
 				}
 				srv, cli := host(flags), guest(flags+" 10.77.0.1")
+				ready := func() { time.Sleep(3 * time.Second) }
 				if !goServes {
+					// The emulated guest may take longer than that
+					// to listen on the control port.
 					srv, cli = guest(flags), host(flags+" 10.77.0.11")
+					ready = vmtest.GuestListening(vm, 47592, 30*time.Second)
 				}
-				// (The guest is emulated and slow to start listening.)
-				srvOut, cliOut := vmtest.RunPair(t, srv, cli, 3*time.Second)
+				srvOut, cliOut := vmtest.RunPairAfter(t, srv, cli, ready)
 				sr, cr := rows(srvOut), rows(cliOut)
 				if len(sr) != c.rows || fmt.Sprint(sr) != fmt.Sprint(cr) {
 					t.Fatalf("rows differ\nserver:\n%s\nclient:\n%s", srvOut, cliOut)

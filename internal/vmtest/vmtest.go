@@ -5,6 +5,7 @@ package vmtest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +92,30 @@ func Guest(vm, prog, cmdline string) *exec.Cmd {
 // srv, and returns both outputs; it fails the test if either fails.
 func RunPair(t *testing.T, srv, cli *exec.Cmd, settle time.Duration) (srvOut, cliOut string) {
 	t.Helper()
+	return RunPairAfter(t, srv, cli, func() { time.Sleep(settle) })
+}
+
+// GuestListening waits up to within for a TCP listener on port in vm1
+// (the guest is emulated: a server there may take seconds to start
+// listening), then a moment more for it to reach accept.
+func GuestListening(vm string, port int, within time.Duration) func() {
+	return func() {
+		deadline := time.Now().Add(within)
+		for time.Now().Before(deadline) {
+			out, _ := exec.Command(vm, "exec", "1", fmt.Sprintf("ss -Hltn 'sport = :%d'", port)).Output()
+			if strings.Contains(string(out), "LISTEN") {
+				break
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// RunPairAfter is RunPair with ready, which returns once srv may be
+// connected to, in place of a fixed settle time.
+func RunPairAfter(t *testing.T, srv, cli *exec.Cmd, ready func()) (srvOut, cliOut string) {
+	t.Helper()
 	var so, co strings.Builder
 	srv.Stdout, srv.Stderr = &so, &so
 	cli.Stdout, cli.Stderr = &co, &co
@@ -98,7 +123,7 @@ func RunPair(t *testing.T, srv, cli *exec.Cmd, settle time.Duration) (srvOut, cl
 		t.Fatal(err)
 	}
 	defer srv.Process.Kill()
-	time.Sleep(settle)
+	ready()
 	cliErr := cli.Run()
 	srvErr := srv.Wait()
 	if cliErr != nil || srvErr != nil {
