@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/rdmago/rdmago/internal/getopt"
 	"github.com/rdmago/rdmago/rdmacm"
@@ -61,6 +62,33 @@ func Finish(ctx context.Context, tool string, err error, stdout, stderr io.Write
 	}
 	fmt.Fprintf(stdout, "return status %d\n", ExitStatus(err))
 	return err
+}
+
+// ConnectEvents hands each event of ch to handle, acknowledged after,
+// until *left (connects_left, which handle counts down) reaches 0
+// (connect_events). When idle passes without an event, stalled says why
+// the run ends, or returns nil to go on waiting.
+func ConnectEvents(ctx context.Context, ch *rdmacm.EventChannel, idle time.Duration, left *int, handle func(*rdmacm.Event) error, stalled func() error) error {
+	for *left > 0 {
+		ectx, cancel := context.WithTimeout(ctx, idle)
+		ev, err := ch.GetEvent(ectx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err := stalled(); err != nil {
+				return err
+			}
+			continue
+		}
+		err = handle(ev)
+		ev.Ack()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Flags is a tool's command line being parsed.

@@ -267,23 +267,9 @@ func (r *runner) run(ctx context.Context) error {
 // connectEvents handles events until every ID has joined or failed
 // (connect_events). A failed join ends the run, as in mckey.
 func (r *runner) connectEvents(ctx context.Context) error {
-	for r.left > 0 {
-		ectx, cancel := context.WithTimeout(ctx, r.o.Idle)
-		ev, err := r.ch.GetEvent(ectx)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("no connection manager event in %v: %d of %d joins done", r.o.Idle, r.o.Connections-r.left, r.o.Connections)
-		}
-		err = r.handle(ev)
-		ev.Ack()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return cmatest.ConnectEvents(ctx, r.ch, r.o.Idle, &r.left, r.handle, func() error {
+		return fmt.Errorf("no connection manager event in %v: %d of %d joins done", r.o.Idle, r.o.Connections-r.left, r.o.Connections)
+	})
 }
 
 // handle is cma_handler.

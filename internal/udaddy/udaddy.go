@@ -290,28 +290,12 @@ func (r *runner) client(ctx context.Context) error {
 // connectEvents handles connection manager events until every connection
 // is made or has failed (connect_events).
 func (r *runner) connectEvents(ctx context.Context) error {
-	for r.left > 0 {
-		ectx, cancel := context.WithTimeout(ctx, r.o.Idle)
-		ev, err := r.ch.GetEvent(ectx)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if r.o.Server == "" && len(r.nodes) == 0 {
-				// A server waits for its clients as long as it is
-				// left running, as udaddy's does.
-				continue
-			}
-			return fmt.Errorf("no connection manager event in %v: %d of %d connections made", r.o.Idle, r.o.Connections-r.left, r.o.Connections)
+	return cmatest.ConnectEvents(ctx, r.ch, r.o.Idle, &r.left, r.handle, func() error {
+		if r.o.Server == "" && len(r.nodes) == 0 {
+			return nil // a server waits for its clients as long as it is left running, as udaddy's does
 		}
-		err = r.handle(ev)
-		ev.Ack()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+		return fmt.Errorf("no connection manager event in %v: %d of %d connections made", r.o.Idle, r.o.Connections-r.left, r.o.Connections)
+	})
 }
 
 // handle is cma_handler.
