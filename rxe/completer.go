@@ -264,14 +264,26 @@ func (q *qp) ackThrough(a wire.PSN, now time.Time) {
 		advanced = true
 	}
 	newUna := a.Add(1)
-	// una never passes an unfinished READ or atomic.
+	// una is the first PSN not yet answered. A READ or atomic finished by
+	// its responses is answered without any ACK covering it, and so are
+	// the READ responses that came in order while an earlier READ was
+	// being asked for again: una moves past both. It never passes the
+	// responses still missing. (The send window counts from una: short
+	// of these, it could stay shut with the next READ never asked for.)
 	for _, w := range q.sq {
-		if w.started && !w.done && w.isReadOrAtomic() {
-			if u := w.firstPSN.Add(w.readDone); u.Diff(newUna) < 0 {
-				newUna = u
-			}
+		if !w.started {
 			break
 		}
+		if w.done {
+			if end := w.lastPSN().Add(1); end.Diff(newUna) > 0 && end.Diff(r.psn) <= 0 {
+				newUna = end
+			}
+			continue
+		}
+		if w.isReadOrAtomic() && newUna.Diff(w.firstPSN) >= 0 {
+			newUna = w.firstPSN.Add(w.readDone)
+		}
+		break
 	}
 	if newUna.Diff(r.una) > 0 {
 		r.una = newUna

@@ -222,3 +222,36 @@ func checkAtomicsExactlyOnce(t *testing.T, a, b *end, n int, adjust ...func(*ver
 		t.Fatalf("counter %d after the swaps, want %d", v, 2*n)
 	}
 }
+
+// TestManyLongReadsUnderLossComplete keeps sixteen 512 KiB READs in flight
+// at once through a lossy network. A lost response packet makes the
+// requester ask for the rest of that READ again while the responder still
+// has the later READs' responses queued; the repeated request must be
+// answered before them (the requester asks for those again too), or the
+// requester, seeing only later packets, asks again and again and no READ
+// after the first ever completes.
+func TestManyLongReadsUnderLossComplete(t *testing.T) {
+	const n, size = 16, 512 << 10
+	for ci, drop := range []float64{0.002, 0.01} {
+		t.Run(fmt.Sprintf("loss %.1f%%", drop*100), func(t *testing.T) {
+			a, b, _ := memPair(t, uint64(300+ci), link.Faults{Drop: drop}, pairOpts{bufSize: n * size, mtu: verbs.MTU1024, timeout: 13})
+			fill(b.buf, 9)
+			wrs := make([]verbs.SendWR, n)
+			for i := range wrs {
+				wrs[i] = transferWR(verbs.WRRDMARead, a.mr, b.mr, size, i*size, i*size)
+				wrs[i].WRID = uint64(i)
+			}
+			if err := a.qp.PostSend(wrs); err != nil {
+				t.Fatal(err)
+			}
+			for i, wc := range a.wait(n, 30*time.Second) {
+				if wc.Status != verbs.WCSuccess || wc.WRID != uint64(i) {
+					t.Fatalf("completion %d: %+v", i, wc)
+				}
+			}
+			if !bytes.Equal(a.buf, b.buf) {
+				t.Fatal("data differs")
+			}
+		})
+	}
+}

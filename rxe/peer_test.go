@@ -23,6 +23,7 @@ type peer struct {
 	qpn  uint32     // the QP number the peer claims
 	e    *end       // the device's side
 	in   chan []byte
+	net  *link.Network
 }
 
 // newPeer makes a device QP connected to a peer. adjust, if any, changes
@@ -34,7 +35,7 @@ func newPeer(t testing.TB, seed uint64, o pairOpts, adjust ...func(*pairOpts)) *
 		f(&o)
 	}
 	n := link.NewNetwork(seed)
-	p := &peer{t: t, addr: netip.MustParseAddr("10.60.0.2"), dev: netip.MustParseAddr("10.60.0.1"), qpn: 0x4242, in: make(chan []byte, 256)}
+	p := &peer{t: t, addr: netip.MustParseAddr("10.60.0.2"), dev: netip.MustParseAddr("10.60.0.1"), qpn: 0x4242, in: make(chan []byte, 256), net: n}
 	ld, err := n.Attach(p.dev)
 	if err != nil {
 		t.Fatal(err)
@@ -246,5 +247,48 @@ func TestImpliedNAKSpendsATransportRetry(t *testing.T) {
 				t.Fatalf("READ brought %q", got)
 			}
 		})
+	}
+}
+
+// A duplicate READ request means the requester went back to its PSN and
+// will ask again for everything after it: the responder answers it before
+// the responses it still had queued for later READs, and drops those.
+// Queued behind them, the repeated response would reach the requester only
+// after the later packets, which it ignores and counts as evidence the
+// request was lost, asking again and again.
+func TestDuplicateReadIsAnsweredBeforeLaterReads(t *testing.T) {
+	p := newPeer(t, 60, pairOpts{bufSize: 8 << 20})
+	p.net.SetQueueLen(1 << 14)
+	const aPkts, bPkts, from = 128, 4096, 64
+	va := p.e.mr.Addr()
+	read := func(psn wire.PSN, off, n uint64) {
+		p.send(wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCReadRequest, PSN: psn},
+			RETH: wire.RETHFields{VA: va + off, RKey: p.e.mr.RKey(), DMALen: uint32(n)}}, nil, nil)
+	}
+	read(0, 0, aPkts*1024)
+	read(aPkts, 0, bPkts*1024)
+	p.recv(5 * time.Second) // the device is answering
+	read(from, from*1024, (aPkts-from)*1024)
+	bLast := wire.PSN(aPkts + bPkts - 1)
+	for {
+		pkt := p.recv(5 * time.Second)
+		if pkt.BTH.PSN() == bLast {
+			t.Fatal("the later READ's response was sent in full before the repeated one")
+		}
+		if pkt.BTH.PSN() == from && pkt.OpCode() == wire.RCReadResponseFirst {
+			break
+		}
+	}
+	for want := wire.PSN(from + 1); want < aPkts; want++ {
+		if pkt := p.recv(5 * time.Second); pkt.BTH.PSN() != want {
+			t.Fatalf("after the repeated response's first packet came %s PSN %d, want PSN %d", pkt.OpCode(), pkt.BTH.PSN(), want)
+		}
+	}
+	select {
+	case b := <-p.in:
+		var pkt wire.Packet
+		_ = pkt.Decode(b)
+		t.Fatalf("the device went on with %s PSN %d, a response the requester will ask for again", pkt.OpCode(), pkt.BTH.PSN())
+	case <-time.After(50 * time.Millisecond):
 	}
 }

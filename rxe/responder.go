@@ -526,20 +526,22 @@ type readJob struct {
 // over several steps instead of flooding the link in one burst.
 const maxReadBurst = 128
 
-// sendReadResponse queues the response packets of a READ of buf, replacing
-// any response in progress that a duplicate request restarts.
+// sendReadResponse queues the response packets of a READ of buf from PSN
+// psn. A duplicate request means the requester went back to psn and will
+// ask again for everything after it (go-back-N): the responses queued for
+// psn and later PSNs are dropped, so that the repeated one goes out first.
+// Were it queued behind them, the requester would see only later packets,
+// take the repeated request for lost and ask again, for ever.
 func (q *qp) sendReadResponse(psn wire.PSN, buf []byte, mtu int) {
 	r := &q.resp
 	npkts := 1
 	if len(buf) > mtu {
 		npkts = (len(buf) + mtu - 1) / mtu
 	}
-	end := psn.Add(uint32(npkts))
 	k := 0
 	for _, j := range r.reads {
-		// A duplicate request restarts its READ: drop the old sending.
-		if j.psn.Add(uint32(j.npkts)) == end {
-			continue
+		if j.psn.Add(uint32(j.npkts)).Diff(psn) > 0 {
+			continue // ends after psn: asked for again
 		}
 		r.reads[k] = j
 		k++
