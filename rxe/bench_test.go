@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -145,31 +146,74 @@ func BenchmarkRCSend(b *testing.B) {
 	}
 }
 
-// BenchmarkRCSendLatency is a ping-pong of 8-byte SENDs: ns/op is one
-// round trip.
+// BenchmarkRCSendLatency is a ping-pong of 8-byte SENDs over UDP
+// loopback: ns/op is one round trip. "wait" sleeps in CQ.Wait under the
+// default progress; "busy-poll" spins on CQ.Poll under manual progress,
+// the goroutine that polls driving the device (perftest's default).
 func BenchmarkRCSendLatency(b *testing.B) {
-	la, lb := udpLinks(b)
-	a, peer := newPair(b, la, lb, pairOpts{mtu: verbs.MTU4096})
-	post := func(e *end) {
-		if err := e.qp.PostRecv([]verbs.RecvWR{{SGList: []verbs.SGE{e.mr.SGE(0, 8)}}}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	post(a)
-	post(peer)
-	send := func(e *end) {
-		if err := e.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SendFlags: verbs.SendInline, SGList: []verbs.SGE{e.mr.SGE(64, 8)}}}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		send(a)
-		peer.wait(1, 10*time.Second)
-		post(peer)
-		send(peer)
-		a.wait(1, 10*time.Second)
-		post(a)
+	for _, mode := range []struct {
+		name   string
+		manual bool
+	}{{"wait", false}, {"busy-poll", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			la, lb := udpLinks(b)
+			a, peer := newPair(b, la, lb, pairOpts{mtu: verbs.MTU4096})
+			wait := func(e *end) { e.wait(1, 10*time.Second) }
+			if mode.manual {
+				for _, e := range []*end{a, peer} {
+					if err := e.ctx.SetProgress(verbs.ProgressManual); err != nil {
+						b.Fatal(err)
+					}
+				}
+				wcs := make([]verbs.WC, 4)
+				wait = func(e *end) {
+					for {
+						n, err := e.cq.Poll(wcs)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if n > 0 {
+							return
+						}
+					}
+				}
+			}
+			post := func(e *end) {
+				if err := e.qp.PostRecv([]verbs.RecvWR{{SGList: []verbs.SGE{e.mr.SGE(0, 8)}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			post(a)
+			post(peer)
+			send := func(e *end) {
+				if err := e.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SendFlags: verbs.SendInline, SGList: []verbs.SGE{e.mr.SGE(64, 8)}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			done := make(chan struct{})
+			go func() { // the peer echoes every SEND
+				defer close(done)
+				for i := 0; i < b.N; i++ {
+					wait(peer)
+					post(peer)
+					send(peer)
+				}
+			}()
+			rtts := make([]time.Duration, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				send(a)
+				wait(a)
+				rtts[i] = time.Since(t0)
+				post(a)
+			}
+			b.StopTimer()
+			<-done
+			slices.Sort(rtts)
+			b.ReportMetric(float64(rtts[len(rtts)/2].Nanoseconds()), "p50-ns")
+			b.ReportMetric(float64(rtts[len(rtts)*99/100].Nanoseconds()), "p99-ns")
+		})
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -119,6 +120,11 @@ type hw struct {
 	mcastMu sync.Mutex
 	mcast   map[netip.Addr]*group // multicast groups QPs are attached to
 
+	// pollMu is held by the poller doing manual progress, which reads
+	// into poll.
+	pollMu sync.Mutex
+	poll   *receiveBatch
+
 	atomicMu sync.Mutex // makes atomics atomic with respect to each other (IBV_ATOMIC_HCA)
 	bufs     sync.Pool  // *bufBox holding receive buffers of maxPacket bytes
 	boxes    sync.Pool  // empty *bufBox, so that moving buffers allocates nothing
@@ -223,60 +229,119 @@ func (h *hw) stop() {
 func (h *hw) recvLoop(i int) {
 	defer h.wg.Done()
 	l := h.links[i]
-	batch := make([]link.Packet, recvBatch)
-	qs := make([]*qp, recvBatch)
-	for j := range batch {
-		batch[j].Buf = h.getBuf()
-	}
+	r := newReceiveBatch(h)
 	for {
-		n, err := l.Recv(batch)
+		n, err := l.Recv(r.pkts)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
-				for j := range batch {
-					h.putBuf(batch[j].Buf)
-				}
+				r.release(h)
 				return
 			}
 			continue
 		}
-		// Look the QPs up first and deliver without h.mu: deliver takes
-		// q.mu, and a poster holding q.mu may need h.mu (inline data).
-		sh, leading := l.(*link.Shared)
-		leading = leading && sh.Leading()
-		forwarded := false
-		h.mu.RLock()
-		for j := 0; j < n; j++ {
-			qs[j] = h.qps[binary.BigEndian.Uint32(batch[j].Buf[4:8])&0xffffff]
-		}
-		h.mu.RUnlock()
-		for j := 0; j < n; j++ {
-			p := &batch[j]
-			q := qs[j]
-			qs[j] = nil
-			if leading {
-				owner, ok := h.route(sh, p.Buf)
-				if !ok {
-					continue
-				}
-				if owner != h.owner {
-					sh.Forward(owner, p)
-					forwarded = true
-					continue
-				}
+		h.dispatch(i, l, r, n)
+	}
+}
+
+// receiveBatch is what a reader of a link needs: packet buffers to read
+// into and room to look their QPs up.
+type receiveBatch struct {
+	pkts  []link.Packet
+	qs    []*qp
+	touch []*qp // manual progress: the QPs the batch went to
+}
+
+func newReceiveBatch(h *hw) *receiveBatch {
+	r := &receiveBatch{pkts: make([]link.Packet, recvBatch), qs: make([]*qp, recvBatch)}
+	for j := range r.pkts {
+		r.pkts[j].Buf = h.getBuf()
+	}
+	return r
+}
+
+func (r *receiveBatch) release(h *hw) {
+	for j := range r.pkts {
+		h.putBuf(r.pkts[j].Buf)
+	}
+}
+
+// dispatch hands the n packets read from link i into r to their QPs (or,
+// for a shared address's leader, to the processes that own them), and runs
+// each QP that got some on this goroutine when its owner is idle (waking
+// the owner otherwise): one goroutine switch less per packet than handing
+// every packet to the owner, which the owner's select would cost.
+func (h *hw) dispatch(i int, l link.Link, r *receiveBatch, n int) {
+	// Look the QPs up first and deliver without h.mu: deliver takes
+	// q.mu, and a poster holding q.mu may need h.mu (inline data).
+	sh, leading := l.(*link.Shared)
+	leading = leading && sh.Leading()
+	forwarded := false
+	h.mu.RLock()
+	for j := 0; j < n; j++ {
+		r.qs[j] = h.qps[binary.BigEndian.Uint32(r.pkts[j].Buf[4:8])&0xffffff]
+	}
+	h.mu.RUnlock()
+	for j := 0; j < n; j++ {
+		p := &r.pkts[j]
+		q := r.qs[j]
+		r.qs[j] = nil
+		if leading {
+			owner, ok := h.route(sh, p.Buf)
+			if !ok {
+				continue
 			}
-			if q == nil {
-				continue // no such QP: dropped, as hardware does
-			}
-			if q.deliver(inPacket{buf: p.Buf, src: p.Addr, tclass: p.TClass, hop: p.HopLimit, link: uint8(i)}) {
-				p.Buf = h.getBuf()
+			if owner != h.owner {
+				sh.Forward(owner, p)
+				forwarded = true
+				continue
 			}
 		}
-		if forwarded {
-			sh.Flush()
-			forwarded = false
+		if q == nil {
+			continue // no such QP: dropped, as hardware does
 		}
-		for j := 0; j < n; j++ {
-			batch[j].Buf = batch[j].Buf[:cap(batch[j].Buf)]
+		in := inPacket{buf: p.Buf, src: p.Addr, tclass: p.TClass, hop: p.HopLimit, link: uint8(i)}
+		if q.deliver(in, false) {
+			p.Buf = h.getBuf()
+			if !slices.Contains(r.touch, q) {
+				r.touch = append(r.touch, q)
+			}
+		}
+	}
+	if forwarded {
+		sh.Flush()
+	}
+	for j := 0; j < n; j++ {
+		r.pkts[j].Buf = r.pkts[j].Buf[:cap(r.pkts[j].Buf)]
+	}
+	for k, q := range r.touch {
+		q.stepHere()
+		r.touch[k] = nil
+	}
+	r.touch = r.touch[:0]
+}
+
+// progress is manual progress (verbs.ProgressManual) for a CQ poll that
+// found nothing: it takes the packets waiting on the device's links,
+// without waiting, and runs their QPs on the calling goroutine. One poller
+// at a time does it; the others return at once.
+func (h *hw) progress() {
+	h.upMu.Lock()
+	links, stopped := h.links, h.stopped
+	h.upMu.Unlock()
+	if stopped || len(links) == 0 || !h.pollMu.TryLock() {
+		return
+	}
+	defer h.pollMu.Unlock()
+	if h.poll == nil {
+		h.poll = newReceiveBatch(h)
+	}
+	for i, l := range links {
+		tr, ok := l.(link.TryReceiver)
+		if !ok {
+			continue
+		}
+		if n, err := tr.TryRecv(h.poll.pkts); n > 0 && err == nil {
+			h.dispatch(i, l, h.poll, n)
 		}
 	}
 }
@@ -335,9 +400,17 @@ type devctx struct {
 	hw     *hw
 	events verbs.EventSink
 
+	manual atomic.Bool // verbs.ProgressManual: posts and polls drive the device
+
 	mu        sync.Mutex
 	closed    bool
 	xrcdOpens []*xrcdOpen // XRC domains opened here and not closed
+}
+
+// SetProgress implements verbs.ProgressDriver.
+func (c *devctx) SetProgress(p verbs.Progress) error {
+	c.manual.Store(p == verbs.ProgressManual)
+	return nil
 }
 
 // QueryDevice implements verbs.ContextDriver (ibv_query_device).
@@ -419,7 +492,17 @@ func (c *devctx) QueryPKey(port uint8, index int) (uint16, error) {
 // CreateCQ implements verbs.ContextDriver (ibv_create_cq): a software CQ
 // the device's QPs push completions into.
 func (c *devctx) CreateCQ(cqe int, notify func()) (verbs.CQDriver, error) {
-	return swcq.New(cqe, notify), nil
+	cq := swcq.New(cqe, notify)
+	cq.SetOnEmptyPoll(c.pollProgress)
+	return cq, nil
+}
+
+// pollProgress is what an empty CQ poll does: under manual progress, it
+// takes the packets waiting on the network and runs their QPs.
+func (c *devctx) pollProgress() {
+	if c.manual.Load() {
+		c.hw.progress()
+	}
 }
 
 // AllocPD implements verbs.ContextDriver (ibv_alloc_pd).

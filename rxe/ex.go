@@ -41,15 +41,23 @@ func (c *devctx) CreateCQEx(attr *verbs.CQInitAttrEx, notify func()) (verbs.CQEx
 	if attr.Flags&verbs.CreateCQAttrIgnoreOverrun != 0 {
 		return nil, verbs.Errorf("ibv_create_cq_ex", verbs.ErrNotSupported, "rxe CQs fail on overrun (IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)")
 	}
+	cq := swcq.New(attr.CQE, notify)
 	if attr.WCFlags&(verbs.WCExWithCompletionTimestamp|verbs.WCExWithCompletionTimestampWallclock) != 0 {
-		return swcq.NewStamped(attr.CQE, notify), nil
+		cq = swcq.NewStamped(attr.CQE, notify)
 	}
-	return swcq.New(attr.CQE, notify), nil
+	cq.SetOnEmptyPoll(c.pollProgress)
+	return cq, nil
 }
 
 // PostSendBatch implements verbs.BatchPoster: it checks every request as
 // PostSend does and queues them all, or, if one is refused, none.
 func (q *qp) PostSendBatch(wrs []verbs.SendWR) error {
+	err := q.postSendBatch(wrs)
+	q.poke()
+	return err
+}
+
+func (q *qp) postSendBatch(wrs []verbs.SendWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -66,7 +74,6 @@ func (q *qp) PostSendBatch(wrs []verbs.SendWR) error {
 		q.posted = append(q.posted, w)
 		q.sqDepth++
 	}
-	q.kick()
 	return nil
 }
 

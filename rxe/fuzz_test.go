@@ -15,7 +15,7 @@ import (
 // before it, and waits for it.
 func onOwner(q *qp, fn func()) {
 	done := make(chan struct{})
-	if !q.deliver(inPacket{fn: func() { fn(); close(done) }}) {
+	if !q.deliver(inPacket{fn: func() { fn(); close(done) }}, true) {
 		return
 	}
 	<-done
@@ -119,7 +119,7 @@ func deliverFuzzed(t *testing.T, q *qp, pkt []byte, atEPSN bool, arena []byte) b
 		onOwner(q, func() { epsn = q.resp.epsn })
 		binary.BigEndian.PutUint32(buf[8:], uint32(buf[8])<<24|uint32(epsn))
 	}
-	if !q.deliver(inPacket{buf: buf, src: peerAddr(q)}) {
+	if !q.deliver(inPacket{buf: buf, src: peerAddr(q)}, true) {
 		t.Fatal("QP refused the packet")
 	}
 	onOwner(q, func() {})
@@ -180,7 +180,7 @@ func FuzzReceiveUD(f *testing.F) {
 			binary.BigEndian.PutUint32(buf[wire.BTHLen:], testQKey)
 		}
 		post()
-		if !q.deliver(inPacket{buf: buf, src: netip.MustParseAddr("10.9.0.2")}) {
+		if !q.deliver(inPacket{buf: buf, src: netip.MustParseAddr("10.9.0.2")}, true) {
 			t.Fatal("QP refused the packet")
 		}
 		onOwner(q, func() {})

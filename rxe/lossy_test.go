@@ -3,6 +3,7 @@ package rxe
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -253,5 +254,100 @@ func TestManyLongReadsUnderLossComplete(t *testing.T) {
 				t.Fatal("data differs")
 			}
 		})
+	}
+}
+
+// Under manual progress the goroutines that post and poll drive the
+// device: a ping-pong over UDP whose two sides only ever busy-poll
+// delivers every message, and so does one where a side waits instead of
+// polling (the device's goroutines then do its work).
+func TestManualProgressPingPong(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		waitOne bool // one side waits in CQ.Wait
+	}{{"both poll", false}, {"one side waits", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			la, lb := udpLinks(t)
+			a, b := newPair(t, la, lb, pairOpts{})
+			for _, e := range []*end{a, b} {
+				if err := e.ctx.SetProgress(verbs.ProgressManual); err != nil {
+					t.Fatal(err)
+				}
+			}
+			spin := func(e *end) verbs.WC {
+				wcs := make([]verbs.WC, 1)
+				deadline := time.Now().Add(10 * time.Second)
+				for time.Now().Before(deadline) {
+					n, err := e.cq.Poll(wcs)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if n == 1 {
+						return wcs[0]
+					}
+				}
+				t.Fatal("no completion in 10 s of polling")
+				return verbs.WC{}
+			}
+			const rounds = 500
+			errc := make(chan error, 1)
+			go func() {
+				for i := range rounds {
+					var wc verbs.WC
+					if tc.waitOne {
+						wc = b.wait(1, 10*time.Second)[0]
+					} else {
+						wc = spin(b)
+					}
+					if wc.Status != verbs.WCSuccess || wc.ByteLen != 8 || binary.NativeEndian.Uint64(b.buf) != uint64(i) {
+						errc <- fmt.Errorf("round %d: echo side got %+v, %d", i, wc, binary.NativeEndian.Uint64(b.buf))
+						return
+					}
+					if err := b.qp.PostRecv([]verbs.RecvWR{{SGList: []verbs.SGE{b.mr.SGE(0, 8)}}}); err != nil {
+						errc <- err
+						return
+					}
+					copy(b.buf[64:72], b.buf[:8])
+					if err := b.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SGList: []verbs.SGE{b.mr.SGE(64, 8)}}}); err != nil {
+						errc <- err
+						return
+					}
+				}
+				errc <- nil
+			}()
+			for _, e := range []*end{a, b} {
+				if err := e.qp.PostRecv([]verbs.RecvWR{{SGList: []verbs.SGE{e.mr.SGE(0, 8)}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range rounds {
+				binary.NativeEndian.PutUint64(a.buf[64:], uint64(i))
+				if err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(64, 8)}}}); err != nil {
+					t.Fatal(err)
+				}
+				if wc := spin(a); wc.Status != verbs.WCSuccess || binary.NativeEndian.Uint64(a.buf) != uint64(i) {
+					t.Fatalf("round %d: got %+v, %d", i, wc, binary.NativeEndian.Uint64(a.buf))
+				}
+				if err := a.qp.PostRecv([]verbs.RecvWR{{SGList: []verbs.SGE{a.mr.SGE(0, 8)}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestSetProgressRefusesUnknownModes(t *testing.T) {
+	la, lb := udpLinks(t)
+	a, _ := newPair(t, la, lb, pairOpts{})
+	if err := a.ctx.SetProgress(verbs.Progress(9)); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Fatalf("SetProgress(9) = %v, want EINVAL", err)
+	}
+	for _, p := range []verbs.Progress{verbs.ProgressManual, verbs.ProgressAuto} {
+		if err := a.ctx.SetProgress(p); err != nil {
+			t.Fatalf("SetProgress(%s) = %v", p, err)
+		}
 	}
 }

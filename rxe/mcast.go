@@ -137,7 +137,7 @@ func (h *hw) recvGroup(g *group) {
 			for _, q := range qps {
 				b := h.getBuf()
 				b = b[:copy(b[:cap(b)], p.Buf)]
-				if !q.deliver(inPacket{buf: b, src: p.Addr, dst: g.addr, tclass: p.TClass, hop: p.HopLimit, link: uint8(g.linkIdx)}) {
+				if !q.deliver(inPacket{buf: b, src: p.Addr, dst: g.addr, tclass: p.TClass, hop: p.HopLimit, link: uint8(g.linkIdx)}, true) {
 					h.putBuf(b)
 				}
 			}

@@ -13,8 +13,10 @@ import (
 )
 
 // qp implements verbs.QPDriver. Fields under mu are shared with the
-// goroutines that post, modify and query; the rest belongs to the owner
-// goroutine (run), the only one that touches protocol state.
+// goroutines that post, modify and query; the rest is the owner's: protocol
+// state, touched only by whoever runs step holding stepMu (the owner
+// goroutine, run, or a goroutine that delivered packets, posted or polled:
+// see stepHere).
 type qp struct {
 	stats  counters // statistics (verbs.Counter), read by others
 	ctx    *devctx
@@ -48,6 +50,10 @@ type qp struct {
 	wake   chan struct{}
 	done   chan struct{}
 	exited chan struct{}
+
+	// stepMu is held by whoever runs step: the owner goroutine, or under
+	// manual progress a goroutine that posts or polls (see poke).
+	stepMu sync.Mutex
 
 	// Owner state.
 	epochSeen int       // q.epoch when the owner last took the posted WQEs
@@ -431,9 +437,10 @@ func (q *qp) kick() {
 	}
 }
 
-// deliver queues a received packet for the owner. It reports whether the
-// QP took the buffer (false: the QP is gone and the caller keeps it).
-func (q *qp) deliver(p inPacket) bool {
+// deliver queues a received packet for the owner, waking it if wake. It
+// reports whether the QP took the buffer (false: the QP is gone and the
+// caller keeps it).
+func (q *qp) deliver(p inPacket, wake bool) bool {
 	q.mu.Lock()
 	if q.destroyed {
 		q.mu.Unlock()
@@ -441,8 +448,40 @@ func (q *qp) deliver(p inPacket) bool {
 	}
 	q.inbox = append(q.inbox, p)
 	q.mu.Unlock()
-	q.kick()
+	if wake {
+		q.kick()
+	}
 	return true
+}
+
+// poke has the QP's new work done (what was posted or delivered): under
+// manual progress (verbs.ProgressManual) at once, on the calling
+// goroutine, unless the owner is at it already; otherwise by the owner.
+// The caller holds no lock of the QP's.
+func (q *qp) poke() {
+	if !q.ctx.manual.Load() {
+		q.kick()
+		return
+	}
+	q.stepHere()
+}
+
+// stepHere runs the owner's step on the calling goroutine, unless the
+// owner (or another goroutine) is at it already; then it wakes the owner,
+// which steps again once it is done. The caller holds no lock of the
+// QP's.
+func (q *qp) stepHere() {
+	if !q.stepMu.TryLock() {
+		q.kick()
+		return
+	}
+	defer q.stepMu.Unlock()
+	select {
+	case <-q.done:
+		return // destroyed: its owner has let go of everything
+	default:
+	}
+	q.step(time.Now())
 }
 
 // event reports an asynchronous event on this QP.
@@ -460,6 +499,8 @@ func (q *qp) run() {
 		case <-q.wake:
 		case <-q.timer.C:
 		case <-q.done:
+			q.stepMu.Lock() // a poster or poller may be stepping
+			defer q.stepMu.Unlock()
 			q.mu.Lock()
 			inbox := q.inbox
 			q.inbox = nil
@@ -472,7 +513,9 @@ func (q *qp) run() {
 			q.timer.Stop()
 			return
 		}
+		q.stepMu.Lock()
 		q.step(time.Now())
+		q.stepMu.Unlock()
 	}
 }
 

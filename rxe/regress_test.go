@@ -132,7 +132,7 @@ func TestResetDropsOldWorkAndKeepsNewWork(t *testing.T) {
 	a, b, _ := memPair(t, 15, link.Faults{}, pairOpts{})
 	q := verbs.QPDriverOf(a.qp).(*qp)
 	block, started := make(chan struct{}), make(chan struct{})
-	q.deliver(inPacket{fn: func() { close(started); <-block }}) // hold the owner
+	q.deliver(inPacket{fn: func() { close(started); <-block }}, true) // hold the owner
 	<-started
 	released := false
 	release := func() {

@@ -75,6 +75,12 @@ func (r *requester) deadline() time.Time {
 
 // PostSend implements verbs.QPDriver (ibv_post_send).
 func (q *qp) PostSend(wrs []verbs.SendWR) error {
+	err := q.postSend(wrs)
+	q.poke()
+	return err
+}
+
+func (q *qp) postSend(wrs []verbs.SendWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
@@ -84,16 +90,12 @@ func (q *qp) PostSend(wrs []verbs.SendWR) error {
 	for i := range wrs {
 		w, err := q.checkSend(&wrs[i])
 		if err != nil {
-			if n > 0 {
-				q.kick()
-			}
 			return &verbs.WRError{Index: i, WRID: wrs[i].WRID, Err: err}
 		}
 		q.posted = append(q.posted, w)
 		q.sqDepth++
 		n++
 	}
-	q.kick()
 	return nil
 }
 

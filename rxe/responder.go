@@ -86,6 +86,12 @@ func (r *responder) abortMessage(q *qp) {
 
 // PostRecv implements verbs.QPDriver (ibv_post_recv).
 func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
+	err := q.postRecv(wrs)
+	q.poke()
+	return err
+}
+
+func (q *qp) postRecv(wrs []verbs.RecvWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for i := range wrs {
@@ -106,9 +112,6 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
 			err = verbs.Errorf("ibv_post_recv", verbs.ErrNoMemory, fmt.Sprintf("receive queue full (%d WRs)", q.cap.MaxRecvWR))
 		}
 		if err != nil {
-			if i > 0 {
-				q.kick()
-			}
 			return &verbs.WRError{Index: i, WRID: wr.WRID, Err: err}
 		}
 		q.rq = append(q.rq, recvWQE{wrid: wr.WRID, sges: append([]verbs.SGE(nil), wr.SGList...)})
@@ -116,7 +119,6 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
 	if q.attr.QPState == verbs.QPSErr {
 		q.pending.flush = true
 	}
-	q.kick()
 	return nil
 }
 

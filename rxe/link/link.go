@@ -78,6 +78,16 @@ type Link interface {
 	Close() error
 }
 
+// TryReceiver is a Link that can also be read without waiting, from another
+// goroutine than the one blocked in Recv: a CQ poller uses it to take
+// packets off the network itself (manual progress) while the device's
+// receive goroutine waits. Each packet goes to one of the two readers.
+type TryReceiver interface {
+	// TryRecv is Recv that returns 0 at once when no packet is waiting
+	// (or another TryRecv is under way).
+	TryRecv(pkts []Packet) (n int, err error)
+}
+
 // Joiner is a Link that can receive what is sent to an IP multicast group:
 // JoinGroup returns a link that receives the group's packets (LocalAddr is
 // the group) until it is closed. Packets to a group are sent through the

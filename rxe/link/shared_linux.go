@@ -280,6 +280,7 @@ func (s *Shared) Send(pkts []Packet) error {
 // Recv implements Link.Recv: the port's packets while this process leads,
 // those the leader forwards to it otherwise.
 func (s *Shared) Recv(pkts []Packet) (int, error) {
+	// (TryRecv below is the same without the waits.)
 	if len(pkts) == 0 {
 		return 0, nil
 	}
@@ -298,30 +299,60 @@ func (s *Shared) Recv(pkts []Packet) (int, error) {
 		}
 		select {
 		case fp := <-s.inq:
-			n := 0
-			for {
-				if s.take(&pkts[n], fp) {
-					n++
-				}
-				if n == len(pkts) {
-					break
-				}
-				select {
-				case fp = <-s.inq:
-					continue
-				default:
-				}
-				break
+			if n := s.takeQueued(pkts, fp); n > 0 {
+				return n, nil
 			}
-			if n == 0 {
-				continue
-			}
-			s.received.Add(uint64(n))
-			return n, nil
 		case <-s.wake:
 		case <-s.stop:
 			return 0, net.ErrClosed
 		}
+	}
+}
+
+// takeQueued moves fp and the forwarded packets queued after it, up to
+// len(pkts), into pkts and returns how many it moved.
+func (s *Shared) takeQueued(pkts []Packet, fp *fwdPacket) int {
+	n := 0
+	for {
+		if s.take(&pkts[n], fp) {
+			n++
+		}
+		if n == len(pkts) {
+			break
+		}
+		select {
+		case fp = <-s.inq:
+			continue
+		default:
+		}
+		break
+	}
+	s.received.Add(uint64(n))
+	return n
+}
+
+// TryRecv implements TryReceiver: while this process leads, the port's
+// socket read without waiting; else the packets the leader has forwarded
+// so far.
+func (s *Shared) TryRecv(pkts []Packet) (int, error) {
+	if s.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	if l := s.lead.Load(); l != nil {
+		n, err := l.TryRecv(pkts)
+		if n > 0 {
+			s.leadReads.Add(1)
+		}
+		return n, err
+	}
+	select {
+	case fp := <-s.inq:
+		return s.takeQueued(pkts, fp), nil
+	default:
+		return 0, nil
 	}
 }
 

@@ -77,7 +77,7 @@ type UDP struct {
 	reports     chan report
 	done        chan struct{}
 	reporter    sync.WaitGroup
-	idSolver    wire.IPv4IDSolver // used by Recv, one goroutine at a time
+	idSolver    wire.IPv4IDSolver // used by Recv, one goroutine at a time (TryRecv has its own)
 
 	// sendMu guards the sender's preallocated batch, and serialises Send.
 	sendMu sync.Mutex
@@ -87,6 +87,11 @@ type UDP struct {
 	// Recv.
 	recvMu   sync.Mutex
 	receiver receiver
+
+	// tryMu guards the second receiver TryRecv reads with, so that it
+	// never waits for a Recv blocked on the socket.
+	tryMu       sync.Mutex
+	tryReceiver *receiver
 }
 
 var _ Link = (*UDP)(nil)
@@ -204,6 +209,22 @@ func (u *UDP) Recv(pkts []Packet) (int, error) {
 	return u.recv(pkts)
 }
 
+// TryRecv implements TryReceiver: Recv that returns 0 at once when no
+// packet is waiting. It reads the socket with a receiver of its own, so a
+// goroutine blocked in Recv does not hold it up; each packet goes to one
+// of the two. A TryRecv already under way in another goroutine makes it
+// return 0.
+func (u *UDP) TryRecv(pkts []Packet) (int, error) {
+	if u.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	if len(pkts) == 0 || !u.tryMu.TryLock() {
+		return 0, nil
+	}
+	defer u.tryMu.Unlock()
+	return u.tryRecv(pkts)
+}
+
 // Close implements Link.Close. It closes the socket, which unblocks Recv and
 // Send.
 func (u *UDP) Close() error {
@@ -226,7 +247,7 @@ func (u *UDP) peer(p *Packet) (netip.Addr, error) {
 
 // accept reports whether pkt, received from from, is a packet to hand up:
 // long enough and with a good ICRC. It counts those it rejects.
-func (u *UDP) accept(pkt []byte, from netip.AddrPort) bool {
+func (u *UDP) accept(ids *wire.IPv4IDSolver, pkt []byte, from netip.AddrPort) bool {
 	if len(pkt) < MinPacket {
 		u.stats.short.Add(1)
 		return false
@@ -234,7 +255,7 @@ func (u *UDP) accept(pkt []byte, from netip.AddrPort) bool {
 	ph := wire.PseudoHeader{Src: from.Addr(), Dst: u.local, SrcPort: from.Port(), DstPort: u.port}
 	var ok bool
 	if u.local.Is4() {
-		_, _, ok = u.idSolver.Check(&ph, pkt)
+		_, _, ok = ids.Check(&ph, pkt)
 	} else {
 		ok = ph.CheckICRC(pkt)
 	}

@@ -34,15 +34,14 @@ type groDatagram struct {
 // good ones into the caller's buffers. Packets that do not fit in pkts stay
 // in the scratch buffers, to be handed out by the next calls before the
 // socket is read again.
-func (u *UDP) recvGRO(pkts []Packet) (int, error) {
-	r := &u.receiver
+func (u *UDP) recvGRO(r *receiver, pkts []Packet) (int, error) {
 	for i := range pkts {
 		if cap(pkts[i].Buf) == 0 {
 			return 0, noCapacity(i)
 		}
 	}
 	for {
-		if k := u.handOut(pkts); k > 0 {
+		if k := u.handOut(r, pkts); k > 0 {
 			u.stats.received.Add(uint64(k))
 			return k, nil
 		}
@@ -52,6 +51,9 @@ func (u *UDP) recvGRO(pkts []Packet) (int, error) {
 		want := min(len(pkts), groBuffers)
 		if err := r.readBatch(want); err != nil {
 			return 0, err
+		}
+		if r.got == 0 {
+			return 0, nil // a receiver that must not wait found nothing
 		}
 		r.datagramsRead += uint64(r.got)
 		r.next, r.ndgrams = 0, 0
@@ -93,8 +95,7 @@ func (u *UDP) recvGRO(pkts []Packet) (int, error) {
 // A packet longer than the buffer it would go to takes a later, longer
 // buffer of pkts in exchange; if there is none, it waits for the next call,
 // and is dropped only if it is longer than every buffer of pkts.
-func (u *UDP) handOut(pkts []Packet) int {
-	r := &u.receiver
+func (u *UDP) handOut(r *receiver, pkts []Packet) int {
 	k := 0
 	for r.next < r.ndgrams && k < len(pkts) {
 		d := &r.dgrams[r.next]
@@ -114,7 +115,7 @@ func (u *UDP) handOut(pkts []Packet) int {
 		}
 		p.Buf = p.Buf[:len(b)]
 		copy(p.Buf, b)
-		if !u.accept(p.Buf, d.from) {
+		if !u.accept(r.ids, p.Buf, d.from) {
 			continue
 		}
 		p.Addr, p.TClass, p.HopLimit = d.from.Addr(), d.tclass, d.hop

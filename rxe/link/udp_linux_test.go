@@ -1,6 +1,7 @@
 package link_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -239,5 +242,82 @@ func TestUDPSendWithoutARouteFails(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Send without a route still runs after 5 s")
+	}
+}
+
+// TryRecv returns at once with nothing to read, even while another
+// goroutine waits in Recv on the same socket; once packets are sent, the
+// two readers between them get each exactly once, intact.
+func TestUDPTryRecvNeverWaitsAndSharesTheSocketWithRecv(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  link.UDPOptions
+	}{
+		{"GRO", link.UDPOptions{}},
+		{"without GSO", link.UDPOptions{DisableGSO: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			a, b := listenPair(t, addr1, addr2, tc.opt)
+			bufs := recvBuffers(64, 9000)
+			start := time.Now()
+			if n, err := b.TryRecv(bufs); n != 0 || err != nil {
+				t.Fatalf("TryRecv on an idle socket = %d, %v", n, err)
+			}
+			var mu sync.Mutex
+			var got []link.Packet
+			keep := func(pkts []link.Packet) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, p := range pkts {
+					got = append(got, link.Packet{Buf: append([]byte(nil), p.Buf...), Addr: p.Addr})
+				}
+			}
+			recvDone := make(chan struct{})
+			go func() { // the device's receive goroutine
+				defer close(recvDone)
+				bufs := recvBuffers(64, 9000)
+				for {
+					n, err := b.Recv(bufs)
+					if err != nil {
+						return
+					}
+					keep(bufs[:n])
+				}
+			}()
+			time.Sleep(20 * time.Millisecond) // let Recv block
+			if n, err := b.TryRecv(bufs); n != 0 || err != nil {
+				t.Fatalf("TryRecv beside a waiting Recv = %d, %v", n, err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("TryRecv took %v", d)
+			}
+			const count = 300
+			pkts := mixedPackets(t, 7, count, b.LocalAddr())
+			if err := a.Send(pkts); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				n, err := b.TryRecv(bufs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				keep(bufs[:n])
+				mu.Lock()
+				k := len(got)
+				mu.Unlock()
+				if k >= count || time.Now().After(deadline) {
+					break
+				}
+			}
+			b.Close()
+			<-recvDone
+			slices.SortFunc(got, func(x, y link.Packet) int { return bytes.Compare(x.Buf[9:12], y.Buf[9:12]) })
+			checkSamePackets(t, got, pkts, a.LocalAddr())
+			if n, err := b.TryRecv(bufs); n != 0 || !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("TryRecv after Close = %d, %v; want net.ErrClosed", n, err)
+			}
+		})
 	}
 }

@@ -73,10 +73,15 @@ func (u *UDP) recv(pkts []Packet) (int, error) {
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap().WithZone(""), from.Port())
 		p.Buf = p.Buf[:n]
-		if u.accept(p.Buf, from) {
+		if u.accept(&u.idSolver, p.Buf, from) {
 			p.Addr, p.TClass, p.HopLimit = from.Addr(), 0, 0
 			u.stats.received.Add(1)
 			return 1, nil
 		}
 	}
 }
+
+// tryRecv implements TryRecv where the link reads one packet per call
+// through the net package, which has no non-blocking read: it never finds
+// a packet, and Recv takes them all.
+func (u *UDP) tryRecv([]Packet) (int, error) { return 0, nil }

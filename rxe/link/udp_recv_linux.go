@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdmago/rxe/wire"
 )
 
 // oobSize is the room for the control messages of one received datagram:
@@ -27,6 +29,9 @@ const oobSize = 128
 type receiver struct {
 	raw    syscall.RawConn
 	readFn func(fd uintptr) bool // r.read, bound once
+	tryFn  func(fd uintptr)      // with try: one r.read, bound once
+	try    bool                  // read without waiting (TryRecv's)
+	ids    *wire.IPv4IDSolver    // checks IPv4 ICRCs, used by this receiver only
 	drain  func(fd uintptr) int  // reads the error queue, returning how many it read
 	want   int                   // messages to ask for
 	got    int                   // messages received
@@ -47,9 +52,11 @@ type receiver struct {
 	datagramsRead uint64
 }
 
-func (r *receiver) init(raw syscall.RawConn, gro bool) {
+func (r *receiver) init(raw syscall.RawConn, gro bool, ids *wire.IPv4IDSolver) {
 	r.raw = raw
 	r.readFn = r.read
+	r.tryFn = func(fd uintptr) { r.read(fd) }
+	r.ids = ids
 	if gro {
 		r.gro = true
 		r.scratch = make([]byte, groBuffers*groBufSize)
@@ -85,10 +92,25 @@ func (r *receiver) read(fd uintptr) bool {
 }
 
 // recv implements Recv with recvmmsg. Called with recvMu held.
-func (u *UDP) recv(pkts []Packet) (int, error) {
-	r := &u.receiver
+func (u *UDP) recv(pkts []Packet) (int, error) { return u.recvWith(&u.receiver, pkts) }
+
+// tryRecv implements TryRecv with a receiver of its own, made on first
+// use. Called with tryMu held.
+func (u *UDP) tryRecv(pkts []Packet) (int, error) {
+	if u.tryReceiver == nil {
+		r := new(receiver)
+		r.init(u.receiver.raw, u.receiver.gro, new(wire.IPv4IDSolver))
+		r.try, r.drain = true, u.receiver.drain
+		u.tryReceiver = r
+	}
+	return u.recvWith(u.tryReceiver, pkts)
+}
+
+// recvWith reads packets through receiver r; a receiver that must not wait
+// returns 0 when the socket has nothing.
+func (u *UDP) recvWith(r *receiver, pkts []Packet) (int, error) {
 	if r.gro {
-		return u.recvGRO(pkts)
+		return u.recvGRO(r, pkts)
 	}
 	want := min(len(pkts), batchSize)
 	for i := range want {
@@ -103,6 +125,9 @@ func (u *UDP) recv(pkts []Packet) (int, error) {
 		if err := r.readBatch(want); err != nil {
 			return 0, err
 		}
+		if r.got == 0 {
+			return 0, nil // a receiver that must not wait found nothing
+		}
 		k := 0
 		for i := range r.got {
 			h := &r.hdrs[i]
@@ -113,7 +138,7 @@ func (u *UDP) recv(pkts []Packet) (int, error) {
 			from := sockaddrAddrPort(&r.names[i])
 			p := &pkts[i]
 			p.Buf = p.Buf[:h.Len]
-			if !u.accept(p.Buf, from) {
+			if !u.accept(r.ids, p.Buf, from) {
 				continue
 			}
 			c := r.control(i)
@@ -233,7 +258,13 @@ func (r *receiver) readBatch(want int) error {
 		h.Flags = 0
 	}
 	r.want, r.got, r.err = want, 0, 0
-	if err := r.raw.Read(r.readFn); err != nil {
+	var err error
+	if r.try {
+		err = r.raw.Control(r.tryFn) // EAGAIN leaves r.got at 0
+	} else {
+		err = r.raw.Read(r.readFn)
+	}
+	if err != nil {
 		return closedError(err)
 	}
 	if r.err != 0 {

@@ -26,6 +26,7 @@ type CQ struct {
 	overflow    bool
 	closed      bool
 	nonEmpty    chan struct{} // signalled (without blocking) on each Push
+	onEmpty     func()        // SetOnEmptyPoll's
 }
 
 type notifyMode uint8
@@ -130,6 +131,20 @@ func (cq *CQ) FirstOverrun() bool {
 
 // Poll implements verbs.CQDriver (ibv_poll_cq).
 func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
+	n, err := cq.poll(wc)
+	if n == 0 && err == nil && cq.onEmpty != nil && len(wc) > 0 {
+		cq.onEmpty()
+		n, err = cq.poll(wc)
+	}
+	return n, err
+}
+
+// SetOnEmptyPoll makes a Poll that finds the CQ empty call f, then look
+// again: f is the device making progress on the polling goroutine (see
+// verbs.ProgressManual). It is set once, before the CQ is used.
+func (cq *CQ) SetOnEmptyPoll(f func()) { cq.onEmpty = f }
+
+func (cq *CQ) poll(wc []verbs.WC) (int, error) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.closed {
