@@ -29,7 +29,9 @@
 //
 // Run `rdmago <command> -h` for a command's flags. Every command also
 // takes --stats: at exit it prints the counters of the RDMA devices it
-// used, one "name value" line each, to standard error.
+// used, one "name value" line each, to standard error; and
+// --cpuprofile=FILE, which writes a Go CPU profile of the run to FILE (for
+// `go tool pprof`).
 package main
 
 import (
@@ -38,7 +40,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"sort"
+	"strings"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -90,30 +94,66 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	rest, stats := statsFlag(args[1:])
+	rest, common, err := commonFlags(args[1:])
+	if err != nil {
+		fmt.Fprintf(stderr, "rdmago %s: %v\n", args[0], err)
+		return 2
+	}
+	if common.cpuProfile != "" {
+		f, err := os.Create(common.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "rdmago %s: --cpuprofile: %v\n", args[0], err)
+			return 1
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 	status := c.run(rest, stdout, stderr)
-	if stats {
+	if common.stats {
 		printStats(stderr)
 	}
 	return status
 }
 
-// statsFlag takes --stats out of a command's arguments (before any "--"):
-// every tool takes it.
-func statsFlag(args []string) ([]string, bool) {
+// common are the flags every tool takes.
+type common struct {
+	stats      bool   // --stats: print the devices' counters at exit
+	cpuProfile string // --cpuprofile=FILE: write a Go CPU profile of the run
+}
+
+// commonFlags takes the flags every tool takes out of a command's
+// arguments (before any "--").
+func commonFlags(args []string) ([]string, common, error) {
 	out := make([]string, 0, len(args))
-	on := false
-	for i, a := range args {
-		if a == "--" {
-			return append(out, args[i:]...), on
+	var c common
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return append(out, args[i:]...), c, nil
+		case a == "--stats":
+			c.stats = true
+		case a == "--cpuprofile":
+			if i+1 == len(args) {
+				return nil, c, fmt.Errorf("--cpuprofile needs a file name")
+			}
+			i++
+			c.cpuProfile = args[i]
+		case strings.HasPrefix(a, "--cpuprofile="):
+			c.cpuProfile = strings.TrimPrefix(a, "--cpuprofile=")
+			if c.cpuProfile == "" {
+				return nil, c, fmt.Errorf("--cpuprofile needs a file name")
+			}
+		default:
+			out = append(out, a)
 		}
-		if a == "--stats" {
-			on = true
-			continue
-		}
-		out = append(out, a)
 	}
-	return out, on
+	return out, c, nil
 }
 
 // printStats prints, for each device the run used, its counters as

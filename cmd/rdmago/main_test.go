@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -81,5 +82,48 @@ func TestDumpExitStatus(t *testing.T) {
 				t.Errorf("stderr %q lacks %q", errs, tt.stderr)
 			}
 		})
+	}
+}
+
+func TestCommonFlags(t *testing.T) {
+	tests := []struct {
+		args    []string
+		rest    []string
+		want    common
+		wantErr bool
+	}{
+		{[]string{"-n", "5"}, []string{"-n", "5"}, common{}, false},
+		{[]string{"--stats", "-n", "5"}, []string{"-n", "5"}, common{stats: true}, false},
+		{[]string{"--cpuprofile", "p.out", "x"}, []string{"x"}, common{cpuProfile: "p.out"}, false},
+		{[]string{"--cpuprofile=p.out", "--stats"}, []string{}, common{stats: true, cpuProfile: "p.out"}, false},
+		{[]string{"--", "--stats"}, []string{"--", "--stats"}, common{}, false},
+		{[]string{"--cpuprofile"}, nil, common{}, true},
+		{[]string{"--cpuprofile="}, nil, common{}, true},
+	}
+	for _, tc := range tests {
+		rest, c, err := commonFlags(tc.args)
+		if (err != nil) != tc.wantErr {
+			t.Fatalf("commonFlags(%q) error %v", tc.args, err)
+		}
+		if err != nil {
+			continue
+		}
+		if !slices.Equal(rest, tc.rest) || c != tc.want {
+			t.Errorf("commonFlags(%q) = %q, %+v; want %q, %+v", tc.args, rest, c, tc.rest, tc.want)
+		}
+	}
+}
+
+func TestCPUProfileIsWritten(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "cpu.out")
+	var out, errs strings.Builder
+	if code := run([]string{"version", "--cpuprofile=" + file}, &out, &errs); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
+		t.Fatalf("profile: %v", err)
+	}
+	if code := run([]string{"version", "--cpuprofile=" + filepath.Join(file, "no", "such")}, &out, &errs); code != 1 {
+		t.Fatalf("unwritable profile: exit %d", code)
 	}
 }

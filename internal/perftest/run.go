@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/internal/yield"
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -19,26 +20,30 @@ import (
 // halves, the local half the source of sends and writes (and the target
 // of reads), the remote half what the peer writes into or reads.
 type res struct {
-	o      *Options
-	ctx    *verbs.Context
-	pd     *verbs.PD
-	cq     *verbs.CQ
-	spins  int         // empty polls, without -e
-	qps    []*verbs.QP // -q of them; the latency tests have one
-	qp     *verbs.QP   // qps[0]
-	mr     *verbs.MR
-	buf    []byte
-	half   int
-	port   verbs.PortAttr
-	inline int
-	my     []dest // per QP
-	rem    []dest
-	mtu    verbs.MTU
-	wc     []verbs.WC
-	ch     *verbs.CompChannel // with -e
-	ahs    []*verbs.AH        // UD: per QP, the peer's
-	cmIDs  []*rdmacm.ID       // -R: the IDs that connected the QPs
-	gid    verbs.GID
+	o     *Options
+	ctx   *verbs.Context
+	pd    *verbs.PD
+	cq    *verbs.CQ
+	spins int // empty polls in a row, without -e
+	// idleSince is when the polls started finding nothing; past
+	// idleBeforeYield, yielding is set.
+	idleSince time.Time
+	yielding  bool
+	qps       []*verbs.QP // -q of them; the latency tests have one
+	qp        *verbs.QP   // qps[0]
+	mr        *verbs.MR
+	buf       []byte
+	half      int
+	port      verbs.PortAttr
+	inline    int
+	my        []dest // per QP
+	rem       []dest
+	mtu       verbs.MTU
+	wc        []verbs.WC
+	ch        *verbs.CompChannel // with -e
+	ahs       []*verbs.AH        // UD: per QP, the peer's
+	cmIDs     []*rdmacm.ID       // -R: the IDs that connected the QPs
+	gid       verbs.GID
 	// rxPosted counts the receives outstanding, per QP.
 	rxPosted []int
 	qpIndex  map[uint32]int // QP number → index
@@ -295,6 +300,7 @@ func (r *res) poll(ctx context.Context) ([]verbs.WC, error) {
 			return nil, fmt.Errorf("poll CQ failed: %w", err)
 		}
 		if n > 0 {
+			r.spins, r.yielding = 0, false
 			for _, wc := range r.wc[:n] {
 				if wc.Status != verbs.WCSuccess {
 					return nil, fmt.Errorf("completion with error: %s (wr_id %d, vendor error %#x)", wc.Status, wc.WRID, wc.VendorErr)
@@ -312,14 +318,25 @@ func (r *res) poll(ctx context.Context) ([]verbs.WC, error) {
 // completion channel (ibv_req_notify_cq, ibv_get_cq_event); else, as
 // perftest does, not at all: the caller polls again at once, and under
 // manual progress each empty poll drives the software device. Now and then
-// it lets the process's other goroutines run (the device's timers, the
-// connection's), which a spinning goroutine would hold up on a busy host.
+// it lets other threads run (see yield.CPU).
 func (r *res) waitCQ(ctx context.Context) error {
 	if r.ch == nil {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if r.spins++; r.spins%64 == 0 {
+		// Polls that go on finding nothing (a peer that is slow to
+		// answer, packets forwarded by the process sharing the device's
+		// address) yield the CPU as well, which the threads that would
+		// deliver may need; a poll that is answered soon never does,
+		// since yielding slows every round trip.
+		r.spins++
+		switch {
+		case r.spins == 1:
+			r.idleSince = time.Now()
+		case r.yielding:
+			yield.CPU()
+		case r.spins%64 == 0:
+			r.yielding = time.Since(r.idleSince) > idleBeforeYield
 			runtime.Gosched()
 		}
 		return nil
@@ -797,6 +814,7 @@ func (r *res) waitRecv(ctx context.Context) error {
 			}
 			continue
 		}
+		r.spins, r.yielding = 0, false
 		wc := r.wc[0]
 		if wc.Status != verbs.WCSuccess {
 			return fmt.Errorf("completion with error: %s", wc.Status)
@@ -1205,3 +1223,7 @@ func rateReport(o *Options, size int, n uint64, d time.Duration) bwReport {
 	}
 	return rep
 }
+
+// idleBeforeYield is how long a busy poll finds nothing before it starts
+// yielding the CPU to other threads.
+const idleBeforeYield = 200 * time.Microsecond

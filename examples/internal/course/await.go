@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/yield"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -18,7 +19,7 @@ type AwaitFunc func(ctx context.Context, wc *verbs.WC) error
 // AwaitCompletionBusy is ping-sr-0's our_await_completion: it calls
 // ibv_poll_cq until a completion comes, burning the CPU, and never learns
 // of a peer that is gone. It gives up only when ctx ends. Between polls it
-// yields the CPU (yieldCPU), which the software device needs.
+// yields the CPU (yield.CPU), which the software device needs.
 func (c *Control) AwaitCompletionBusy(ctx context.Context, wc *verbs.WC) error {
 	for spins := 0; ; spins++ {
 		n, err := c.poll(wc) // ibv_poll_cq
@@ -30,7 +31,7 @@ func (c *Control) AwaitCompletionBusy(ctx context.Context, wc *verbs.WC) error {
 			c.Took(wc)
 			return c.CheckCompletion(wc)
 		}
-		yieldCPU()
+		yield.CPU()
 		if spins%1024 == 0 && ctx.Err() != nil {
 			return interrupted(ctx)
 		}
@@ -63,7 +64,7 @@ func (c *Control) AwaitCompletionBusyCM(ctx context.Context, wc *verbs.WC) error
 		if err := c.PeerGone(gone); err != nil {
 			return err
 		}
-		yieldCPU()
+		yield.CPU()
 		if spins%1024 == 0 {
 			if ctx.Err() != nil {
 				return interrupted(ctx)
