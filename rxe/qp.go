@@ -36,7 +36,8 @@ type qp struct {
 	mu        sync.Mutex
 	attr      verbs.QPAttr
 	posted    []*sendWQE // send WQEs posted, not yet taken by the owner
-	rq        []recvWQE  // receive WQEs, oldest first
+	free      []*sendWQE // retired send WQEs, to be posted again (no allocation per work request)
+	rq        recvQueue  // receive WQEs
 	inbox     []inPacket
 	sqDepth   int // send WQEs posted and not yet completed
 	epoch     int // bumped by every RESET
@@ -330,7 +331,7 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		q.pending.reset = true
 		q.pending.flush = false
 		q.posted = nil
-		q.rq = nil
+		q.rq.takeAll(nil)
 		q.sqDepth = 0
 		q.epoch++ // WQEs from before the reset neither complete nor count
 	case verbs.QPSErr:
@@ -643,8 +644,7 @@ func (q *qp) flush() {
 	}
 	q.retire()
 	q.mu.Lock()
-	rq := q.rq
-	q.rq = nil
+	flushed := q.rq.takeAll(nil)
 	lastWQE := q.srq != nil && !q.lastWQESent
 	q.lastWQESent = true
 	q.mu.Unlock()
@@ -652,8 +652,8 @@ func (q *qp) flush() {
 		// The message being received when the QP failed.
 		q.recvComp().Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 	}
-	for _, r := range rq {
-		q.rcq.Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+	for _, id := range flushed {
+		q.rcq.Push(&verbs.WC{WRID: id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 	}
 	q.resp.abortMessage(q)
 	if lastWQE {

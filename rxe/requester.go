@@ -2,6 +2,7 @@ package rxe
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/rdmago/rdmago/rxe/wire"
@@ -13,7 +14,7 @@ import (
 type sendWQE struct {
 	wr       verbs.SendWR
 	sges     []verbs.SGE // owned copy of wr.SGList
-	inline   []byte      // data copied at post time (IBV_SEND_INLINE)
+	inline   []byte      // data copied at post time (isInline)
 	ud       *udDest     // UD: where it goes
 	length   uint64
 	signaled bool
@@ -30,6 +31,10 @@ type sendWQE struct {
 }
 
 func (w *sendWQE) lastPSN() wire.PSN { return w.firstPSN.Add(w.npkts - 1) }
+
+// isInline reports whether the data was copied at post time, into inline
+// (IBV_SEND_INLINE), rather than read from the SGEs.
+func (w *sendWQE) isInline() bool { return w.wr.SendFlags&verbs.SendInline != 0 }
 
 // isReadOrAtomic reports whether the WQE needs a response carrying data.
 func (w *sendWQE) isReadOrAtomic() bool {
@@ -132,13 +137,13 @@ func (q *qp) checkSend(wr *verbs.SendWR) (*sendWQE, error) {
 	if length > maxMsgSize {
 		return nil, bad(verbs.ErrInvalidArgument, "message of %d bytes above the %d-byte maximum", length, maxMsgSize)
 	}
-	w := &sendWQE{wr: *wr, length: length, signaled: q.sigAll || wr.SendFlags&verbs.SendSignaled != 0}
+	var ud *udDest
 	if q.datagram() {
 		d, err := q.checkUD(wr, length)
 		if err != nil {
 			return nil, err
 		}
-		w.ud = d
+		ud = d
 	}
 	switch wr.Opcode {
 	case verbs.WRBindMW:
@@ -163,25 +168,58 @@ func (q *qp) checkSend(wr *verbs.SendWR) (*sendWQE, error) {
 			return nil, bad(verbs.ErrInvalidArgument, "atomic remote address %#x is not 8-byte aligned", wr.RemoteAddr)
 		}
 	}
+	w := q.newSendWQE()
+	w.wr, w.length, w.signaled, w.ud = *wr, length, q.sigAll || wr.SendFlags&verbs.SendSignaled != 0, ud
 	if wr.SendFlags&verbs.SendInline != 0 {
-		if wr.Opcode == verbs.WRRDMARead || w.isReadOrAtomic() {
+		if w.isReadOrAtomic() {
+			q.freeSendWQEs(w)
 			return nil, bad(verbs.ErrInvalidArgument, "IBV_SEND_INLINE with %s", wr.Opcode)
 		}
 		if length > uint64(q.cap.MaxInlineData) {
+			q.freeSendWQEs(w)
 			return nil, bad(verbs.ErrInvalidArgument, "%d inline bytes, the QP takes %d", length, q.cap.MaxInlineData)
 		}
 		// Copy now: the caller may reuse the buffer as soon as we return.
-		segs, _, ok := q.hw.resolveSGEs(q.pd, wr.SGList, false, nil)
+		segs, _, ok := q.hw.resolveSGEs(q.pd, wr.SGList, false, w.segs[:0])
+		w.segs = segs
 		if !ok {
+			q.freeSendWQEs(w)
 			return nil, bad(verbs.ErrInvalidArgument, "inline data must lie in memory registered with this PD")
 		}
-		w.inline = make([]byte, length)
+		w.inline = slices.Grow(w.inline[:0], int(length))[:length]
 		gather(w.inline, segs, 0)
+		clear(w.segs)
 	} else {
-		w.sges = append([]verbs.SGE(nil), wr.SGList...)
+		w.sges = append(w.sges[:0], wr.SGList...)
 	}
 	w.wr.SGList = nil
 	return w, nil
+}
+
+// newSendWQE takes a retired send WQE, emptied, or makes one (q.mu held).
+func (q *qp) newSendWQE() *sendWQE {
+	n := len(q.free)
+	if n == 0 {
+		return new(sendWQE)
+	}
+	w := q.free[n-1]
+	q.free[n-1] = nil
+	q.free = q.free[:n-1]
+	return w
+}
+
+// freeSendWQEs keeps retired WQEs for newSendWQE, their buffers' room
+// kept and everything else cleared (q.mu held). It keeps at most the
+// send queue's depth.
+func (q *qp) freeSendWQEs(ws ...*sendWQE) {
+	for _, w := range ws {
+		if len(q.free) >= int(q.cap.MaxSendWR) {
+			return
+		}
+		clear(w.segs)
+		*w = sendWQE{sges: w.sges[:0], inline: w.inline[:0], segs: w.segs[:0]}
+		q.free = append(q.free, w)
+	}
 }
 
 // opAllowed says which work requests each transport takes. XRC sends
@@ -299,7 +337,7 @@ func (q *qp) startWQE(w *sendWQE, mtu uint64) bool {
 		}
 		return true
 	}
-	if w.inline == nil {
+	if !w.isInline() {
 		write := w.isReadOrAtomic()
 		segs, _, ok := q.hw.resolveSGEs(q.pd, w.sges, write, w.segs[:0])
 		if !ok {
@@ -379,7 +417,7 @@ func (q *qp) buildRequest(w *sendWQE, mtu uint64) {
 	if err != nil {
 		panic("rxe: building " + h.BTH.OpCode.String() + ": " + err.Error()) // a bug: the opcode table and this switch disagree
 	}
-	if w.inline != nil {
+	if w.isInline() {
 		copy(payload, w.inline[off:off+n])
 	} else {
 		gather(payload, w.segs, off)
@@ -497,6 +535,9 @@ func (q *qp) retire() {
 			}
 		}
 	}
+	q.mu.Lock()
+	q.freeSendWQEs(q.sq[:k]...)
+	q.mu.Unlock()
 	clear(q.sq[:k])
 	q.sq = append(q.sq[:0], q.sq[k:]...)
 	q.req.next = max(q.req.next-k, 0)

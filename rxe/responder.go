@@ -22,7 +22,8 @@ type responder struct {
 	// The message in progress (between a FIRST and its LAST).
 	inMsg    bool
 	kind     msgKind
-	recv     *recvWQE // SEND: the receive WQE being filled
+	recv     *recvWQE // SEND: the receive WQE being filled (cur, or nil)
+	cur      recvWQE  // the receive WQE popRecv took last
 	segs     [][]byte // its memory
 	recvLen  uint64
 	off      uint64
@@ -108,13 +109,13 @@ func (q *qp) postRecv(wrs []verbs.RecvWR) error {
 			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("QP %#x is in RESET", q.num))
 		case len(wr.SGList) > int(q.cap.MaxRecvSGE):
 			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("%d SGEs, the QP takes %d", len(wr.SGList), q.cap.MaxRecvSGE))
-		case len(q.rq) >= int(q.cap.MaxRecvWR):
+		case q.rq.len() >= int(q.cap.MaxRecvWR):
 			err = verbs.Errorf("ibv_post_recv", verbs.ErrNoMemory, fmt.Sprintf("receive queue full (%d WRs)", q.cap.MaxRecvWR))
 		}
 		if err != nil {
 			return &verbs.WRError{Index: i, WRID: wr.WRID, Err: err}
 		}
-		q.rq = append(q.rq, recvWQE{wrid: wr.WRID, sges: append([]verbs.SGE(nil), wr.SGList...)})
+		q.rq.push(wr.WRID, wr.SGList)
 	}
 	if q.attr.QPState == verbs.QPSErr {
 		q.pending.flush = true
@@ -125,21 +126,22 @@ func (q *qp) postRecv(wrs []verbs.RecvWR) error {
 // popRecv takes the oldest receive WQE, if any, from the QP's receive
 // queue or its SRQ (for XRC, the request's XRC SRQ).
 func (q *qp) popRecv() *recvWQE {
-	if q.typ == verbs.QPTXRCRecv {
-		return q.resp.xsrq.pop()
+	w := &q.resp.cur
+	var ok bool
+	switch {
+	case q.typ == verbs.QPTXRCRecv:
+		ok = q.resp.xsrq.pop(w)
+	case q.srq != nil:
+		ok = q.srq.pop(w)
+	default:
+		q.mu.Lock()
+		ok = q.rq.pop(w)
+		q.mu.Unlock()
 	}
-	if q.srq != nil {
-		return q.srq.pop()
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.rq) == 0 {
+	if !ok {
 		return nil
 	}
-	w := q.rq[0]
-	q.rq[0] = recvWQE{}
-	q.rq = q.rq[1:]
-	return &w
+	return w
 }
 
 // unpopRecv puts back a receive WQE taken for a packet that failed.
@@ -157,7 +159,7 @@ func (q *qp) unpopRecv(w *recvWQE) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.rq = append([]recvWQE{*w}, q.rq...)
+	q.rq.unpop(w)
 }
 
 // recvComp returns where receives complete: the QP's receive CQ, or for an

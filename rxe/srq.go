@@ -22,7 +22,7 @@ type srq struct {
 
 	mu        sync.Mutex
 	attr      verbs.SRQAttr
-	rq        []recvWQE
+	rq        recvQueue
 	destroyed bool
 }
 
@@ -70,8 +70,8 @@ func (s *srq) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
 		switch {
 		case attr.MaxWR == 0 || attr.MaxWR > maxSRQWR:
 			return bad("max_wr %d: the device takes 1 to %d", attr.MaxWR, maxSRQWR)
-		case int(attr.MaxWR) < len(s.rq):
-			return bad("max_wr %d below the %d work requests posted", attr.MaxWR, len(s.rq))
+		case int(attr.MaxWR) < s.rq.len():
+			return bad("max_wr %d below the %d work requests posted", attr.MaxWR, s.rq.len())
 		}
 		maxWR = attr.MaxWR
 	}
@@ -106,29 +106,26 @@ func (s *srq) PostRecv(wrs []verbs.RecvWR) error {
 		switch {
 		case len(wr.SGList) > int(s.attr.MaxSGE):
 			err = verbs.Errorf("ibv_post_srq_recv", verbs.ErrInvalidArgument, fmt.Sprintf("%d SGEs, the SRQ takes %d", len(wr.SGList), s.attr.MaxSGE))
-		case len(s.rq) >= int(s.attr.MaxWR):
+		case s.rq.len() >= int(s.attr.MaxWR):
 			err = verbs.Errorf("ibv_post_srq_recv", verbs.ErrNoMemory, fmt.Sprintf("SRQ full (%d WRs)", s.attr.MaxWR))
 		}
 		if err != nil {
 			return &verbs.WRError{Index: i, WRID: wr.WRID, Err: err}
 		}
-		s.rq = append(s.rq, recvWQE{wrid: wr.WRID, sges: append([]verbs.SGE(nil), wr.SGList...)})
+		s.rq.push(wr.WRID, wr.SGList)
 	}
 	return nil
 }
 
 // pop takes the oldest WQE, if any, and raises IBV_EVENT_SRQ_LIMIT_REACHED
 // (once: the limit disarms) when fewer than srq_limit are left.
-func (s *srq) pop() *recvWQE {
+func (s *srq) pop(w *recvWQE) bool {
 	s.mu.Lock()
-	if len(s.rq) == 0 {
+	if !s.rq.pop(w) {
 		s.mu.Unlock()
-		return nil
+		return false
 	}
-	w := s.rq[0]
-	s.rq[0] = recvWQE{}
-	s.rq = s.rq[1:]
-	fire := s.attr.SRQLimit > 0 && len(s.rq) < int(s.attr.SRQLimit)
+	fire := s.attr.SRQLimit > 0 && s.rq.len() < int(s.attr.SRQLimit)
 	if fire {
 		s.attr.SRQLimit = 0
 	}
@@ -136,13 +133,13 @@ func (s *srq) pop() *recvWQE {
 	if fire && s.ctx.events != nil {
 		s.ctx.events.SRQEvent(verbs.EventSRQLimitReached, s)
 	}
-	return &w
+	return true
 }
 
 // unpop puts back a WQE taken for a message that did not arrive whole.
 func (s *srq) unpop(w *recvWQE) {
 	s.mu.Lock()
-	s.rq = append([]recvWQE{*w}, s.rq...)
+	s.rq.unpop(w)
 	s.mu.Unlock()
 }
 
@@ -154,7 +151,7 @@ func (s *srq) Destroy() error {
 		return nil
 	}
 	s.destroyed = true
-	s.rq = nil
+	s.rq.takeAll(nil)
 	s.mu.Unlock()
 	h := s.ctx.hw
 	h.mu.Lock()

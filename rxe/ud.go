@@ -74,7 +74,7 @@ func (q *qp) buildUD(w *sendWQE) {
 	if err != nil {
 		panic("rxe: building " + h.BTH.OpCode.String() + ": " + err.Error())
 	}
-	if w.inline != nil {
+	if w.isInline() {
 		copy(payload, w.inline)
 	} else {
 		gather(payload, w.segs, 0)
