@@ -8,8 +8,10 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rdmago/rdmago/rxe/link"
 	"github.com/rdmago/rdmago/rxe/wire"
@@ -37,15 +39,23 @@ func (provider) Name() string { return "rxe" }
 var registry struct {
 	mu      sync.Mutex
 	devices map[string]*verbs.Device
+	// The last list Devices made, when, and for which environment.
+	last []*verbs.Device
+	at   time.Time
+	env  string
 }
 
+// devicesFresh is how long a device list stays the answer: reading the
+// host's interfaces and addresses takes netlink dumps, hundreds of
+// microseconds, which a connection manager asking for every connection
+// would otherwise pay each time.
+const devicesFresh = time.Second
+
 // Devices lists one device per network interface that is up and has an
-// address (ibv_get_device_list for the rxe provider).
+// address (ibv_get_device_list for the rxe provider). It reads the
+// interfaces again when the last reading is more than devicesFresh old or
+// the environment variables have changed.
 func (provider) Devices() ([]*verbs.Device, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, fmt.Errorf("rxe: listing network interfaces: %w", err)
-	}
 	want, err := envAddrs()
 	if err != nil {
 		return nil, err
@@ -54,8 +64,16 @@ func (provider) Devices() ([]*verbs.Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	env := fmt.Sprint(want, port)
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
+	if env == registry.env && time.Since(registry.at) < devicesFresh {
+		return slices.Clone(registry.last), nil
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("rxe: listing network interfaces: %w", err)
+	}
 	if registry.devices == nil {
 		registry.devices = map[string]*verbs.Device{}
 	}
@@ -89,7 +107,8 @@ func (provider) Devices() ([]*verbs.Device, error) {
 			return nil, fmt.Errorf("rxe: %s names %v, which is not an address of an interface of this host that is up", EnvAddr, w)
 		}
 	}
-	return out, nil
+	registry.last, registry.at, registry.env = out, time.Now(), env
+	return slices.Clone(out), nil
 }
 
 // interfaceAddrs returns the interface's addresses in GID table order:
