@@ -185,6 +185,10 @@ func (q *qp) start() error {
 	}
 	q.attr.Cap = q.cap
 	q.attr.PortNum = 1
+	// Whole before it enters the table: from then on the receive loop
+	// may run it (stepHere), before this goroutine goes on.
+	q.timer = time.NewTimer(time.Hour)
+	q.timer.Stop()
 	h.mu.Lock()
 	if len(h.qps) >= maxQP {
 		h.mu.Unlock()
@@ -212,8 +216,6 @@ func (q *qp) start() error {
 	}
 	h.qps[q.num] = q
 	h.mu.Unlock()
-	q.timer = time.NewTimer(time.Hour)
-	q.timer.Stop()
 	go q.run()
 	return nil
 }
