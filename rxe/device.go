@@ -120,10 +120,8 @@ type hw struct {
 	mcastMu sync.Mutex
 	mcast   map[netip.Addr]*group // multicast groups QPs are attached to
 
-	// pollMu is held by the poller doing manual progress, which reads
-	// into poll.
-	pollMu sync.Mutex
-	poll   *receiveBatch
+	// readers are the links' readers, one for each of links.
+	readers []linkReader
 
 	atomicMu sync.Mutex // makes atomics atomic with respect to each other (IBV_ATOMIC_HCA)
 	bufs     sync.Pool  // *bufBox holding receive buffers of maxPacket bytes
@@ -193,7 +191,9 @@ func (h *hw) startLinks(links []link.Link) {
 			n.SetUnreachable(h.unreachable)
 		}
 	}
+	h.readers = make([]linkReader, len(links))
 	for i := range links {
+		h.readers[i].batch = newReceiveBatch(h)
 		h.wg.Add(1)
 		go h.recvLoop(i)
 	}
@@ -225,10 +225,34 @@ func (h *hw) stop() {
 	}
 }
 
+// linkReader is how a link is read. A link that can be read without
+// waiting (link.TryReceiver) is read by whoever holds mu, the receive loop
+// or a CQ poller doing manual progress, into batch; reading and handing
+// over what was read under one lock keeps the packets in the order they
+// came.
+type linkReader struct {
+	mu    sync.Mutex
+	batch *receiveBatch
+}
+
 // recvLoop reads packets from link i and hands each to its QP.
 func (h *hw) recvLoop(i int) {
 	defer h.wg.Done()
 	l := h.links[i]
+	if tr, ok := l.(link.TryReceiver); ok {
+		rd := &h.readers[i]
+		for {
+			err := tr.WaitReadable()
+			if err == nil {
+				rd.mu.Lock()
+				_, err = h.readLink(i, l, tr, rd.batch)
+				rd.mu.Unlock()
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+		}
+	}
 	r := newReceiveBatch(h)
 	for {
 		n, err := l.Recv(r.pkts)
@@ -240,6 +264,26 @@ func (h *hw) recvLoop(i int) {
 			continue
 		}
 		h.dispatch(i, l, r, n)
+	}
+}
+
+// readLink reads link i without waiting (its reader's mu held) and hands
+// what it read over, and the packets the link still holds after that read
+// (bounded: what one read brought). It returns how many it read.
+func (h *hw) readLink(i int, l link.Link, tr link.TryReceiver, r *receiveBatch) (int, error) {
+	total := 0
+	for {
+		n, err := tr.TryRecv(r.pkts)
+		if err != nil {
+			return total, err
+		}
+		if n > 0 {
+			h.dispatch(i, l, r, n)
+			total += n
+		}
+		if n == 0 || !tr.Held() {
+			return total, nil
+		}
 	}
 }
 
@@ -321,28 +365,23 @@ func (h *hw) dispatch(i int, l link.Link, r *receiveBatch, n int) {
 }
 
 // progress is manual progress (verbs.ProgressManual) for a CQ poll that
-// found nothing: it takes the packets waiting on the device's links,
-// without waiting, and runs their QPs on the calling goroutine. One poller
-// at a time does it; the others return at once.
+// found nothing: it reads the device's links without waiting and runs the
+// QPs of the packets it finds on the calling goroutine. A link another
+// goroutine is reading is left to it.
 func (h *hw) progress() {
 	h.upMu.Lock()
-	links, stopped := h.links, h.stopped
+	links, readers, stopped := h.links, h.readers, h.stopped
 	h.upMu.Unlock()
-	if stopped || len(links) == 0 || !h.pollMu.TryLock() {
+	if stopped {
 		return
-	}
-	defer h.pollMu.Unlock()
-	if h.poll == nil {
-		h.poll = newReceiveBatch(h)
 	}
 	for i, l := range links {
 		tr, ok := l.(link.TryReceiver)
-		if !ok {
+		if !ok || !readers[i].mu.TryLock() {
 			continue
 		}
-		if n, err := tr.TryRecv(h.poll.pkts); n > 0 && err == nil {
-			h.dispatch(i, l, h.poll, n)
-		}
+		h.readLink(i, l, tr, readers[i].batch)
+		readers[i].mu.Unlock()
 	}
 }
 

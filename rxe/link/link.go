@@ -78,14 +78,22 @@ type Link interface {
 	Close() error
 }
 
-// TryReceiver is a Link that can also be read without waiting, from another
-// goroutine than the one blocked in Recv: a CQ poller uses it to take
-// packets off the network itself (manual progress) while the device's
-// receive goroutine waits. Each packet goes to one of the two readers.
+// TryReceiver is a Link that can also be read without waiting, so that
+// several goroutines can take turns reading it in the order the packets
+// came: the device's receive goroutine waits with WaitReadable and reads
+// with TryRecv, and a CQ poller doing manual progress reads with TryRecv
+// too, one reader at a time (the device holds a lock around each read and
+// the delivery of what it read). Recv and TryRecv are not used on the same
+// link.
 type TryReceiver interface {
-	// TryRecv is Recv that returns 0 at once when no packet is waiting
-	// (or another TryRecv is under way).
+	// WaitReadable blocks until TryRecv may find a packet, reading
+	// nothing; after Close it returns net.ErrClosed.
+	WaitReadable() error
+	// TryRecv is Recv that returns 0 at once when no packet is waiting.
 	TryRecv(pkts []Packet) (n int, err error)
+	// Held reports whether packets already taken from the network wait
+	// in the link, which the next TryRecv returns before reading more.
+	Held() bool
 }
 
 // Joiner is a Link that can receive what is sent to an IP multicast group:

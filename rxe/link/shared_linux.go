@@ -67,6 +67,7 @@ type Shared struct {
 	// come through inq, in buffers from bufs.
 	fwd  *net.UnixListener
 	inq  chan *fwdPacket
+	held atomic.Pointer[fwdPacket] // taken from inq by WaitReadable, for TryRecv
 	bufs sync.Pool
 	wake chan struct{} // closed when this process takes the port over
 
@@ -77,7 +78,7 @@ type Shared struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 
-	// leadIdle is true while the device waits in Recv on the port's
+	// leadIdle is true while the device waits in Recv or WaitReadable on the port's
 	// socket (it has handled what it read before); leadReads counts the
 	// reads that returned packets. Close uses them to let the device
 	// forward what reached the port before it goes.
@@ -331,6 +332,34 @@ func (s *Shared) takeQueued(pkts []Packet, fp *fwdPacket) int {
 	return n
 }
 
+// WaitReadable implements TryReceiver: while this process leads, the
+// port's socket's; else it waits for a packet the leader forwards (kept
+// for TryRecv) or for this process to take the port over.
+func (s *Shared) WaitReadable() error {
+	for {
+		if s.closed.Load() {
+			return net.ErrClosed
+		}
+		if l := s.lead.Load(); l != nil {
+			s.leadIdle.Store(true)
+			err := l.WaitReadable()
+			s.leadIdle.Store(false)
+			return err
+		}
+		if s.held.Load() != nil {
+			return nil
+		}
+		select {
+		case fp := <-s.inq:
+			s.held.Store(fp)
+			return nil
+		case <-s.wake:
+		case <-s.stop:
+			return net.ErrClosed
+		}
+	}
+}
+
 // TryRecv implements TryReceiver: while this process leads, the port's
 // socket read without waiting; else the packets the leader has forwarded
 // so far.
@@ -340,6 +369,9 @@ func (s *Shared) TryRecv(pkts []Packet) (int, error) {
 	}
 	if len(pkts) == 0 {
 		return 0, nil
+	}
+	if fp := s.held.Swap(nil); fp != nil {
+		return s.takeQueued(pkts, fp), nil
 	}
 	if l := s.lead.Load(); l != nil {
 		n, err := l.TryRecv(pkts)
@@ -354,6 +386,17 @@ func (s *Shared) TryRecv(pkts []Packet) (int, error) {
 	default:
 		return 0, nil
 	}
+}
+
+// Held implements TryReceiver.
+func (s *Shared) Held() bool {
+	if s.held.Load() != nil {
+		return true
+	}
+	if l := s.lead.Load(); l != nil {
+		return l.Held()
+	}
+	return false
 }
 
 // take moves a forwarded packet into p, reporting whether it fit.

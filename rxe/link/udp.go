@@ -77,21 +77,16 @@ type UDP struct {
 	reports     chan report
 	done        chan struct{}
 	reporter    sync.WaitGroup
-	idSolver    wire.IPv4IDSolver // used by Recv, one goroutine at a time (TryRecv has its own)
+	idSolver    wire.IPv4IDSolver // used by Recv and TryRecv, one goroutine at a time
 
 	// sendMu guards the sender's preallocated batch, and serialises Send.
 	sendMu sync.Mutex
 	sender sender
 
 	// recvMu guards the receiver's preallocated batch, and serialises
-	// Recv.
+	// Recv and TryRecv.
 	recvMu   sync.Mutex
 	receiver receiver
-
-	// tryMu guards the second receiver TryRecv reads with, so that it
-	// never waits for a Recv blocked on the socket.
-	tryMu       sync.Mutex
-	tryReceiver *receiver
 }
 
 var _ Link = (*UDP)(nil)
@@ -207,22 +202,6 @@ func (u *UDP) Recv(pkts []Packet) (int, error) {
 	u.recvMu.Lock()
 	defer u.recvMu.Unlock()
 	return u.recv(pkts)
-}
-
-// TryRecv implements TryReceiver: Recv that returns 0 at once when no
-// packet is waiting. It reads the socket with a receiver of its own, so a
-// goroutine blocked in Recv does not hold it up; each packet goes to one
-// of the two. A TryRecv already under way in another goroutine makes it
-// return 0.
-func (u *UDP) TryRecv(pkts []Packet) (int, error) {
-	if u.closed.Load() {
-		return 0, net.ErrClosed
-	}
-	if len(pkts) == 0 || !u.tryMu.TryLock() {
-		return 0, nil
-	}
-	defer u.tryMu.Unlock()
-	return u.tryRecv(pkts)
 }
 
 // Close implements Link.Close. It closes the socket, which unblocks Recv and

@@ -34,7 +34,8 @@ type groDatagram struct {
 // good ones into the caller's buffers. Packets that do not fit in pkts stay
 // in the scratch buffers, to be handed out by the next calls before the
 // socket is read again.
-func (u *UDP) recvGRO(r *receiver, pkts []Packet) (int, error) {
+func (u *UDP) recvGRO(pkts []Packet, wait bool) (int, error) {
+	r := &u.receiver
 	for i := range pkts {
 		if cap(pkts[i].Buf) == 0 {
 			return 0, noCapacity(i)
@@ -49,11 +50,11 @@ func (u *UDP) recvGRO(r *receiver, pkts []Packet) (int, error) {
 		// datagram holds at least one packet, so there is no point in
 		// reading more than pkts can take.
 		want := min(len(pkts), groBuffers)
-		if err := r.readBatch(want); err != nil {
+		if err := r.readBatch(want, wait); err != nil {
 			return 0, err
 		}
 		if r.got == 0 {
-			return 0, nil // a receiver that must not wait found nothing
+			return 0, nil // not waiting, found nothing
 		}
 		r.datagramsRead += uint64(r.got)
 		r.next, r.ndgrams = 0, 0

@@ -80,8 +80,3 @@ func (u *UDP) recv(pkts []Packet) (int, error) {
 		}
 	}
 }
-
-// tryRecv implements TryRecv where the link reads one packet per call
-// through the net package, which has no non-blocking read: it never finds
-// a packet, and Recv takes them all.
-func (u *UDP) tryRecv([]Packet) (int, error) { return 0, nil }

@@ -3,6 +3,7 @@ package link
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"syscall"
@@ -29,9 +30,9 @@ const oobSize = 128
 type receiver struct {
 	raw    syscall.RawConn
 	readFn func(fd uintptr) bool // r.read, bound once
-	tryFn  func(fd uintptr)      // with try: one r.read, bound once
-	try    bool                  // read without waiting (TryRecv's)
-	ids    *wire.IPv4IDSolver    // checks IPv4 ICRCs, used by this receiver only
+	tryFn  func(fd uintptr)      // one r.read, not waiting (TryRecv), bound once
+	peekFn func(fd uintptr) bool // r.peek, bound once
+	ids    *wire.IPv4IDSolver    // checks IPv4 ICRCs
 	drain  func(fd uintptr) int  // reads the error queue, returning how many it read
 	want   int                   // messages to ask for
 	got    int                   // messages received
@@ -56,6 +57,7 @@ func (r *receiver) init(raw syscall.RawConn, gro bool, ids *wire.IPv4IDSolver) {
 	r.raw = raw
 	r.readFn = r.read
 	r.tryFn = func(fd uintptr) { r.read(fd) }
+	r.peekFn = r.peek
 	r.ids = ids
 	if gro {
 		r.gro = true
@@ -92,25 +94,73 @@ func (r *receiver) read(fd uintptr) bool {
 }
 
 // recv implements Recv with recvmmsg. Called with recvMu held.
-func (u *UDP) recv(pkts []Packet) (int, error) { return u.recvWith(&u.receiver, pkts) }
+func (u *UDP) recv(pkts []Packet) (int, error) { return u.recvWith(pkts, true) }
 
-// tryRecv implements TryRecv with a receiver of its own, made on first
-// use. Called with tryMu held.
-func (u *UDP) tryRecv(pkts []Packet) (int, error) {
-	if u.tryReceiver == nil {
-		r := new(receiver)
-		r.init(u.receiver.raw, u.receiver.gro, new(wire.IPv4IDSolver))
-		r.try, r.drain = true, u.receiver.drain
-		u.tryReceiver = r
+// TryRecv implements TryReceiver: Recv that returns 0 at once when no
+// packet is waiting, neither in the link (Held) nor on the socket. It must
+// not be called while a Recv waits (it would return 0).
+func (u *UDP) TryRecv(pkts []Packet) (int, error) {
+	if u.closed.Load() {
+		return 0, net.ErrClosed
 	}
-	return u.recvWith(u.tryReceiver, pkts)
+	if len(pkts) == 0 || !u.recvMu.TryLock() {
+		return 0, nil
+	}
+	defer u.recvMu.Unlock()
+	return u.recvWith(pkts, false)
 }
 
-// recvWith reads packets through receiver r; a receiver that must not wait
-// returns 0 when the socket has nothing.
-func (u *UDP) recvWith(r *receiver, pkts []Packet) (int, error) {
+// Held implements TryReceiver: with GRO, a read brings up to a few
+// datagrams of up to 64 packets each, and those that did not fit in the
+// caller's buffers wait in the link for the next Recv or TryRecv.
+func (u *UDP) Held() bool {
+	u.recvMu.Lock()
+	defer u.recvMu.Unlock()
+	r := &u.receiver
+	return r.next < r.ndgrams
+}
+
+// WaitReadable implements TryReceiver: it blocks until the socket has a
+// datagram (or an error) to read, or packets are held, reading nothing.
+func (u *UDP) WaitReadable() error {
+	if u.Held() {
+		return nil
+	}
+	if err := u.receiver.raw.Read(u.receiver.peekFn); err != nil {
+		return closedError(err)
+	}
+	return nil
+}
+
+// peek is WaitReadable's RawConn.Read callback: true once the socket has
+// something to read, which it leaves there (MSG_PEEK).
+func (r *receiver) peek(fd uintptr) bool {
+	var b [1]byte
+	for {
+		_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		// The peek took the socket's pending error: an ICMP error for
+		// something we sent is reported from the error queue here, as
+		// read does; any other goes with the peek.
+		if netError(e) && r.drain != nil && r.drain(fd) > 0 {
+			continue
+		}
+		return true
+	}
+}
+
+// recvWith reads packets through the receiver, waiting for one if wait.
+func (u *UDP) recvWith(pkts []Packet, wait bool) (int, error) {
+	r := &u.receiver
 	if r.gro {
-		return u.recvGRO(r, pkts)
+		return u.recvGRO(pkts, wait)
 	}
 	want := min(len(pkts), batchSize)
 	for i := range want {
@@ -122,11 +172,11 @@ func (u *UDP) recvWith(r *receiver, pkts []Packet) (int, error) {
 		r.iovs[i].SetLen(len(b))
 	}
 	for {
-		if err := r.readBatch(want); err != nil {
+		if err := r.readBatch(want, wait); err != nil {
 			return 0, err
 		}
 		if r.got == 0 {
-			return 0, nil // a receiver that must not wait found nothing
+			return 0, nil // not waiting, found nothing
 		}
 		k := 0
 		for i := range r.got {
@@ -245,8 +295,9 @@ func parseControl(b []byte) control {
 }
 
 // readBatch reads up to want datagrams with one recvmmsg into the first
-// want slots (whose iovecs the caller has set), leaving the count in r.got.
-func (r *receiver) readBatch(want int) error {
+// want slots (whose iovecs the caller has set), leaving the count in r.got;
+// unless wait, it leaves 0 there rather than wait for one.
+func (r *receiver) readBatch(want int, wait bool) error {
 	for i := range want {
 		h := &r.hdrs[i].Hdr
 		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
@@ -259,10 +310,10 @@ func (r *receiver) readBatch(want int) error {
 	}
 	r.want, r.got, r.err = want, 0, 0
 	var err error
-	if r.try {
-		err = r.raw.Control(r.tryFn) // EAGAIN leaves r.got at 0
-	} else {
+	if wait {
 		err = r.raw.Read(r.readFn)
+	} else {
+		err = r.raw.Control(r.tryFn) // EAGAIN leaves r.got at 0
 	}
 	if err != nil {
 		return closedError(err)
