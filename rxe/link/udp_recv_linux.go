@@ -74,23 +74,25 @@ func (r *receiver) init(raw syscall.RawConn, gro bool, ids *wire.IPv4IDSolver) {
 func (r *receiver) read(fd uintptr) bool {
 	for {
 		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), 0, 0, 0)
-		switch e {
-		case 0:
+		switch {
+		case e == 0:
 			r.got = int(n)
 			return true
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
+		case e == unix.EAGAIN:
 			return false
-		}
-		if netError(e) && r.drain != nil && r.drain(fd) > 0 {
-			// An ICMP error for something we sent (IP_RECVERR):
-			// reported; read on.
+		case r.again(fd, e):
 			continue
 		}
 		r.err = e
 		return true
 	}
+}
+
+// again reports whether a receive call that failed with e is to be made
+// again: it was interrupted, or the socket's error was an ICMP error for
+// something we sent (IP_RECVERR), which it reports from the error queue.
+func (r *receiver) again(fd uintptr, e syscall.Errno) bool {
+	return e == unix.EINTR || netError(e) && r.drain != nil && r.drain(fd) > 0
 }
 
 // recv implements Recv with recvmmsg. Called with recvMu held.
@@ -138,21 +140,13 @@ func (r *receiver) peek(fd uintptr) bool {
 	var b [1]byte
 	for {
 		_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case 0:
-			return true
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
+		switch {
+		case e == unix.EAGAIN:
 			return false
-		}
-		// The peek took the socket's pending error: an ICMP error for
-		// something we sent is reported from the error queue here, as
-		// read does; any other goes with the peek.
-		if netError(e) && r.drain != nil && r.drain(fd) > 0 {
+		case e != 0 && r.again(fd, e):
 			continue
 		}
-		return true
+		return true // a datagram, or an error the peek took
 	}
 }
 
