@@ -11,8 +11,8 @@ import (
 	"github.com/rdmago/rdmago/verbs"
 )
 
-// onOwner runs fn on q's owner goroutine after every packet delivered
-// before it, and waits for it.
+// onOwner runs fn in q's step (holding its stepMu, on whichever goroutine
+// steps it) after every packet delivered before it, and waits for it.
 func onOwner(q *qp, fn func()) {
 	done := make(chan struct{})
 	if !q.deliver(inPacket{fn: func() { fn(); close(done) }}, true) {

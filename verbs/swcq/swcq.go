@@ -7,6 +7,7 @@ package swcq
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -139,9 +140,10 @@ func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 	return n, err
 }
 
-// SetOnEmptyPoll makes a Poll that finds the CQ empty call f, then look
-// again: f is the device making progress on the polling goroutine (see
-// verbs.ProgressManual). It is set once, before the CQ is used.
+// SetOnEmptyPoll makes a Poll or StartPoll that finds the CQ empty call f,
+// then look again: f is the device making progress on the polling
+// goroutine (see verbs.ProgressManual). It is set once, before the CQ is
+// used.
 func (cq *CQ) SetOnEmptyPoll(f func()) { cq.onEmpty = f }
 
 func (cq *CQ) poll(wc []verbs.WC) (int, error) {
@@ -171,7 +173,14 @@ func (cq *CQ) pop() {
 // StartPoll implements verbs.CQExDriver (ibv_start_poll): it takes the
 // oldest completion into cur, with its timestamps if the CQ is stamped.
 // It returns verbs.ErrNoEntry when the CQ is empty.
-func (cq *CQ) StartPoll(cur *verbs.WCEx) error { return cq.take(cur, "ibv_start_poll") }
+func (cq *CQ) StartPoll(cur *verbs.WCEx) error {
+	err := cq.take(cur, "ibv_start_poll")
+	if errors.Is(err, verbs.ErrNoEntry) && cq.onEmpty != nil {
+		cq.onEmpty() // as Poll does
+		err = cq.take(cur, "ibv_start_poll")
+	}
+	return err
+}
 
 // NextPoll implements verbs.CQExDriver (ibv_next_poll), as StartPoll.
 func (cq *CQ) NextPoll(cur *verbs.WCEx) error { return cq.take(cur, "ibv_next_poll") }
