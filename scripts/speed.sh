@@ -35,20 +35,18 @@ median() { sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2) ? v[(NR + 1) 
 # (and the table says so) rather than holding up the rest.
 limit=60
 # The perftest pairs run as two hosts would: each process on a device of
-# its own, the server on the first device with an address other than
-# loopback and the client on rxe_lo (two processes on one device share
-# its UDP port, one forwarding the other's packets: not what is measured
-# here). RDMAGO_SPEED_SERVER_DEV overrides the server's device.
-srvdev=${RDMAGO_SPEED_SERVER_DEV:-$("$bin" devices | awk '$1 ~ /^rxe_/ && $1 != "rxe_lo" {print $1; exit}')}
-srvaddr=$(ip -4 -o addr show dev "${srvdev#rxe_}" 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}')
-[ -n "$srvdev" ] && [ -n "$srvaddr" ] || { echo "found no device with an IPv4 address besides rxe_lo for the servers" >&2; exit 1; }
-echo "perftest pairs: server on $srvdev ($srvaddr), client on rxe_lo" >&2
+# its own. Both use rxe_lo, the server at 127.0.0.2 (RDMAGO_RXE_ADDR), the
+# client at 127.0.0.1; two processes on one device address share its UDP
+# port, one forwarding the other's packets, which is not what is measured
+# here.
+srvaddr=127.0.0.2
+echo "perftest pairs: server on rxe_lo at $srvaddr, client on rxe_lo at 127.0.0.1" >&2
 
 # perf PORT TOOL ARGS...: one rdmago perftest server and client; prints
 # the client's result row.
 perf() {
 	local port=$1 tool=$2; shift 2
-	timeout "$limit" "$bin" "$tool" -d "$srvdev" -p "$port" "$@" >/dev/null 2>&1 &
+	RDMAGO_RXE_ADDR=$srvaddr timeout "$limit" "$bin" "$tool" -d rxe_lo -p "$port" "$@" >/dev/null 2>&1 &
 	local srv=$!
 	sleep 0.5
 	timeout "$limit" "$bin" "$tool" -d rxe_lo -p "$port" "$@" "$srvaddr" | awk '/^ *[0-9]+ +[0-9]+ / {print; exit}' || true
