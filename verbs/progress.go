@@ -52,7 +52,7 @@ func (c *Context) SetProgress(p Progress) error {
 		return err
 	}
 	if p != ProgressAuto && p != ProgressManual {
-		return Errorf("set_progress", ErrInvalidArgument, p.String())
+		return Errorf("set_progress", ErrInvalidArgument, "unknown progress mode "+p.String()+" (want ProgressAuto or ProgressManual)")
 	}
 	if d, ok := c.drv.(ProgressDriver); ok {
 		return d.SetProgress(p)
