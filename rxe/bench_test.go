@@ -160,11 +160,7 @@ func BenchmarkRCSendLatency(b *testing.B) {
 			a, peer := newPair(b, la, lb, pairOpts{mtu: verbs.MTU4096})
 			wait := func(e *end) { e.wait(1, 10*time.Second) }
 			if mode.manual {
-				for _, e := range []*end{a, peer} {
-					if err := e.ctx.SetProgress(verbs.ProgressManual); err != nil {
-						b.Fatal(err)
-					}
-				}
+				setManualProgress(b, a, peer)
 				wcs := make([]verbs.WC, 4)
 				wait = func(e *end) {
 					for {
@@ -286,11 +282,7 @@ func BenchmarkRCWriteRate(b *testing.B) {
 			const depth, list = 128, 16
 			la, lb := udpLinks(b)
 			a, peer := newPair(b, la, lb, pairOpts{bufSize: max(size, 4096), mtu: verbs.MTU1024, sendWR: 512, recvWR: 512})
-			for _, e := range []*end{a, peer} {
-				if err := e.ctx.SetProgress(verbs.ProgressManual); err != nil {
-					b.Fatal(err)
-				}
-			}
+			setManualProgress(b, a, peer)
 			wrs := make([]verbs.SendWR, list)
 			for i := range wrs {
 				wrs[i] = verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{a.mr.SGE(0, size)},
@@ -340,11 +332,7 @@ func TestSteadyStateWorkRequestsAllocateNothing(t *testing.T) {
 		t.Run(op.String(), func(t *testing.T) {
 			la, lb := udpLinks(t)
 			a, b := newPair(t, la, lb, pairOpts{sendWR: 64, recvWR: 64})
-			for _, e := range []*end{a, b} {
-				if err := e.ctx.SetProgress(verbs.ProgressManual); err != nil {
-					t.Fatal(err)
-				}
-			}
+			setManualProgress(t, a, b)
 			const list = 16
 			wrs := make([]verbs.SendWR, list)
 			for i := range wrs {

@@ -269,11 +269,7 @@ func TestManualProgressPingPong(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			la, lb := udpLinks(t)
 			a, b := newPair(t, la, lb, pairOpts{})
-			for _, e := range []*end{a, b} {
-				if err := e.ctx.SetProgress(verbs.ProgressManual); err != nil {
-					t.Fatal(err)
-				}
-			}
+			setManualProgress(t, a, b)
 			spin := func(e *end) verbs.WC {
 				wcs := make([]verbs.WC, 1)
 				deadline := time.Now().Add(10 * time.Second)

@@ -16,9 +16,7 @@ func TestManualProgressLosesNoUCMessageOnACleanLink(t *testing.T) {
 	const count, size = 300, 16 << 10 // 16 packets at path MTU 1024
 	la, lb := udpLinks(t)
 	a, b := newPair(t, la, lb, pairOpts{typ: verbs.QPTUC, bufSize: count * size, sendWR: count, recvWR: count})
-	if err := b.ctx.SetProgress(verbs.ProgressManual); err != nil {
-		t.Fatal(err)
-	}
+	setManualProgress(t, b)
 	for i := range count {
 		if err := b.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i)}}); err != nil {
 			t.Fatal(err)

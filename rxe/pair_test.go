@@ -215,6 +215,17 @@ func newPair(t testing.TB, la, lb link.Link, o pairOpts) (*end, *end) {
 	return a, b
 }
 
+// setManualProgress puts the ends' contexts under manual progress
+// (verbs.ProgressManual).
+func setManualProgress(t testing.TB, ends ...*end) {
+	t.Helper()
+	for _, e := range ends {
+		if err := e.ctx.SetProgress(verbs.ProgressManual); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // wait polls the end's CQ until n completions arrived or the deadline.
 func (e *end) wait(n int, d time.Duration) []verbs.WC {
 	e.t.Helper()
