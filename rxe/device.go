@@ -292,7 +292,7 @@ func (h *hw) readLink(i int, l link.Link, tr link.TryReceiver, r *receiveBatch) 
 type receiveBatch struct {
 	pkts  []link.Packet
 	qs    []*qp
-	touch []*qp // manual progress: the QPs the batch went to
+	touch []*qp // the QPs the batch went to, to be stepped
 }
 
 func newReceiveBatch(h *hw) *receiveBatch {
