@@ -57,6 +57,12 @@
 // asynchronous events can be read in a select through CompChannel.C and
 // Context.AsyncEvents.
 //
+// A software device has one setting hardware lacks, who moves the data:
+// Context.SetProgress with ProgressManual (libfabric's manual progress)
+// makes the goroutine that posts and busy-polls drive the device, as
+// perftest-style programs want; the default, ProgressAuto, leaves it to the
+// device's goroutines, so that a program waiting on a CQ uses no CPU.
+//
 // Devices come from providers. Importing github.com/rdmago/rdmago/rxe
 // registers the software RoCEv2 device, one per network interface.
 package verbs
