@@ -241,12 +241,18 @@ func (h *hw) recvLoop(i int) {
 	l := h.links[i]
 	if tr, ok := l.(link.TryReceiver); ok {
 		rd := &h.readers[i]
+		busy := false // the last read found packets: read again before waiting
 		for {
-			err := tr.WaitReadable()
+			var err error
+			if !busy {
+				err = tr.WaitReadable()
+			}
 			if err == nil {
 				rd.mu.Lock()
-				_, err = h.readLink(i, l, tr, rd.batch)
+				var n int
+				n, err = h.readLink(i, l, tr, rd.batch)
 				rd.mu.Unlock()
+				busy = n > 0
 			}
 			if errors.Is(err, net.ErrClosed) {
 				return

@@ -226,7 +226,7 @@ func (u *UDP) peer(p *Packet) (netip.Addr, error) {
 
 // accept reports whether pkt, received from from, is a packet to hand up:
 // long enough and with a good ICRC. It counts those it rejects.
-func (u *UDP) accept(ids *wire.IPv4IDSolver, pkt []byte, from netip.AddrPort) bool {
+func (u *UDP) accept(pkt []byte, from netip.AddrPort) bool {
 	if len(pkt) < MinPacket {
 		u.stats.short.Add(1)
 		return false
@@ -234,7 +234,7 @@ func (u *UDP) accept(ids *wire.IPv4IDSolver, pkt []byte, from netip.AddrPort) bo
 	ph := wire.PseudoHeader{Src: from.Addr(), Dst: u.local, SrcPort: from.Port(), DstPort: u.port}
 	var ok bool
 	if u.local.Is4() {
-		_, _, ok = ids.Check(&ph, pkt)
+		_, _, ok = u.idSolver.Check(&ph, pkt)
 	} else {
 		ok = ph.CheckICRC(pkt)
 	}

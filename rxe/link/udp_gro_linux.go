@@ -116,7 +116,7 @@ func (u *UDP) handOut(r *receiver, pkts []Packet) int {
 		}
 		p.Buf = p.Buf[:len(b)]
 		copy(p.Buf, b)
-		if !u.accept(r.ids, p.Buf, d.from) {
+		if !u.accept(p.Buf, d.from) {
 			continue
 		}
 		p.Addr, p.TClass, p.HopLimit = d.from.Addr(), d.tclass, d.hop

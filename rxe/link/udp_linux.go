@@ -89,7 +89,7 @@ func (u *UDP) init(_ *UDPOptions, gso, gro bool) error {
 	if err != nil {
 		return err
 	}
-	u.receiver.init(raw, gro && enableGRO(raw), &u.idSolver)
+	u.receiver.init(raw, gro && enableGRO(raw))
 	u.sender.init(raw, gso && gsoSupported(raw))
 	u.receiver.drain, u.sender.drain = u.drainErrors, u.drainErrors
 	u.startReporter()

@@ -73,7 +73,7 @@ func (u *UDP) recv(pkts []Packet) (int, error) {
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap().WithZone(""), from.Port())
 		p.Buf = p.Buf[:n]
-		if u.accept(&u.idSolver, p.Buf, from) {
+		if u.accept(p.Buf, from) {
 			p.Addr, p.TClass, p.HopLimit = from.Addr(), 0, 0
 			u.stats.received.Add(1)
 			return 1, nil

@@ -10,8 +10,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/rdmago/rdmago/rxe/wire"
 )
 
 // oobSize is the room for the control messages of one received datagram:
@@ -32,7 +30,6 @@ type receiver struct {
 	readFn func(fd uintptr) bool // r.read, bound once
 	tryFn  func(fd uintptr)      // one r.read, not waiting (TryRecv), bound once
 	peekFn func(fd uintptr) bool // r.peek, bound once
-	ids    *wire.IPv4IDSolver    // checks IPv4 ICRCs
 	drain  func(fd uintptr) int  // reads the error queue, returning how many it read
 	want   int                   // messages to ask for
 	got    int                   // messages received
@@ -53,12 +50,11 @@ type receiver struct {
 	datagramsRead uint64
 }
 
-func (r *receiver) init(raw syscall.RawConn, gro bool, ids *wire.IPv4IDSolver) {
+func (r *receiver) init(raw syscall.RawConn, gro bool) {
 	r.raw = raw
 	r.readFn = r.read
 	r.tryFn = func(fd uintptr) { r.read(fd) }
 	r.peekFn = r.peek
-	r.ids = ids
 	if gro {
 		r.gro = true
 		r.scratch = make([]byte, groBuffers*groBufSize)
@@ -182,7 +178,7 @@ func (u *UDP) recvWith(pkts []Packet, wait bool) (int, error) {
 			from := sockaddrAddrPort(&r.names[i])
 			p := &pkts[i]
 			p.Buf = p.Buf[:h.Len]
-			if !u.accept(r.ids, p.Buf, from) {
+			if !u.accept(p.Buf, from) {
 				continue
 			}
 			c := r.control(i)
