@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -212,8 +214,7 @@ func runBoth(t *testing.T, tool Tool, extra ...string) (server, client string) {
 	var sout, cout syncBuf
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, so, &sout, &sout) }()
-	time.Sleep(200 * time.Millisecond)
-	if err := Run(ctx, co, &cout, &cout); err != nil {
+	if err := runClient(ctx, co, &cout); err != nil {
 		t.Fatalf("client: %v\n%s", err, cout.String())
 	}
 	if err := <-done; err != nil {
@@ -246,8 +247,7 @@ func TestRunInfinitelyPrintsARowEachPeriod(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, so, &sout, &sout) }()
-	time.Sleep(200 * time.Millisecond)
-	if err := Run(ctx, co, &cout, &cout); !errors.Is(err, context.DeadlineExceeded) {
+	if err := runClient(ctx, co, &cout); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("client: %v, want the deadline's error\n%s", err, cout.String())
 	}
 	<-done
@@ -259,6 +259,19 @@ func TestRunInfinitelyPrintsARowEachPeriod(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// runClient runs the client of a pair whose server was just started in
+// another goroutine, trying again while the server is not yet listening
+// (a loaded host may take it a while).
+func runClient(ctx context.Context, co *Options, out io.Writer) error {
+	for {
+		err := Run(ctx, co, out, out)
+		if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
 func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }
 
@@ -272,10 +285,9 @@ func TestPeerGoneEndsTheRun(t *testing.T) {
 	var sout, cout syncBuf
 	done := make(chan error, 1)
 	go func() { done <- Run(context.Background(), so, &sout, &sout) }()
-	time.Sleep(200 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := Run(ctx, co, &cout, &cout); err == nil {
+	if err := runClient(ctx, co, &cout); err == nil {
 		t.Fatal("the client finished ten million sends in a second")
 	}
 	select {
