@@ -101,6 +101,7 @@ type hw struct {
 	gids  []verbs.GID
 	mtu   verbs.MTU
 	port  uint16
+	clock clock // the engine's time (wallClock but in tests)
 
 	mu       sync.RWMutex
 	qps      map[uint32]*qp
@@ -143,6 +144,10 @@ func startHW(d *device) (*hw, error) {
 		xrcds:    map[fileKey]*xrcd{},
 		nextQPN:  minQPN,
 		nextSRQN: 1,
+		clock:    d.cfg.clock,
+	}
+	if h.clock == nil {
+		h.clock = wallClock{}
 	}
 	h.bufs.New = func() any { return &bufBox{b: make([]byte, maxPacket)} }
 	for _, a := range d.cfg.Addrs {

@@ -41,6 +41,8 @@ type pairOpts struct {
 	// send_ops_flags.
 	wcFlags verbs.CreateCQWCFlags
 	sendOps verbs.QPCreateSendOpsFlags
+	// clock, if set, is the devices' time (fakeClock).
+	clock clock
 }
 
 func (o *pairOpts) defaults() {
@@ -110,7 +112,7 @@ func udpLinks(t testing.TB) (link.Link, link.Link) {
 // newEnd opens a device on l and makes a QP (not yet connected).
 func newEnd(t testing.TB, name string, l link.Link, o *pairOpts) *end {
 	t.Helper()
-	dev, err := NewDevice(Config{Name: name, Links: []link.Link{l}, NetdevMTU: 9000})
+	dev, err := NewDevice(Config{Name: name, Links: []link.Link{l}, NetdevMTU: 9000, clock: o.clock})
 	if err != nil {
 		t.Fatal(err)
 	}

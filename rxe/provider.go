@@ -213,6 +213,10 @@ type Config struct {
 	// order. The device owns them and closes them when the last context
 	// is closed; it cannot be opened again after that.
 	Links []link.Link
+
+	// clock, if set, is the engine's time instead of the wall clock
+	// (tests).
+	clock clock
 }
 
 // NewDevice creates a device serving cfg's addresses or links. Unlike the

@@ -65,7 +65,8 @@ type qp struct {
 	out       []link.Packet
 	outBufs   [][]byte
 	outSGID   int // the GID index (link) the out batch leaves from
-	timer     *time.Timer
+	timer     timer
+	timerAt   time.Time // the deadline timer is set for (zero: stopped)
 	work      []inPacket
 }
 
@@ -187,8 +188,7 @@ func (q *qp) start() error {
 	q.attr.PortNum = 1
 	// Whole before it enters the table: from then on the receive loop
 	// may run it (stepHere), before this goroutine goes on.
-	q.timer = time.NewTimer(time.Hour)
-	q.timer.Stop()
+	q.timer = h.clock.newTimer()
 	h.mu.Lock()
 	if len(h.qps) >= maxQP {
 		h.mu.Unlock()
@@ -484,7 +484,7 @@ func (q *qp) stepHere() {
 		return // destroyed: its owner has let go of everything
 	default:
 	}
-	q.step(time.Now())
+	q.step(q.hw.clock.now())
 }
 
 // event reports an asynchronous event on this QP.
@@ -498,9 +498,11 @@ func (q *qp) event(t verbs.EventType) {
 func (q *qp) run() {
 	defer close(q.exited)
 	for {
+		fired := false
 		select {
 		case <-q.wake:
-		case <-q.timer.C:
+		case <-q.timer.ch():
+			fired = true
 		case <-q.done:
 			q.stepMu.Lock() // a poster or poller may be stepping
 			defer q.stepMu.Unlock()
@@ -513,11 +515,14 @@ func (q *qp) run() {
 					q.hw.putBuf(p.buf)
 				}
 			}
-			q.timer.Stop()
+			q.timer.stop()
 			return
 		}
 		q.stepMu.Lock()
-		q.step(time.Now())
+		if fired {
+			q.timerAt = time.Time{} // armTimer sets it again
+		}
+		q.step(q.hw.clock.now())
 		q.stepMu.Unlock()
 	}
 }
@@ -542,6 +547,7 @@ func (q *qp) step(now time.Time) {
 	if q.st.state != verbs.QPSSQD {
 		q.req.drainedSent = false
 	}
+	q.resp.burst = 0
 	if pend.resetResp {
 		q.resp.reset(q.st.rqPSN)
 	}
@@ -706,14 +712,22 @@ func (q *qp) flushOut() {
 	q.out = q.out[:0]
 }
 
-// armTimer sets the owner's timer to the earliest deadline.
+// armTimer sets the owner's timer to the requester's deadline, leaving
+// it alone when the deadline did not move (most steps).
 func (q *qp) armTimer(now time.Time) {
-	d := q.req.deadline()
-	if d.IsZero() {
-		q.timer.Stop()
+	var d time.Time
+	if q.st.state == verbs.QPSRTS || q.st.state == verbs.QPSSQD {
+		d = q.req.deadline() // only a sending requester waits for time
+	}
+	if d.Equal(q.timerAt) {
 		return
 	}
-	q.timer.Reset(max(d.Sub(now), time.Microsecond))
+	q.timerAt = d
+	if d.IsZero() {
+		q.timer.stop()
+		return
+	}
+	q.timer.reset(max(d.Sub(now), time.Microsecond))
 }
 
 var _ verbs.QPDriver = (*qp)(nil)

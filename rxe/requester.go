@@ -281,7 +281,7 @@ func (q *qp) sendMore(now time.Time) {
 			if psn.Diff(r.una) >= maxUnackedPSN {
 				return // window full
 			}
-			q.buildRequest(w, mtu)
+			q.buildRequest(w, mtu, now)
 		}
 		r.next++
 	}
@@ -361,8 +361,8 @@ func (q *qp) startWQE(w *sendWQE, mtu uint64) bool {
 	return true
 }
 
-// buildRequest builds the next packet of w into the out batch.
-func (q *qp) buildRequest(w *sendWQE, mtu uint64) {
+// buildRequest builds the next packet of w into the out batch, at now.
+func (q *qp) buildRequest(w *sendWQE, mtu uint64, now time.Time) {
 	r := &q.req
 	h := wire.Headers{BTH: wire.BTHFields{PKey: wire.DefaultPKey, DestQP: q.st.destQP}, XRCSRQN: w.wr.RemoteSRQN}
 	var off, n uint64
@@ -429,7 +429,7 @@ func (q *qp) buildRequest(w *sendWQE, mtu uint64) {
 		r.una = w.lastPSN().Add(1)
 	}
 	if q.reliable() && r.retryAt.IsZero() && q.st.timeout > 0 {
-		r.retryAt = time.Now().Add(q.st.timeout)
+		r.retryAt = now.Add(q.st.timeout)
 	}
 }
 

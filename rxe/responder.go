@@ -43,8 +43,10 @@ type responder struct {
 	res  []resource
 	resN int
 
-	// READ responses being sent.
+	// READ responses being sent, and how many packets of them went in
+	// this step (pumpReads keeps it under maxReadBurst).
 	reads []readJob
+	burst int
 
 	// The acknowledgement to send after this batch of packets.
 	ack     bool
@@ -555,12 +557,18 @@ func (q *qp) sendReadResponse(psn wire.PSN, buf []byte, mtu int) {
 	q.pumpReads()
 }
 
-// pumpReads sends queued READ response packets, at most maxReadBurst.
+// pumpReads sends queued READ response packets, as many as the step's
+// maxReadBurst allows.
 func (q *qp) pumpReads() {
+	q.sendReads(maxReadBurst - q.resp.burst)
+}
+
+// sendReads sends up to budget queued READ response packets.
+func (q *qp) sendReads(budget int) {
 	r := &q.resp
 	mtu := q.st.mtu
 	racesync.Sync()
-	budget := maxReadBurst
+	start := budget
 	for len(r.reads) > 0 && budget > 0 {
 		j := &r.reads[0]
 		for ; j.k < j.npkts && budget > 0; j.k, budget = j.k+1, budget-1 {
@@ -590,6 +598,7 @@ func (q *qp) pumpReads() {
 			r.reads = r.reads[1:]
 		}
 	}
+	r.burst += start - budget
 	racesync.Sync()
 	if len(r.reads) > 0 {
 		q.kick() // more to send: come back after other work
@@ -601,8 +610,8 @@ func (q *qp) pumpReads() {
 // overtake the rest of an earlier READ's response (the requester would
 // take it to mean that response was lost).
 func (q *qp) drainReads() {
-	for len(q.resp.reads) > 0 {
-		q.pumpReads()
+	if len(q.resp.reads) > 0 {
+		q.sendReads(1 << 30)
 	}
 }
 
