@@ -118,7 +118,7 @@ func newTimedPeer(t *testing.T, seed uint64, adjust func(*pairOpts)) (*peer, *fa
 func stepNow(q *qp) {
 	q.stepMu.Lock()
 	defer q.stepMu.Unlock()
-	q.step(q.hw.clock.now())
+	q.step(q.hw.clock.now(), false)
 }
 
 // expectCount fails t unless q's counter k is want.
@@ -159,5 +159,27 @@ func (p *peer) expectNoPacket(when string) {
 	case b := <-p.in:
 		p.t.Fatalf("%s: device sent % x", when, b[:min(len(b), 12)])
 	default:
+	}
+}
+
+// expectDeadline checks that q's next deadline is want (zero: none) and,
+// if there is one, that its timer fires by then. Times print as offsets
+// from t0.
+func expectDeadline(t *testing.T, clk *fakeClock, q *qp, want, t0 time.Time, when string) {
+	t.Helper()
+	q.stepMu.Lock()
+	d := q.deadline()
+	q.stepMu.Unlock()
+	off := func(x time.Time) string {
+		if x.IsZero() {
+			return "none"
+		}
+		return x.Sub(t0).String()
+	}
+	if !d.Equal(want) {
+		t.Fatalf("%s: the next deadline is %s, want %s", when, off(d), off(want))
+	}
+	if a := clk.armed(); !want.IsZero() && (a.IsZero() || a.After(want)) {
+		t.Fatalf("%s: the timer fires at %s, after the deadline %s", when, off(a), off(want))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/rdmago/rdmago/rxe/link"
 	"github.com/rdmago/rdmago/rxe/wire"
@@ -117,6 +118,7 @@ type hw struct {
 
 	upMu    sync.Mutex // guards bringing the links up, and stopped
 	stopped bool
+	quit    chan struct{} // closed by stop
 
 	mcastMu sync.Mutex
 	mcast   map[netip.Addr]*group // multicast groups QPs are attached to
@@ -145,6 +147,7 @@ func startHW(d *device) (*hw, error) {
 		nextQPN:  minQPN,
 		nextSRQN: 1,
 		clock:    d.cfg.clock,
+		quit:     make(chan struct{}),
 	}
 	if h.clock == nil {
 		h.clock = wallClock{}
@@ -208,6 +211,7 @@ func (h *hw) startLinks(links []link.Link) {
 func (h *hw) stop() {
 	h.upMu.Lock()
 	h.stopped = true
+	close(h.quit)
 	h.upMu.Unlock()
 	for _, l := range h.links {
 		l.Close()
@@ -238,7 +242,16 @@ func (h *hw) stop() {
 type linkReader struct {
 	mu    sync.Mutex
 	batch *receiveBatch
+	// polls counts the pollers' reads: while it moves, the receive loop
+	// stands aside (recvLoop).
+	polls atomic.Uint64
 }
+
+// standAside is how long the receive loop leaves a link to the pollers
+// reading it before it looks again whether they still do. A poller that
+// stops polling leaves what arrives after it to the receive loop, which
+// then takes it up to this much later.
+const standAside = 500 * time.Microsecond
 
 // recvLoop reads packets from link i and hands each to its QP.
 func (h *hw) recvLoop(i int) {
@@ -247,15 +260,31 @@ func (h *hw) recvLoop(i int) {
 	if tr, ok := l.(link.TryReceiver); ok {
 		rd := &h.readers[i]
 		busy := false // the last read found packets: read again before waiting
+		seen := rd.polls.Load()
+		pause := time.NewTimer(time.Hour)
+		defer pause.Stop()
 		for {
 			var err error
 			if !busy {
+				// While pollers read the link (manual progress), the
+				// loop leaves it to them: waiting on the link would
+				// wake it for each packet they read anyway, taking
+				// a CPU from the poll.
+				for n := rd.polls.Load(); n != seen; n = rd.polls.Load() {
+					seen = n
+					pause.Reset(standAside)
+					select {
+					case <-pause.C:
+					case <-h.quit:
+						return
+					}
+				}
 				err = tr.WaitReadable()
 			}
 			if err == nil {
 				rd.mu.Lock()
 				var n int
-				n, err = h.readLink(i, l, tr, rd.batch)
+				n, err = h.readLink(i, l, tr, rd.batch, false)
 				rd.mu.Unlock()
 				busy = n > 0
 			}
@@ -274,14 +303,14 @@ func (h *hw) recvLoop(i int) {
 			}
 			continue
 		}
-		h.dispatch(i, l, r, n)
+		h.dispatch(i, l, r, n, false)
 	}
 }
 
 // readLink reads link i without waiting (its reader's mu held) and hands
 // what it read over, and the packets the link still holds after that read
 // (bounded: what one read brought). It returns how many it read.
-func (h *hw) readLink(i int, l link.Link, tr link.TryReceiver, r *receiveBatch) (int, error) {
+func (h *hw) readLink(i int, l link.Link, tr link.TryReceiver, r *receiveBatch, polled bool) (int, error) {
 	total := 0
 	for {
 		n, err := tr.TryRecv(r.pkts)
@@ -289,7 +318,7 @@ func (h *hw) readLink(i int, l link.Link, tr link.TryReceiver, r *receiveBatch) 
 			return total, err
 		}
 		if n > 0 {
-			h.dispatch(i, l, r, n)
+			h.dispatch(i, l, r, n, polled)
 			total += n
 		}
 		if n == 0 || !tr.Held() {
@@ -325,7 +354,7 @@ func (r *receiveBatch) release(h *hw) {
 // each QP that got some on this goroutine when its owner is idle (waking
 // the owner otherwise): one goroutine switch less per packet than handing
 // every packet to the owner, which the owner's select would cost.
-func (h *hw) dispatch(i int, l link.Link, r *receiveBatch, n int) {
+func (h *hw) dispatch(i int, l link.Link, r *receiveBatch, n int, polled bool) {
 	// Look the QPs up first and deliver without h.mu: deliver takes
 	// q.mu, and a poster holding q.mu may need h.mu (inline data).
 	sh, leading := l.(*link.Shared)
@@ -369,7 +398,7 @@ func (h *hw) dispatch(i int, l link.Link, r *receiveBatch, n int) {
 		r.pkts[j].Buf = r.pkts[j].Buf[:cap(r.pkts[j].Buf)]
 	}
 	for k, q := range r.touch {
-		q.stepHere()
+		q.stepHere(polled)
 		r.touch[k] = nil
 	}
 	r.touch = r.touch[:0]
@@ -388,10 +417,14 @@ func (h *hw) progress() {
 	}
 	for i, l := range links {
 		tr, ok := l.(link.TryReceiver)
-		if !ok || !readers[i].mu.TryLock() {
+		if !ok {
 			continue
 		}
-		h.readLink(i, l, tr, readers[i].batch)
+		readers[i].polls.Add(1)
+		if !readers[i].mu.TryLock() {
+			continue
+		}
+		h.readLink(i, l, tr, readers[i].batch, true)
 		readers[i].mu.Unlock()
 	}
 }

@@ -66,7 +66,7 @@ type qp struct {
 	outBufs   [][]byte
 	outSGID   int // the GID index (link) the out batch leaves from
 	timer     timer
-	timerAt   time.Time // the deadline timer is set for (zero: stopped)
+	timerAt   time.Time // when timer fires (zero: it is stopped, or fired)
 	work      []inPacket
 }
 
@@ -466,14 +466,15 @@ func (q *qp) poke() {
 		q.kick()
 		return
 	}
-	q.stepHere()
+	q.stepHere(false)
 }
 
 // stepHere runs the owner's step on the calling goroutine, unless the
 // owner (or another goroutine) is at it already; then it wakes the owner,
-// which steps again once it is done. The caller holds no lock of the
+// which steps again once it is done. polled says a CQ poller delivered
+// packets to the QP (manual progress). The caller holds no lock of the
 // QP's.
-func (q *qp) stepHere() {
+func (q *qp) stepHere(polled bool) {
 	if !q.stepMu.TryLock() {
 		q.kick()
 		return
@@ -484,7 +485,7 @@ func (q *qp) stepHere() {
 		return // destroyed: its owner has let go of everything
 	default:
 	}
-	q.step(q.hw.clock.now())
+	q.step(q.hw.clock.now(), polled)
 }
 
 // event reports an asynchronous event on this QP.
@@ -522,13 +523,15 @@ func (q *qp) run() {
 		if fired {
 			q.timerAt = time.Time{} // armTimer sets it again
 		}
-		q.step(q.hw.clock.now())
+		q.step(q.hw.clock.now(), false)
 		q.stepMu.Unlock()
 	}
 }
 
 // step takes what arrived and was posted and does all the work it allows.
-func (q *qp) step(now time.Time) {
+// polled says a CQ poller delivered the packets and runs the step: it may
+// hold the ACK back (flushAck).
+func (q *qp) step(now time.Time, polled bool) {
 	q.mu.Lock()
 	pend := q.pending
 	q.pending = pendingOps{}
@@ -573,7 +576,7 @@ func (q *qp) step(now time.Time) {
 	if rcvd > 0 {
 		q.count(verbs.CounterRcvdPkts, rcvd)
 	}
-	q.flushAck()
+	q.flushAck(now, polled, rcvd > 0)
 	if len(q.resp.reads) > 0 && q.st.state != verbs.QPSErr {
 		q.pumpReads()
 	}
@@ -593,6 +596,9 @@ func (q *qp) step(now time.Time) {
 		if q.st.state == verbs.QPSErr {
 			q.flush() // a local error just now: flush what is left
 		}
+	}
+	if q.resp.held && len(q.out) > 0 {
+		q.flushAck(now, false, true) // something goes anyway: the ACK rides along
 	}
 	q.flushOut()
 	q.armTimer(now)
@@ -712,22 +718,36 @@ func (q *qp) flushOut() {
 	q.out = q.out[:0]
 }
 
-// armTimer sets the owner's timer to the requester's deadline, leaving
-// it alone when the deadline did not move (most steps).
+// armTimer makes sure the owner's timer fires by the next deadline: the
+// requester's (retransmission, the end of an RNR wait) or a held ACK's. It
+// moves the timer only to an earlier time. A deadline that went away or
+// moved later (every ACK moves the retransmit deadline) leaves the timer
+// as it is, to fire early into a step that finds nothing due and sets it
+// again: starting and stopping a runtime timer each step would wake an
+// idle thread of the scheduler each time.
 func (q *qp) armTimer(now time.Time) {
+	if !now.Before(q.timerAt) {
+		q.timerAt = time.Time{} // it fired, or is about to
+	}
+	d := q.deadline()
+	if d.IsZero() || !q.timerAt.IsZero() && !d.Before(q.timerAt) {
+		return
+	}
+	q.timerAt = d
+	q.timer.reset(max(d.Sub(now), time.Microsecond))
+}
+
+// deadline returns when the owner must next step (zero: no time is
+// awaited).
+func (q *qp) deadline() time.Time {
 	var d time.Time
 	if q.st.state == verbs.QPSRTS || q.st.state == verbs.QPSSQD {
 		d = q.req.deadline() // only a sending requester waits for time
 	}
-	if d.Equal(q.timerAt) {
-		return
+	if q.resp.held && (d.IsZero() || q.resp.until.Before(d)) {
+		d = q.resp.until
 	}
-	q.timerAt = d
-	if d.IsZero() {
-		q.timer.stop()
-		return
-	}
-	q.timer.reset(max(d.Sub(now), time.Microsecond))
+	return d
 }
 
 var _ verbs.QPDriver = (*qp)(nil)
