@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -64,6 +65,7 @@ type UDPOptions struct {
 // documentation); elsewhere, one packet per system call.
 type UDP struct {
 	conn      *net.UDPConn
+	sock      io.Closer // what Close closes: conn, or the socket taken off the runtime's poller
 	local     netip.Addr
 	port      uint16 // the RoCEv2 port: packets go to it, and arrive at it
 	srcPort   uint16 // the port the socket is bound to: port, or another if it only sends
@@ -128,6 +130,7 @@ func listenUDP(addr netip.AddrPort, roce uint16, opt UDPOptions) (*UDP, error) {
 	conn := pc.(*net.UDPConn)
 	u := &UDP{
 		conn:      conn,
+		sock:      conn,
 		local:     ip,
 		port:      uint16(conn.LocalAddr().(*net.UDPAddr).Port),
 		maxPacket: maxUDPPayload6,
@@ -148,11 +151,11 @@ func listenUDP(addr netip.AddrPort, roce uint16, opt UDPOptions) (*UDP, error) {
 	}
 	gso := !opt.DisableGSO && os.Getenv(disableGSOEnv) != "1"
 	gro := !opt.DisableGRO && os.Getenv(disableGROEnv) != "1"
+	setMulticastInterface(conn, ip)
 	if err := u.init(&opt, gso, gro); err != nil {
-		conn.Close()
+		u.sock.Close()
 		return nil, fmt.Errorf("rxe/link: set up %v: %w", ap, err)
 	}
-	setMulticastInterface(conn, ip)
 	return u, nil
 }
 
@@ -210,7 +213,7 @@ func (u *UDP) Close() error {
 	if u.closed.Swap(true) {
 		return nil
 	}
-	err := u.conn.Close()
+	err := u.sock.Close()
 	if u.done != nil {
 		close(u.done)
 		u.reporter.Wait()

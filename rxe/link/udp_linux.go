@@ -85,10 +85,11 @@ func setBuffer(fd, force, plain, size int) {
 // init prepares the batches of a new link, with GSO and GRO if asked for
 // and the kernel has them.
 func (u *UDP) init(_ *UDPOptions, gso, gro bool) error {
-	raw, err := u.conn.SyscallConn()
+	raw, err := offPoller(u.conn)
 	if err != nil {
 		return err
 	}
+	u.sock, u.conn = raw, nil
 	u.receiver.init(raw, gro && enableGRO(raw))
 	u.sender.init(raw, gso && gsoSupported(raw))
 	u.receiver.drain, u.sender.drain = u.drainErrors, u.drainErrors
@@ -159,12 +160,8 @@ func setMulticastInterface(conn *net.UDPConn, local netip.Addr) {
 // queued returns the length of the next datagram waiting in the
 // socket's receive queue (SIOCINQ), 0 when there is none.
 func (u *UDP) queued() int {
-	raw, err := u.conn.SyscallConn()
-	if err != nil {
-		return 0
-	}
 	n := 0
-	raw.Control(func(fd uintptr) {
+	u.receiver.raw.Control(func(fd uintptr) {
 		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
 	})
 	return n
