@@ -211,3 +211,71 @@ func TestResponderPacesALongRead(t *testing.T) {
 		p.expectPacket(op, wire.PSN(k))
 	}
 }
+
+// deliverSend hands q a SEND ONLY of PSN psn asking for an ACK, as the
+// receive loop would, without running the QP.
+func deliverSend(t *testing.T, p *peer, q *qp, psn wire.PSN) {
+	t.Helper()
+	pkt, err := wire.AppendPacket(nil, &wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: q.num, PSN: psn, AckReq: true}}, []byte("8 bytes!"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := q.hw.getBuf()[:len(pkt)]
+	copy(buf, pkt)
+	q.deliver(inPacket{buf: buf, src: p.addr}, false)
+}
+
+// A step a CQ poller runs (manual progress) holds the ACK of what it
+// received: it leaves with the QP's next send, with the ACK of the next
+// packets, or ackHold later. A step the receive loop or the owner runs
+// sends it at once.
+func TestPolledStepHoldsItsACKUntilTheNextSendOrAckHold(t *testing.T) {
+	for _, release := range []string{"timer", "send", "next packet", "not polled"} {
+		t.Run(release, func(t *testing.T) {
+			p, clk, q := newTimedPeer(t, 106, nil)
+			for i := range 2 {
+				if err := p.e.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{p.e.mr.SGE(i*64, 64)}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t0 := clk.now()
+			q.stepMu.Lock()
+			deliverSend(t, p, q, 0)
+			q.step(t0, release != "not polled")
+			q.stepMu.Unlock()
+			if release == "not polled" {
+				p.expectAck(0, wire.SyndromeACKUnlimited)
+				expectDeadline(t, clk, q, time.Time{}, t0, "after a step the receive loop ran")
+				return
+			}
+			p.expectNoPacket("after the poller's step")
+			expectDeadline(t, clk, q, t0.Add(ackHold), t0, "with the ACK held")
+			switch release {
+			case "timer":
+				clk.set(t0.Add(ackHold - time.Microsecond))
+				stepNow(q)
+				p.expectNoPacket("1 µs before the hold ends")
+				clk.set(t0.Add(ackHold))
+				stepNow(q)
+				p.expectAck(0, wire.SyndromeACKUnlimited)
+			case "send":
+				postSend(t, p.e, 9)
+				stepNow(q)
+				p.expectPacket(wire.RCSendOnly, 0)
+				p.expectAck(0, wire.SyndromeACKUnlimited)
+			case "next packet":
+				q.stepMu.Lock()
+				deliverSend(t, p, q, 1)
+				q.step(t0, true)
+				q.stepMu.Unlock()
+				p.expectAck(1, wire.SyndromeACKUnlimited) // both, in one
+			}
+			p.expectNoPacket("after the held ACK went")
+			want := time.Time{}
+			if release == "send" {
+				want = t0.Add(time.Duration(4096<<12) * time.Nanosecond) // the SEND's retransmit timeout
+			}
+			expectDeadline(t, clk, q, want, t0, "after the held ACK went")
+		})
+	}
+}
