@@ -2,6 +2,7 @@ package link
 
 import (
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -9,8 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pollFD is a link's UDP socket taken off the Go runtime's network poller,
-// as a syscall.RawConn that waits with poll(2) instead.
+// pollFD is a link's UDP socket kept off the Go runtime's network poller,
+// as a syscall.RawConn whose waits still go through it, but only when
+// someone waits.
 //
 // The runtime's poller watches a socket for every change of state, edge
 // triggered: each datagram that arrives and each send the kernel finishes
@@ -18,17 +20,32 @@ import (
 // waits on the socket. A program that busy-polls its CQ (manual progress)
 // reads the socket itself, so those wake-ups are all waste, and on a
 // machine with few cores each one takes a CPU from a poll: they cost a
-// round trip on loopback several microseconds. Off the poller, the socket
-// wakes only a thread that asked to wait on it.
+// round trip on loopback several microseconds.
 //
-// A goroutine waiting in poll(2) holds its thread, which the runtime
-// replaces for the others (one per link and waiter). Close wakes the
-// waiters through an eventfd and closes the socket once they have let go.
+// So the runtime's poller watches two epoll instances of our own instead,
+// one for reading and one for writing, each holding the socket one-shot
+// (EPOLLONESHOT): a goroutine about to wait arms its direction, and the
+// first event disarms it again. Datagrams that come while nobody waits
+// wake nobody. (Waiting in poll(2) instead would hold a scheduler P in the
+// system call, keeping goroutines from running until the runtime takes it
+// back, up to milliseconds later.)
 type pollFD struct {
-	mu     sync.RWMutex // held shared while fd is in use; by close, exclusively
+	mu     sync.RWMutex // held shared while fd is in use; by Close, exclusively
 	fd     int
-	wake   int // an eventfd, readable once closing
 	closed atomic.Bool
+	in     waiter
+	out    waiter
+}
+
+// waiter is an epoll instance holding the socket for one direction, and
+// the runtime poller's handle on it.
+type waiter struct {
+	ep     int
+	events uint32
+	file   *os.File
+	raw    syscall.RawConn
+	drain  func(fd uintptr) bool // takes the event, bound once
+	evs    [1]unix.EpollEvent
 }
 
 var _ syscall.RawConn = (*pollFD)(nil)
@@ -49,18 +66,60 @@ func offPoller(c *net.UDPConn) (*pollFD, error) {
 	if derr != nil {
 		return nil, derr
 	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
+	p := &pollFD{fd: fd}
+	if err := p.in.open(fd, unix.EPOLLIN); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err := p.out.open(fd, unix.EPOLLOUT); err != nil {
+		p.in.file.Close()
 		unix.Close(fd)
 		return nil, err
 	}
 	c.Close()
-	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
-		unix.Close(wake)
-		return nil, err
+	return p, nil
+}
+
+// open makes the epoll instance, with fd in it disarmed, and hands it to
+// the runtime's poller.
+func (w *waiter) open(fd int, events uint32) error {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return err
 	}
-	return &pollFD{fd: fd, wake: wake}, nil
+	w.ep, w.events = ep, events
+	ev := unix.EpollEvent{Events: unix.EPOLLONESHOT, Fd: int32(fd)}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		unix.Close(ep)
+		return err
+	}
+	if err := unix.SetNonblock(ep, true); err != nil {
+		unix.Close(ep)
+		return err
+	}
+	w.file = os.NewFile(uintptr(ep), "rxe-link-epoll") // non-blocking: the runtime polls it
+	if w.raw, err = w.file.SyscallConn(); err != nil {
+		w.file.Close()
+		return err
+	}
+	w.drain = func(uintptr) bool {
+		n, err := unix.EpollWait(w.ep, w.evs[:], 0)
+		return n > 0 || err != nil && err != unix.EINTR
+	}
+	return nil
+}
+
+// wait arms the direction and parks until the socket is ready for it, or
+// f succeeds on the way (what it waits for came before the arming).
+func (w *waiter) wait(fd int, f func(fd uintptr) bool) (bool, error) {
+	ev := unix.EpollEvent{Events: w.events | unix.EPOLLONESHOT, Fd: int32(fd)}
+	if err := unix.EpollCtl(w.ep, unix.EPOLL_CTL_MOD, fd, &ev); err != nil {
+		return false, err
+	}
+	if f(uintptr(fd)) {
+		return true, nil
+	}
+	return false, w.raw.Read(w.drain)
 }
 
 // Control implements syscall.RawConn.
@@ -76,32 +135,30 @@ func (p *pollFD) Control(f func(fd uintptr)) error {
 
 // Read implements syscall.RawConn: f until it reports done, waiting for
 // the socket to be readable in between.
-func (p *pollFD) Read(f func(fd uintptr) bool) error { return p.io(f, unix.POLLIN) }
+func (p *pollFD) Read(f func(fd uintptr) bool) error { return p.io(f, &p.in) }
 
 // Write implements syscall.RawConn: f until it reports done, waiting for
 // the socket to be writable in between.
-func (p *pollFD) Write(f func(fd uintptr) bool) error { return p.io(f, unix.POLLOUT) }
+func (p *pollFD) Write(f func(fd uintptr) bool) error { return p.io(f, &p.out) }
 
-func (p *pollFD) io(f func(fd uintptr) bool, events int16) error {
+func (p *pollFD) io(f func(fd uintptr) bool, w *waiter) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if p.closed.Load() {
-		return net.ErrClosed
-	}
-	if f(uintptr(p.fd)) {
-		return nil
-	}
-	fds := []unix.PollFd{{Fd: int32(p.fd), Events: events}, {Fd: int32(p.wake), Events: unix.POLLIN}}
 	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
-			return err
-		}
 		if p.closed.Load() {
 			return net.ErrClosed
 		}
 		if f(uintptr(p.fd)) {
 			return nil
+		}
+		done, err := w.wait(p.fd, f)
+		switch {
+		case done:
+			return nil
+		case p.closed.Load():
+			return net.ErrClosed // Close closed the epoll file under the wait
+		case err != nil:
+			return err
 		}
 	}
 }
@@ -112,11 +169,9 @@ func (p *pollFD) Close() error {
 	if p.closed.Swap(true) {
 		return nil
 	}
-	one := [8]byte{1}
-	unix.Write(p.wake, one[:])
+	p.in.file.Close() // wakes a waiter with os.ErrClosed
+	p.out.file.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	err := unix.Close(p.fd)
-	unix.Close(p.wake)
-	return err
+	return unix.Close(p.fd)
 }
