@@ -533,7 +533,7 @@ type readJob struct {
 // maxReadBurst is the most READ response packets the responder sends in
 // one step of the owner before it lets other work in; a long READ goes out
 // over several steps instead of flooding the link in one burst.
-const maxReadBurst = 128
+const maxReadBurst = 512
 
 // sendReadResponse queues the response packets of a READ of buf from PSN
 // psn. A duplicate request means the requester went back to psn and will
