@@ -109,7 +109,7 @@ func (out *output) bwRow(r bwReport) {
 
 // latRow is one latency row, from the times of successive iterations
 // (see latStats); with -U every delta is listed first, as measured.
-func (out *output) latRow(size, iters int, stamps []time.Time, factor float64) {
+func (out *output) latRow(size, iters int, stamps []stamp, factor float64) {
 	d := latDeltas(stamps, factor)
 	if out.o.Unsorted && out.json == nil {
 		fmt.Fprintf(out.table, "#, usec\n")

@@ -66,12 +66,11 @@ func TestRawKeyMessageIsPerftests(t *testing.T) {
 // the two largest left out of the average; the median as the typical
 // figure; send latencies halved.
 func TestLatencyStatistics(t *testing.T) {
-	base := time.Unix(0, 0)
-	var stamps []time.Time
-	at := base
+	var stamps []stamp
+	var at stamp
 	for _, d := range []int{10, 20, 30, 40, 1000, 2000} { // µs of round trip
 		stamps = append(stamps, at)
-		at = at.Add(time.Duration(d) * time.Microsecond)
+		at += stamp(time.Duration(d) * time.Microsecond)
 	}
 	stamps = append(stamps, at)
 	l := latStats(stamps, 2)

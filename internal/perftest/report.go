@@ -160,10 +160,24 @@ func printLatRow(w io.Writer, size, iters int, l latency) {
 		size, iters, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999)
 }
 
+// stamp is a time perftest records per operation: nanoseconds on the
+// monotonic clock since stampBase. Not a time.Time, which holds a pointer
+// (its Location): the collector would scan arrays of a million of them
+// while the test runs, and its work would show in the figures.
+type stamp int64
+
+var stampBase = time.Now()
+
+// stampNow returns the stamp of the present.
+func stampNow() stamp { return stamp(time.Since(stampBase)) }
+
+// Sub returns the duration s-t.
+func (s stamp) Sub(t stamp) time.Duration { return time.Duration(s - t) }
+
 // bwReportOf computes a bandwidth row as perftest does: the average over
 // the whole run (first post to last completion), the peak as the best
 // rate over any run of consecutive operations ending at a signaled one.
-func bwReportOf(o *Options, size int, posted, completed []time.Time) bwReport {
+func bwReportOf(o *Options, size int, posted, completed []stamp) bwReport {
 	n := len(posted)
 	unit := float64(1 << 20)
 	if o.ReportGbits {
@@ -203,13 +217,13 @@ func bwReportOf(o *Options, size int, posted, completed []time.Time) bwReport {
 // iterations, as perftest does: the deltas between them, sorted, less
 // the two largest; the typical figure is the median; send latencies are
 // half a round trip (factor 2), read latencies a whole one (1).
-func latStats(stamps []time.Time, factor float64) latency {
+func latStats(stamps []stamp, factor float64) latency {
 	return latStatsOf(latDeltas(stamps, factor))
 }
 
 // latDeltas are the times between successive stamps, in µs, divided by
 // factor, in the order measured.
-func latDeltas(stamps []time.Time, factor float64) []float64 {
+func latDeltas(stamps []stamp, factor float64) []float64 {
 	d := make([]float64, len(stamps)-1)
 	for i := range d {
 		d[i] = float64(stamps[i+1].Sub(stamps[i]).Nanoseconds()) / 1e3 / factor

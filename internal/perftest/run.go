@@ -567,8 +567,8 @@ func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
 	o := r.o
 	n := o.Iters
 	total := n * len(r.qps)
-	posted := make([]time.Time, total)
-	completed := make([]time.Time, total)
+	posted := make([]stamp, total)
+	completed := make([]stamp, total)
 	scnt := make([]int, len(r.qps))
 	ccnt := make([]int, len(r.qps))
 	tposted, tdone := 0, 0
@@ -591,7 +591,7 @@ func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
 					list[j] = r.sendWR(q, size, (c+1)%o.CQMod == 0 || c == n-1)
 					list[j].WRID = uint64(q)<<32 | uint64(c)
 				}
-				now := time.Now()
+				now := stampNow()
 				if err := qp.PostSend(list[:k]); err != nil {
 					return bwReport{}, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", q, scnt[q], err)
 				}
@@ -606,7 +606,7 @@ func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
 		if err != nil {
 			return bwReport{}, err
 		}
-		now := time.Now()
+		now := stampNow()
 		for _, wc := range wcs {
 			if wc.Opcode&verbs.WCRecv != 0 {
 				if q, ok := r.qpIndex[wc.QPNum]; ok && recvs > 0 {
@@ -725,13 +725,13 @@ func (r *res) recvIterations(ctx context.Context, size int) (bwReport, error) {
 	o := r.o
 	n := o.Iters
 	total := n * len(r.qps)
-	posted := make([]time.Time, total)
-	completed := make([]time.Time, total)
+	posted := make([]stamp, total)
+	completed := make([]stamp, total)
 	got := make([]int, len(r.qps))
 	done := 0
 	// The clock starts when the run does (the handshake just returned):
 	// the first completions may come back in one batch after a wait.
-	start := time.Now()
+	start := stampNow()
 	for i := range posted {
 		posted[i] = start
 	}
@@ -740,7 +740,7 @@ func (r *res) recvIterations(ctx context.Context, size int) (bwReport, error) {
 		if err != nil {
 			return bwReport{}, err
 		}
-		now := time.Now()
+		now := stampNow()
 		for _, wc := range wcs {
 			q, ok := r.qpIndex[wc.QPNum]
 			if !ok || wc.Opcode&verbs.WCRecv == 0 {
@@ -933,9 +933,9 @@ func (r *res) linger(ctx context.Context, i int) {
 func (r *res) latLoop(ctx context.Context, out *output, size int, factor float64, step func(ctx context.Context, i int, mark func()) error) error {
 	o := r.o
 	if o.Duration == 0 {
-		stamps := make([]time.Time, o.Iters)
+		stamps := make([]stamp, o.Iters)
 		for i := range o.Iters {
-			if err := step(ctx, i, func() { stamps[i] = time.Now() }); err != nil {
+			if err := step(ctx, i, func() { stamps[i] = stampNow() }); err != nil {
 				return err
 			}
 		}
