@@ -290,6 +290,14 @@ func (s *Shared) Recv(pkts []Packet) (int, error) {
 			return 0, net.ErrClosed
 		}
 		if l := s.lead.Load(); l != nil {
+			select {
+			case fp := <-s.inq: // forwarded before this process took the port over
+				if n := s.takeQueued(pkts, fp); n > 0 {
+					return n, nil
+				}
+				continue
+			default:
+			}
 			s.leadIdle.Store(true)
 			n, err := l.Recv(pkts)
 			s.leadIdle.Store(false)
@@ -340,14 +348,14 @@ func (s *Shared) WaitReadable() error {
 		if s.closed.Load() {
 			return net.ErrClosed
 		}
+		if s.held.Load() != nil || len(s.inq) > 0 {
+			return nil // forwarded packets, maybe from before a takeover
+		}
 		if l := s.lead.Load(); l != nil {
 			s.leadIdle.Store(true)
 			err := l.WaitReadable()
 			s.leadIdle.Store(false)
 			return err
-		}
-		if s.held.Load() != nil {
-			return nil
 		}
 		select {
 		case fp := <-s.inq:
@@ -373,6 +381,11 @@ func (s *Shared) TryRecv(pkts []Packet) (int, error) {
 	if fp := s.held.Swap(nil); fp != nil {
 		return s.takeQueued(pkts, fp), nil
 	}
+	select {
+	case fp := <-s.inq: // a leader's, or from before a takeover
+		return s.takeQueued(pkts, fp), nil
+	default:
+	}
 	if l := s.lead.Load(); l != nil {
 		n, err := l.TryRecv(pkts)
 		if n > 0 {
@@ -380,17 +393,12 @@ func (s *Shared) TryRecv(pkts []Packet) (int, error) {
 		}
 		return n, err
 	}
-	select {
-	case fp := <-s.inq:
-		return s.takeQueued(pkts, fp), nil
-	default:
-		return 0, nil
-	}
+	return 0, nil
 }
 
 // Held implements TryReceiver.
 func (s *Shared) Held() bool {
-	if s.held.Load() != nil {
+	if s.held.Load() != nil || len(s.inq) > 0 {
 		return true
 	}
 	if l := s.lead.Load(); l != nil {
