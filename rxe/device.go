@@ -210,12 +210,15 @@ func (h *hw) startLinks(links []link.Link) {
 // stop closes the links and waits for the receive loops.
 func (h *hw) stop() {
 	h.upMu.Lock()
-	h.stopped = true
-	close(h.quit)
+	h.stopped = true // pollers read no more
 	h.upMu.Unlock()
+	// The links close while the receive loops still run: a shared
+	// address's leader forwards what reached its port before it lets
+	// the port go (link.Shared.Close), and only the loop reads it now.
 	for _, l := range h.links {
 		l.Close()
 	}
+	close(h.quit)
 	h.mcastMu.Lock()
 	for a, g := range h.mcast {
 		g.link.Close()
