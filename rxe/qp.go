@@ -507,6 +507,12 @@ func (q *qp) run() {
 		case <-q.done:
 			q.stepMu.Lock() // a poster or poller may be stepping
 			defer q.stepMu.Unlock()
+			if q.resp.held {
+				// The program saw the data; the peer still waits
+				// for the ACK that says so.
+				q.flushAck(q.hw.clock.now(), false, true)
+				q.flushOut()
+			}
 			q.mu.Lock()
 			inbox := q.inbox
 			q.inbox = nil

@@ -230,7 +230,7 @@ func deliverSend(t *testing.T, p *peer, q *qp, psn wire.PSN) {
 // packets, or ackHold later. A step the receive loop or the owner runs
 // sends it at once.
 func TestPolledStepHoldsItsACKUntilTheNextSendOrAckHold(t *testing.T) {
-	for _, release := range []string{"timer", "send", "next packet", "not polled"} {
+	for _, release := range []string{"timer", "send", "next packet", "destroy", "not polled"} {
 		t.Run(release, func(t *testing.T) {
 			p, clk, q := newTimedPeer(t, 106, nil)
 			for i := range 2 {
@@ -269,6 +269,13 @@ func TestPolledStepHoldsItsACKUntilTheNextSendOrAckHold(t *testing.T) {
 				q.step(t0, true)
 				q.stepMu.Unlock()
 				p.expectAck(1, wire.SyndromeACKUnlimited) // both, in one
+			case "destroy":
+				// The program may have seen the data and gone: the
+				// peer still gets its ACK.
+				q.Destroy()
+				p.expectAck(0, wire.SyndromeACKUnlimited)
+				p.expectNoPacket("after the QP was destroyed")
+				return
 			}
 			p.expectNoPacket("after the held ACK went")
 			want := time.Time{}

@@ -139,7 +139,10 @@ func (cq *CQ) fired() {
 
 // Poll moves up to len(wc) completions into wc and returns how many
 // (ibv_poll_cq). It never blocks. After an overflow it returns an error
-// wrapping ErrIO once the queue is drained.
+// wrapping ErrIO once the queue is drained. Under ProgressManual a Poll
+// that finds nothing, or has no room (wc empty, as fi_cq_read with a count
+// of 0), drives the device: a program that waits for something other than
+// a completion (an RDMA WRITE landing in its memory) polls so.
 func (cq *CQ) Poll(wc []WC) (int, error) {
 	n, err := cq.drv.Poll(wc)
 	racesync.Sync() // after the take: what the device wrote before completing is the program's to read

@@ -967,13 +967,25 @@ func (r *res) latLoop(ctx context.Context, out *output, size int, factor float64
 }
 
 // watchByte waits until byte i of the buffer, which the peer writes by
-// RDMA, holds want. It spins a while, then sleeps a little between looks:
-// on the software device the write lands by goroutines of this process,
-// which a spinning goroutine would keep waiting.
+// RDMA, holds want. Busy-polling (manual progress), it polls the CQ with
+// no room between looks, which lands the write on the software device as
+// a NIC would on its own. Otherwise it spins a while, then sleeps a little
+// between looks: the write lands by goroutines of this process, which a
+// spinning goroutine would keep waiting.
 func (r *res) watchByte(ctx context.Context, i int, want byte) error {
 	for spins := 0; ; spins++ {
 		if loadByte(r.buf, i) == want {
+			r.spins, r.yielding = 0, false
 			return nil
+		}
+		if r.ch == nil {
+			if _, err := r.cq.Poll(nil); err != nil {
+				return fmt.Errorf("poll CQ failed: %w", err)
+			}
+			if err := r.waitCQ(ctx); err != nil {
+				return fmt.Errorf("waiting for the peer's write: %w", err)
+			}
+			continue
 		}
 		if spins < 256 {
 			continue

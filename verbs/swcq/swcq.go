@@ -133,7 +133,7 @@ func (cq *CQ) FirstOverrun() bool {
 // Poll implements verbs.CQDriver (ibv_poll_cq).
 func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 	n, err := cq.poll(wc)
-	if n == 0 && err == nil && cq.onEmpty != nil && len(wc) > 0 {
+	if n == 0 && err == nil && cq.onEmpty != nil {
 		cq.onEmpty()
 		n, err = cq.poll(wc)
 	}

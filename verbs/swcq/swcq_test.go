@@ -106,3 +106,31 @@ func TestUnstampedCQHandsOutNoTime(t *testing.T) {
 		t.Fatalf("StartPoll after Destroy: %v, want ErrClosed", err)
 	}
 }
+
+// A poll that finds the CQ empty, or has no room, calls the empty-poll
+// hook (the device's manual progress) and looks again; one that takes a
+// completion does not.
+func TestEmptyOrRoomlessPollDrivesProgress(t *testing.T) {
+	cq := New(4, nil)
+	calls := 0
+	cq.SetOnEmptyPoll(func() {
+		calls++
+		if calls == 1 {
+			cq.Push(&verbs.WC{WRID: 7}, false) // what the progress brought
+		}
+	})
+	wc := make([]verbs.WC, 2)
+	if n, err := cq.Poll(wc); err != nil || n != 1 || wc[0].WRID != 7 || calls != 1 {
+		t.Fatalf("empty CQ: Poll = %d, %v (wr_id %d) after %d progress calls; want the completion the progress pushed, after 1", n, err, wc[0].WRID, calls)
+	}
+	cq.Push(&verbs.WC{WRID: 8}, false)
+	if n, _ := cq.Poll(wc); n != 1 || calls != 1 {
+		t.Fatalf("a poll that found a completion called the progress (%d calls)", calls)
+	}
+	for _, room := range [][]verbs.WC{nil, {}} {
+		before := calls
+		if n, err := cq.Poll(room); n != 0 || err != nil || calls != before+1 {
+			t.Fatalf("Poll with no room = %d, %v, progress calls %d; want 0, nil, 1", n, err, calls-before)
+		}
+	}
+}
