@@ -23,7 +23,13 @@ const (
 	// needs no goroutine switch per message, which is what its latency
 	// is made of. The device's goroutines still do the work nobody polls
 	// for (retransmits, a QP whose CQ nobody polls), so a program that
-	// waits instead of polling works as under ProgressAuto.
+	// waits instead of polling works as under ProgressAuto; while polls
+	// come, they leave the network to the pollers, and take it back half
+	// a millisecond after the polls stop. A program that waits for
+	// something other than a completion (an RDMA WRITE landing in its
+	// memory) polls with no room, CQ.Poll(nil), to drive the device. An
+	// ACK a poll brings about waits for the QP's next send, up to 50 µs,
+	// to go out with it; destroying the QP sends it at once.
 	ProgressManual
 )
 
