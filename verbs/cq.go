@@ -246,6 +246,12 @@ func (cq *CQ) Destroy() error {
 
 // CompChannel is a completion event channel (struct ibv_comp_channel): the
 // armed CQs bound to it report their next completion through it.
+//
+// Its queue has no bound, as the kernel's has none: each armed CQ queues
+// one event, and a program re-arms a CQ only after reading its event, so
+// a dropped event would leave that CQ silent for ever. Events wait in c;
+// those c has no room for wait in over, and a goroutine moves them into c,
+// in order, as the program reads.
 type CompChannel struct {
 	ctx *Context
 	c   chan *CQ
@@ -253,22 +259,24 @@ type CompChannel struct {
 	mu     sync.Mutex
 	cqs    int
 	closed bool
+	over   []*CQ // events c had no room for, oldest first
+	moving bool  // the goroutine moving over into c runs
+	done   chan struct{}
+	mover  sync.WaitGroup
 }
 
-// compChannelLen bounds the events a channel queues. An event is sent only
-// by an armed CQ, and arming is one-shot, so it is reached only by a
-// program that arms without reading events; further events are dropped.
-// The queue is allocated whole with the channel (2 KiB): rdma_cm makes
-// two channels per connection, and 4096 entries made channels a third of
-// a connection's setup time.
-const compChannelLen = 256
+// compChannelLen is the room of a channel's queue before events wait in
+// its overflow. The queue is allocated with the channel: rdma_cm makes two
+// per connection, and at 4096 entries (32 KiB) they took a third of a
+// connection's setup.
+const compChannelLen = 64
 
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel).
 func (c *Context) CreateCompChannel() (*CompChannel, error) {
 	if err := c.check("ibv_create_comp_channel"); err != nil {
 		return nil, err
 	}
-	return &CompChannel{ctx: c, c: make(chan *CQ, compChannelLen)}, nil
+	return &CompChannel{ctx: c, c: make(chan *CQ, compChannelLen), done: make(chan struct{})}, nil
 }
 
 func (ch *CompChannel) attach(d int) {
@@ -277,12 +285,49 @@ func (ch *CompChannel) attach(d int) {
 	ch.mu.Unlock()
 }
 
+// post queues an event of cq. It reports false if the channel is closed.
 func (ch *CompChannel) post(cq *CQ) bool {
-	select {
-	case ch.c <- cq:
-		return true
-	default:
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.closed {
 		return false
+	}
+	if len(ch.over) == 0 {
+		select {
+		case ch.c <- cq:
+			return true
+		default:
+		}
+	}
+	ch.over = append(ch.over, cq)
+	if !ch.moving {
+		ch.moving = true
+		ch.mover.Add(1)
+		go ch.move()
+	}
+	return true
+}
+
+// move feeds the overflow into c as the program reads, then ends.
+func (ch *CompChannel) move() {
+	defer ch.mover.Done()
+	for {
+		ch.mu.Lock()
+		if len(ch.over) == 0 || ch.closed {
+			ch.over, ch.moving = nil, false
+			ch.mu.Unlock()
+			return
+		}
+		cq := ch.over[0]
+		ch.mu.Unlock()
+		select {
+		case ch.c <- cq:
+			ch.mu.Lock()
+			ch.over[0] = nil
+			ch.over = ch.over[1:]
+			ch.mu.Unlock()
+		case <-ch.done:
+		}
 	}
 }
 
@@ -304,10 +349,15 @@ func (ch *CompChannel) C() <-chan *CQ { return ch.c }
 // ErrBusy while CQs are bound to it.
 func (ch *CompChannel) Close() error {
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
 	if ch.cqs > 0 {
+		ch.mu.Unlock()
 		return Errorf("ibv_destroy_comp_channel", ErrBusy, itoa(ch.cqs)+" CQ(s) still bound")
 	}
-	ch.closed = true
+	if !ch.closed {
+		ch.closed = true
+		close(ch.done)
+	}
+	ch.mu.Unlock()
+	ch.mover.Wait()
 	return nil
 }
