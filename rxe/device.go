@@ -401,7 +401,10 @@ func (h *hw) dispatch(i int, l link.Link, r *receiveBatch, n int, polled bool) {
 		r.pkts[j].Buf = r.pkts[j].Buf[:cap(r.pkts[j].Buf)]
 	}
 	for k, q := range r.touch {
-		q.stepHere(polled)
+		// Only a QP whose own program polls may hold its ACK for that
+		// program's answer; another context's QP found by the poll
+		// sends it at once.
+		q.stepHere(polled && q.ctx.manual.Load())
 		r.touch[k] = nil
 	}
 	r.touch = r.touch[:0]

@@ -541,6 +541,13 @@ func (q *qp) step(now time.Time, polled bool) {
 	q.mu.Lock()
 	pend := q.pending
 	q.pending = pendingOps{}
+	if (pend.reset || pend.flush) && q.resp.held {
+		// An ACK held from the last step is owed for what came before
+		// the RESET or ERR: it goes now, with the attributes it was
+		// made under.
+		q.flushAck(now, false, true)
+		q.flushOut()
+	}
 	q.snapshot()
 	q.work, q.inbox = q.inbox, q.work[:0]
 	if pend.reset {
@@ -563,6 +570,12 @@ func (q *qp) step(now time.Time, polled bool) {
 	if pend.resetReq {
 		q.req.reset(q.st.sqPSN)
 		q.req.retries, q.req.rnrRetries = q.st.retryCnt, q.st.rnrRetry
+	}
+	if q.resp.held && len(q.work) > 0 && !pend.reset {
+		// A held ACK goes before what the new packets bring: its PSN
+		// comes first, and READ responses they start must not be
+		// drained ahead of it (sendAck).
+		q.flushAck(now, false, true)
 	}
 	rcvd := uint64(0) // counted once per step: two atomic adds, not two per packet
 	for i := range q.work {

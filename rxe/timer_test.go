@@ -56,9 +56,11 @@ func TestRetransmitTimerFiresAtItsDeadlineNotBefore(t *testing.T) {
 		expectCount(t, q, verbs.CounterCompleterRetryErr, uint64(try-1), fmt.Sprintf("1 µs before timeout %d", try))
 		p.expectNoPacket(fmt.Sprintf("1 µs before timeout %d", try))
 		clk.set(deadline)
-		stepNow(q)
-		expectCount(t, q, verbs.CounterCompleterRetryErr, uint64(try), fmt.Sprintf("at timeout %d", try))
+		if try > 1 {
+			stepNow(q)
+		} // else the owner goroutine, woken by its timer, sends it
 		p.expectPacket(wire.RCSendOnly, 0)
+		expectCount(t, q, verbs.CounterCompleterRetryErr, uint64(try), fmt.Sprintf("at timeout %d", try))
 		expectDeadline(t, clk, q, deadline.Add(timeoutAt14), t0, fmt.Sprintf("after retry %d", try))
 	}
 	last := t0.Add((retries + 1) * timeoutAt14)
@@ -226,11 +228,11 @@ func deliverSend(t *testing.T, p *peer, q *qp, psn wire.PSN) {
 }
 
 // A step a CQ poller runs (manual progress) holds the ACK of what it
-// received: it leaves with the QP's next send, with the ACK of the next
-// packets, or ackHold later. A step the receive loop or the owner runs
-// sends it at once.
+// received: it leaves with the QP's next send, before the next packets are
+// taken in, when the QP is destroyed, reset or fails, or ackHold later. A
+// step the receive loop or the owner runs sends it at once.
 func TestPolledStepHoldsItsACKUntilTheNextSendOrAckHold(t *testing.T) {
-	for _, release := range []string{"timer", "send", "next packet", "destroy", "not polled"} {
+	for _, release := range []string{"timer", "send", "next packet", "destroy", "reset", "error", "not polled"} {
 		t.Run(release, func(t *testing.T) {
 			p, clk, q := newTimedPeer(t, 106, nil)
 			for i := range 2 {
@@ -264,17 +266,29 @@ func TestPolledStepHoldsItsACKUntilTheNextSendOrAckHold(t *testing.T) {
 				p.expectPacket(wire.RCSendOnly, 0)
 				p.expectAck(0, wire.SyndromeACKUnlimited)
 			case "next packet":
+				// The held ACK goes first, and the next packet's
+				// own rides along with it.
 				q.stepMu.Lock()
 				deliverSend(t, p, q, 1)
 				q.step(t0, true)
 				q.stepMu.Unlock()
-				p.expectAck(1, wire.SyndromeACKUnlimited) // both, in one
-			case "destroy":
-				// The program may have seen the data and gone: the
-				// peer still gets its ACK.
-				q.Destroy()
 				p.expectAck(0, wire.SyndromeACKUnlimited)
-				p.expectNoPacket("after the QP was destroyed")
+				p.expectAck(1, wire.SyndromeACKUnlimited)
+			case "destroy", "reset", "error":
+				// The program may have seen the data and gone: the
+				// peer still gets its ACK, at once.
+				switch release {
+				case "destroy":
+					q.Destroy()
+				case "reset", "error":
+					st := map[string]verbs.QPState{"reset": verbs.QPSReset, "error": verbs.QPSErr}[release]
+					if err := p.e.qp.Modify(&verbs.QPAttr{QPState: st}, verbs.QPAttrState); err != nil {
+						t.Fatal(err)
+					}
+					stepNow(q)
+				}
+				p.expectAck(0, wire.SyndromeACKUnlimited)
+				p.expectNoPacket("after the QP was " + release)
 				return
 			}
 			p.expectNoPacket("after the held ACK went")
@@ -284,5 +298,47 @@ func TestPolledStepHoldsItsACKUntilTheNextSendOrAckHold(t *testing.T) {
 			}
 			expectDeadline(t, clk, q, want, t0, "after the held ACK went")
 		})
+	}
+}
+
+// A held ACK goes before what the next packets bring: ahead of the
+// responses to a long READ that came after it, which stay paced at
+// maxReadBurst per step.
+func TestHeldACKGoesBeforeTheNextPacketsResponses(t *testing.T) {
+	const npkts = 2 * maxReadBurst // 1 MiB, the whole region
+	p, clk, q := newTimedPeer(t, 108, nil)
+	if err := p.e.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{p.e.mr.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	q.stepMu.Lock()
+	deliverSend(t, p, q, 0)
+	q.step(clk.now(), true)
+	mtu := uint32(verbs.MTU1024.Bytes())
+	pkt, err := wire.AppendPacket(nil, &wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCReadRequest, PKey: wire.DefaultPKey, DestQP: q.num, PSN: 1, AckReq: true},
+		RETH: wire.RETHFields{VA: p.e.mr.Addr(), RKey: p.e.mr.RKey(), DMALen: npkts * mtu}}, nil)
+	if err != nil {
+		q.stepMu.Unlock()
+		t.Fatal(err)
+	}
+	buf := q.hw.getBuf()[:len(pkt)]
+	copy(buf, pkt)
+	q.deliver(inPacket{buf: buf, src: p.addr}, false)
+	sent := q.stats[verbs.CounterSentPkts].Load()
+	q.step(clk.now(), true)
+	took := q.stats[verbs.CounterSentPkts].Load() - sent
+	q.stepMu.Unlock()
+	if took != maxReadBurst+1 {
+		t.Errorf("the step sent %d packets, want the held ACK and maxReadBurst = %d READ responses", took, maxReadBurst)
+	}
+	p.expectAck(0, wire.SyndromeACKUnlimited)
+	for k := range npkts { // the rest follow in later steps, in order
+		op := wire.RCReadResponseMiddle
+		switch k {
+		case 0:
+			op = wire.RCReadResponseFirst
+		case npkts - 1:
+			op = wire.RCReadResponseLast
+		}
+		p.expectPacket(op, wire.PSN(1+k))
 	}
 }
