@@ -126,6 +126,12 @@ type hw struct {
 	// readers are the links' readers, one for each of links.
 	readers []linkReader
 
+	// held lists the QPs that held an ACK for their program's answer
+	// (flushAck); nheld is its length, for the polls to check cheaply.
+	heldMu sync.Mutex
+	held   []*qp
+	nheld  atomic.Int32
+
 	atomicMu sync.Mutex // makes atomics atomic with respect to each other (IBV_ATOMIC_HCA)
 	bufs     sync.Pool  // *bufBox holding receive buffers of maxPacket bytes
 	boxes    sync.Pool  // empty *bufBox, so that moving buffers allocates nothing
@@ -202,6 +208,7 @@ func (h *hw) startLinks(links []link.Link) {
 	h.readers = make([]linkReader, len(links))
 	for i := range links {
 		h.readers[i].batch = newReceiveBatch(h)
+		h.readers[i].nudge = make(chan struct{}, 1)
 		h.wg.Add(1)
 		go h.recvLoop(i)
 	}
@@ -246,8 +253,9 @@ type linkReader struct {
 	mu    sync.Mutex
 	batch *receiveBatch
 	// polls counts the pollers' reads: while it moves, the receive loop
-	// stands aside (recvLoop).
+	// stands aside (recvLoop), unless nudged: a poller went to wait.
 	polls atomic.Uint64
+	nudge chan struct{}
 }
 
 // standAside is how long the receive loop leaves a link to the pollers
@@ -273,11 +281,15 @@ func (h *hw) recvLoop(i int) {
 				// loop leaves it to them: waiting on the link would
 				// wake it for each packet they read anyway, taking
 				// a CPU from the poll.
+			aside:
 				for n := rd.polls.Load(); n != seen; n = rd.polls.Load() {
 					seen = n
 					pause.Reset(standAside)
 					select {
 					case <-pause.C:
+					case <-rd.nudge:
+						seen = rd.polls.Load()
+						break aside
 					case <-h.quit:
 						return
 					}
@@ -421,6 +433,9 @@ func (h *hw) progress() {
 	if stopped {
 		return
 	}
+	if h.nheld.Load() > 0 {
+		h.releaseHeld()
+	}
 	for i, l := range links {
 		tr, ok := l.(link.TryReceiver)
 		if !ok {
@@ -432,6 +447,62 @@ func (h *hw) progress() {
 		}
 		h.readLink(i, l, tr, readers[i].batch, true)
 		readers[i].mu.Unlock()
+	}
+}
+
+// noteHeld records that q holds an ACK (its stepMu held).
+func (h *hw) noteHeld(q *qp) {
+	h.heldMu.Lock()
+	h.held = append(h.held, q)
+	h.nheld.Store(int32(len(h.held)))
+	h.heldMu.Unlock()
+}
+
+// releaseHeld sends the ACKs held for an answer that did not come: the
+// program polls again instead. A QP another goroutine is stepping stays
+// listed for the next poll.
+func (h *hw) releaseHeld() {
+	h.heldMu.Lock()
+	qs := h.held
+	h.held = nil
+	h.nheld.Store(0)
+	h.heldMu.Unlock()
+	var busy []*qp
+	for i, q := range qs {
+		qs[i] = nil
+		if !q.stepMu.TryLock() {
+			busy = append(busy, q)
+			continue
+		}
+		select {
+		case <-q.done:
+		default:
+			if q.resp.held {
+				q.flushAck(h.clock.now(), false, true)
+				q.flushOut()
+			}
+		}
+		q.stepMu.Unlock()
+	}
+	if len(busy) > 0 {
+		h.heldMu.Lock()
+		h.held = append(h.held, busy...)
+		h.nheld.Store(int32(len(h.held)))
+		h.heldMu.Unlock()
+	}
+}
+
+// pollersWait tells the receive loops standing aside that a poller went
+// to wait (pollWait).
+func (h *hw) pollersWait() {
+	h.upMu.Lock()
+	readers := h.readers
+	h.upMu.Unlock()
+	for i := range readers {
+		select {
+		case readers[i].nudge <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -583,6 +654,7 @@ func (c *devctx) QueryPKey(port uint8, index int) (uint16, error) {
 func (c *devctx) CreateCQ(cqe int, notify func()) (verbs.CQDriver, error) {
 	cq := swcq.New(cqe, notify)
 	cq.SetOnEmptyPoll(c.pollProgress)
+	cq.SetOnWait(c.pollWait)
 	return cq, nil
 }
 
@@ -591,6 +663,15 @@ func (c *devctx) CreateCQ(cqe int, notify func()) (verbs.CQDriver, error) {
 func (c *devctx) pollProgress() {
 	if c.manual.Load() {
 		c.hw.progress()
+	}
+}
+
+// pollWait is what a CQ wait (or arming) does: under manual progress,
+// it tells the receive loops that the pollers stopped, so that they read
+// the network again without waiting out standAside.
+func (c *devctx) pollWait() {
+	if c.manual.Load() {
+		c.hw.pollersWait()
 	}
 }
 

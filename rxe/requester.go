@@ -407,6 +407,7 @@ func (q *qp) buildRequest(w *sendWQE, mtu uint64, now time.Time) {
 		h.BTH.SolicitedEvent = last && w.wr.SendFlags&verbs.SendSolicited != 0
 		w.sent++
 	}
+	q.resp.unanswered = false // the program answers: its ACKs may wait for it
 	r.noack++
 	if q.reliable() && (last || r.noack >= maxPktPerAck) {
 		h.BTH.AckReq = true

@@ -50,12 +50,13 @@ type responder struct {
 
 	// The acknowledgement to send after this batch of packets; held
 	// (until at the latest) by a step a poller ran (flushAck).
-	ack     bool
-	ackPSN  wire.PSN
-	ackSyn  wire.Syndrome
-	held    bool
-	until   time.Time
-	segsBuf [maxSGE][]byte
+	ack        bool
+	ackPSN     wire.PSN
+	ackSyn     wire.Syndrome
+	held       bool
+	until      time.Time
+	unanswered bool // an ACK was held and the QP has sent no request since
+	segsBuf    [maxSGE][]byte
 }
 
 type msgKind uint8
@@ -644,8 +645,11 @@ const ackHold = 50 * time.Microsecond
 // about to hand the completion to a program that often answers at once,
 // and the ACK then leaves in the same batch as the answer, one send fewer
 // on the round trip's path. A held ACK goes with the next packets the QP
-// sends, with the ACK of the next packets it receives, or ackHold later,
-// whichever comes first. fresh says the step received packets.
+// sends, before the next packets it takes in, when the program polls
+// again without having answered (hw.releaseHeld), or ackHold later,
+// whichever comes first. A QP whose program did not answer while its last
+// ACK was held sends the next at once, until it sends a request again.
+// fresh says the step received packets.
 func (q *qp) flushAck(now time.Time, polled, fresh bool) {
 	r := &q.resp
 	switch {
@@ -653,8 +657,11 @@ func (q *qp) flushAck(now time.Time, polled, fresh bool) {
 		return
 	case r.held && !fresh && now.Before(r.until):
 		return // nothing new, and not yet due
-	case !r.held && polled && fresh:
-		r.held, r.until = true, now.Add(ackHold)
+	case !r.held && polled && fresh && !r.unanswered:
+		// unanswered until the QP sends a request (buildRequest): a
+		// program that did not answer the last time is not waited for.
+		r.held, r.until, r.unanswered = true, now.Add(ackHold), true
+		q.hw.noteHeld(q)
 		return
 	}
 	r.ack, r.held = false, false

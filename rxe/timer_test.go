@@ -342,3 +342,33 @@ func TestHeldACKGoesBeforeTheNextPacketsResponses(t *testing.T) {
 		p.expectPacket(op, wire.PSN(1+k))
 	}
 }
+
+// A QP whose program did not answer while its ACK was held sends the next
+// ACK at once; once it sends a request again, its ACKs wait once more.
+func TestUnansweredQPStopsHoldingItsACKs(t *testing.T) {
+	p, clk, q := newTimedPeer(t, 109, nil)
+	for i := range 3 {
+		if err := p.e.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{p.e.mr.SGE(i*64, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	polledStep := func(psn wire.PSN) {
+		t.Helper()
+		q.stepMu.Lock()
+		deliverSend(t, p, q, psn)
+		q.step(clk.now(), true)
+		q.stepMu.Unlock()
+	}
+	polledStep(0)
+	p.expectNoPacket("the first ACK, held")
+	clk.advance(ackHold)
+	stepNow(q)
+	p.expectAck(0, wire.SyndromeACKUnlimited) // by the timer: no answer came
+	polledStep(1)
+	p.expectAck(1, wire.SyndromeACKUnlimited) // at once
+	postSend(t, p.e, 9)
+	stepNow(q)
+	p.expectPacket(wire.RCSendOnly, 0)
+	polledStep(2)
+	p.expectNoPacket("after the QP answered, its next ACK is held again")
+}

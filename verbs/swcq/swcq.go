@@ -28,6 +28,7 @@ type CQ struct {
 	closed      bool
 	nonEmpty    chan struct{} // signalled (without blocking) on each Push
 	onEmpty     func()        // SetOnEmptyPoll's
+	onWait      func()        // SetOnWait's
 }
 
 type notifyMode uint8
@@ -146,6 +147,12 @@ func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 // used.
 func (cq *CQ) SetOnEmptyPoll(f func()) { cq.onEmpty = f }
 
+// SetOnWait makes Wait, before it blocks, and ReqNotify call f: the
+// program stops polling to wait for an event, and the device, which left
+// the network to its polls, takes it back (see verbs.ProgressManual). It
+// is set once, before the CQ is used.
+func (cq *CQ) SetOnWait(f func()) { cq.onWait = f }
+
 func (cq *CQ) poll(wc []verbs.WC) (int, error) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
@@ -237,6 +244,9 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if n > 0 {
 			return nil
 		}
+		if cq.onWait != nil {
+			cq.onWait()
+		}
 		select {
 		case <-cq.nonEmpty:
 		case <-ctx.Done():
@@ -247,6 +257,9 @@ func (cq *CQ) Wait(ctx context.Context) error {
 
 // ReqNotify implements verbs.CQDriver (ibv_req_notify_cq).
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if cq.onWait != nil {
+		cq.onWait() // arming is how a program starts to wait on a channel
+	}
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.closed {
