@@ -40,6 +40,11 @@ type pollFD struct {
 // waiter is an epoll instance holding the socket for one direction, and
 // the runtime poller's handle on it.
 type waiter struct {
+	// mu makes waiters of one direction take turns: the one-shot event
+	// wakes one of them, and a second, parked meanwhile, would sleep
+	// through the data the first left unread (WaitReadable reads
+	// nothing). In its turn each arms again and finds it.
+	mu     sync.Mutex
 	ep     int
 	events uint32
 	file   *os.File
@@ -112,6 +117,8 @@ func (w *waiter) open(fd int, events uint32) error {
 // wait arms the direction and parks until the socket is ready for it, or
 // f succeeds on the way (what it waits for came before the arming).
 func (w *waiter) wait(fd int, f func(fd uintptr) bool) (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	ev := unix.EpollEvent{Events: w.events | unix.EPOLLONESHOT, Fd: int32(fd)}
 	if err := unix.EpollCtl(w.ep, unix.EPOLL_CTL_MOD, fd, &ev); err != nil {
 		return false, err

@@ -311,3 +311,40 @@ func TestUDPTryRecvWaitReadableAndHeld(t *testing.T) {
 		})
 	}
 }
+
+// Two goroutines waiting on one direction of a link take turns: when the
+// one the datagram wakes is WaitReadable, which reads nothing, the other,
+// a Recv, still reads it.
+func TestUDPTwoWaitersOfOneDirectionBothWake(t *testing.T) {
+	for round := range 5 {
+		l, err := link.ListenUDP(netip.AddrPortFrom(addr1, 0), link.UDPOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		got := make(chan error, 1)
+		go func() { waited <- l.WaitReadable() }()
+		go func() {
+			_, err := l.Recv([]link.Packet{{Buf: make([]byte, 9000)}})
+			got <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // both parked
+		c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr1, l.Port())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(make([]byte, 100)) // too short: Recv counts it and waits on
+		read := func() bool { st := l.Stats(); return st.Short+st.BadICRC+st.Received > 0 }
+		for deadline := time.Now().Add(5 * time.Second); !read() && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		ok := read()
+		c.Close()
+		l.Close()
+		<-got
+		<-waited
+		if !ok {
+			t.Fatalf("round %d: a datagram waited 5 s with a Recv parked on the link", round)
+		}
+	}
+}
