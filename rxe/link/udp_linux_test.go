@@ -324,11 +324,12 @@ func TestUDPTwoWaitersOfOneDirectionBothWake(t *testing.T) {
 		waited := make(chan error, 1)
 		got := make(chan error, 1)
 		go func() { waited <- l.WaitReadable() }()
+		time.Sleep(20 * time.Millisecond) // WaitReadable parks first, so the event is its
 		go func() {
 			_, err := l.Recv([]link.Packet{{Buf: make([]byte, 9000)}})
 			got <- err
 		}()
-		time.Sleep(20 * time.Millisecond) // both parked
+		time.Sleep(20 * time.Millisecond)
 		c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr1, l.Port())))
 		if err != nil {
 			t.Fatal(err)
