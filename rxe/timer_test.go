@@ -202,15 +202,22 @@ func TestResponderPacesALongRead(t *testing.T) {
 	if took != maxReadBurst {
 		t.Fatalf("the step that took the READ sent %d packets, want %d", took, maxReadBurst)
 	}
-	for k := range npkts {
+	p.expectReadResponses(0, npkts)
+}
+
+// expectReadResponses reads the n packets of a READ response from PSN
+// first, in order.
+func (p *peer) expectReadResponses(first wire.PSN, n int) {
+	p.t.Helper()
+	for k := range n {
 		op := wire.RCReadResponseMiddle
 		switch k {
 		case 0:
 			op = wire.RCReadResponseFirst
-		case npkts - 1:
+		case n - 1:
 			op = wire.RCReadResponseLast
 		}
-		p.expectPacket(op, wire.PSN(k))
+		p.expectPacket(op, first.Add(uint32(k)))
 	}
 }
 
@@ -331,16 +338,7 @@ func TestHeldACKGoesBeforeTheNextPacketsResponses(t *testing.T) {
 		t.Errorf("the step sent %d packets, want the held ACK and maxReadBurst = %d READ responses", took, maxReadBurst)
 	}
 	p.expectAck(0, wire.SyndromeACKUnlimited)
-	for k := range npkts { // the rest follow in later steps, in order
-		op := wire.RCReadResponseMiddle
-		switch k {
-		case 0:
-			op = wire.RCReadResponseFirst
-		case npkts - 1:
-			op = wire.RCReadResponseLast
-		}
-		p.expectPacket(op, wire.PSN(1+k))
-	}
+	p.expectReadResponses(1, npkts) // the rest follow in later steps, in order
 }
 
 // A QP whose program did not answer while its ACK was held sends the next

@@ -81,8 +81,14 @@ func TestSharedFollowerTakesThePortOver(t *testing.T) {
 	checkNoLeaks(t)
 	lead, follow, _ := sharedPair(t)
 	lead.Close()
+	waitLeading(t, follow)
+}
+
+// waitLeading waits until s leads, failing t after 5 s.
+func waitLeading(t *testing.T, s *link.Shared) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for !follow.Leading() {
+	for !s.Leading() {
 		if time.Now().After(deadline) {
 			t.Fatal("the follower did not take the port over")
 		}
@@ -106,13 +112,8 @@ func TestSharedFollowerReadsWhatWasForwardedBeforeItTookOver(t *testing.T) {
 			}
 			lead.Flush()
 			lead.Close()
+			waitLeading(t, follow)
 			deadline := time.Now().Add(5 * time.Second)
-			for !follow.Leading() {
-				if time.Now().After(deadline) {
-					t.Fatal("the follower did not take the port over")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
 			var got []link.Packet
 			if try {
 				for len(got) < len(sent) && time.Now().Before(deadline) {
