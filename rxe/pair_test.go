@@ -119,6 +119,22 @@ func newEnd(t testing.TB, name string, l link.Link, o *pairOpts) *end {
 	return newEndOn(t, dev, o)
 }
 
+// openDevice makes a device of cfg and opens a context on it, closed when
+// the test ends.
+func openDevice(t testing.TB, cfg Config) *verbs.Context {
+	t.Helper()
+	dev, err := NewDevice(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := dev.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	return ctx
+}
+
 // newEndOn opens a context on dev and makes a QP (not yet connected).
 func newEndOn(t testing.TB, dev *verbs.Device, o *pairOpts) *end {
 	t.Helper()

@@ -29,15 +29,7 @@ func TestAPacketForAQPBeingCreatedFindsItWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lp.Close()
-	dev, err := NewDevice(Config{Name: "rxe_newqp", Links: []link.Link{ld}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := dev.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
+	ctx := openDevice(t, Config{Name: "rxe_newqp", Links: []link.Link{ld}})
 	pd, err := ctx.AllocPD()
 	if err != nil {
 		t.Fatal(err)

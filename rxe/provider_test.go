@@ -45,15 +45,7 @@ func TestDeviceListsItsAddressesUnopened(t *testing.T) {
 // The device claims only what it does: it has no alternate paths, so no
 // IBV_DEVICE_AUTO_PATH_MIG.
 func TestDeviceClaimsNoAutomaticPathMigration(t *testing.T) {
-	dev, err := NewDevice(Config{Name: "rxe_caps", Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := dev.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
+	ctx := openDevice(t, Config{Name: "rxe_caps", Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}})
 	a, err := ctx.QueryDevice()
 	if err != nil {
 		t.Fatal(err)

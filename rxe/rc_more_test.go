@@ -184,15 +184,7 @@ func TestSQDrainRaisesEventAndHoldsNewRequests(t *testing.T) {
 func TestOpenReportsPortActive(t *testing.T) {
 	n := link.NewNetwork(1)
 	l, _ := n.Attach(netip.MustParseAddr("10.2.0.1"))
-	dev, err := NewDevice(Config{Links: []link.Link{l}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := dev.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
+	ctx := openDevice(t, Config{Links: []link.Link{l}})
 	c, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if ev, err := ctx.GetAsyncEvent(c); err != nil || ev.Type != verbs.EventPortActive || ev.Port != 1 {
