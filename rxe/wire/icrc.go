@@ -25,24 +25,49 @@ import (
 // icrcSeed is the CRC state after the eight masked LRH bytes.
 var icrcSeed = crc32.Update(0, crc32.IEEETable, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 
-// crcSmall continues an IEEE CRC-32 over a few bytes a table lookup at a
-// time. It is for the small masked headers, which live on the stack:
-// handing those to crc32.Update would move them to the heap.
+// crcSmall continues an IEEE CRC-32 over a few bytes. It is for the small
+// masked headers, which live on the stack: handing those to crc32.Update
+// would move them to the heap (it calls through a function variable, which
+// escape analysis cannot see into). It takes eight bytes a step, with eight
+// tables (the "slicing by 8" method), and the rest a byte at a time.
 func crcSmall(crc uint32, b []byte) uint32 {
 	crc = ^crc
+	t := &crcTables
+	for len(b) >= 8 {
+		crc ^= binary.LittleEndian.Uint32(b)
+		crc = t[7][byte(crc)] ^ t[6][byte(crc>>8)] ^ t[5][byte(crc>>16)] ^ t[4][crc>>24] ^
+			t[3][b[4]] ^ t[2][b[5]] ^ t[1][b[6]] ^ t[0][b[7]]
+		b = b[8:]
+	}
 	for _, v := range b {
-		crc = crc32.IEEETable[byte(crc)^v] ^ crc>>8
+		crc = t[0][byte(crc)^v] ^ crc>>8
 	}
 	return ^crc
 }
 
+// crcTables[k][v] is the CRC register's change from byte v followed by k
+// zero bytes: crcTables[0] is crc32.IEEETable, and each next table is the
+// one before carried through one more byte.
+var crcTables = func() (t [8][256]uint32) {
+	t[0] = *crc32.IEEETable
+	for k := 1; k < len(t); k++ {
+		for v := range t[k] {
+			c := t[k-1][v]
+			t[k][v] = t[0][byte(c)] ^ c>>8
+		}
+	}
+	return t
+}()
+
 // icrcTransport continues crc over pkt (BTH to ICRC, len(pkt) ≥ BTHLen+ICRCLen)
-// with BTH byte 4 masked, stopping before the ICRC.
-func icrcTransport(crc uint32, pkt []byte) uint32 {
-	var bth [BTHLen]byte
-	copy(bth[:], pkt)
-	bth[bthQPN] = 0xff
-	crc = crcSmall(crc, bth[:])
+// with BTH byte 4 masked, stopping before the ICRC. hdr holds the masked
+// IP and UDP headers before it, and has room for the BTH after them: the
+// two go through crcSmall together.
+func icrcTransport(crc uint32, hdr, pkt []byte) uint32 {
+	n := len(hdr)
+	hdr = append(hdr, pkt[:BTHLen]...)
+	hdr[n+bthQPN] = 0xff
+	crc = crcSmall(crc, hdr)
 	return crc32.Update(crc, crc32.IEEETable, pkt[BTHLen:len(pkt)-ICRCLen])
 }
 
@@ -66,10 +91,10 @@ type PseudoHeader struct {
 // ipv4 reports whether the pseudo header describes IPv4.
 func (ph *PseudoHeader) ipv4() bool { return ph.Src.Unmap().Is4() }
 
-// seed returns the CRC state after the masked LRH, IP and UDP headers of a
-// datagram whose UDP payload is n bytes long.
-func (ph *PseudoHeader) seed(n int) uint32 {
-	var hdr [IPv6Len + UDPLen]byte
+// putHeaders writes into hdr (room for an IPv6 and a UDP header) the
+// masked IP and UDP headers of a datagram whose UDP payload is n bytes long,
+// and returns them.
+func (ph *PseudoHeader) putHeaders(hdr []byte, n int) []byte {
 	var ip []byte
 	if ph.ipv4() {
 		ip = hdr[:IPv4MinLen]
@@ -99,7 +124,7 @@ func (ph *PseudoHeader) seed(n int) uint32 {
 	binary.BigEndian.PutUint16(udp[2:], ph.DstPort)
 	binary.BigEndian.PutUint16(udp[4:], uint16(UDPLen+n))
 	udp[6], udp[7] = 0xff, 0xff // checksum
-	return crcSmall(icrcSeed, hdr[:len(ip)+UDPLen])
+	return hdr[:len(ip)+UDPLen]
 }
 
 // ICRC computes the invariant CRC of pkt, a RoCEv2 packet from the BTH to
@@ -109,7 +134,8 @@ func (ph *PseudoHeader) ICRC(pkt []byte) uint32 {
 	if len(pkt) < BTHLen+ICRCLen {
 		return 0
 	}
-	return icrcTransport(ph.seed(len(pkt)), pkt)
+	var buf [IPv6Len + UDPLen + BTHLen]byte
+	return icrcTransport(icrcSeed, ph.putHeaders(buf[:IPv6Len+UDPLen], len(pkt)), pkt)
 }
 
 // SetICRC computes the ICRC of pkt and stores it in pkt's last four bytes.
@@ -290,8 +316,8 @@ func (d *Datagram) ICRC() uint32 {
 	if len(d.Payload) < BTHLen+ICRCLen {
 		return 0
 	}
-	var hdr [60 + UDPLen]byte
-	n := copy(hdr[:], d.IP)
+	var hdr [60 + UDPLen + BTHLen]byte
+	n := copy(hdr[:60], d.IP)
 	ip := hdr[:n]
 	if d.IsIPv4() {
 		ip[1] = 0xff
@@ -305,8 +331,7 @@ func (d *Datagram) ICRC() uint32 {
 	udp := hdr[n : n+UDPLen]
 	copy(udp, d.UDP)
 	udp[6], udp[7] = 0xff, 0xff
-	crc := crcSmall(icrcSeed, hdr[:n+UDPLen])
-	return icrcTransport(crc, d.Payload)
+	return icrcTransport(icrcSeed, hdr[:n+UDPLen], d.Payload)
 }
 
 // CheckICRC reports whether the ICRC in the datagram's last four bytes
