@@ -370,3 +370,36 @@ func TestUnansweredQPStopsHoldingItsACKs(t *testing.T) {
 	polledStep(2)
 	p.expectNoPacket("after the QP answered, its next ACK is held again")
 }
+
+// Under manual progress, a post to a QP whose requests await their ACK
+// does not send at once: the ACK's step sends it, together with what else
+// was posted meanwhile, and if the ACK is lost the retransmit timer's step
+// does. A post to an idle QP sends at once.
+func TestManualPostBehindUnacknowledgedRequestsLeavesWithTheirACK(t *testing.T) {
+	for _, answer := range []string{"ACK", "timeout"} {
+		t.Run(answer, func(t *testing.T) {
+			p, clk, q := newTimedPeer(t, 107, func(o *pairOpts) { o.timeout = timeoutCode })
+			setManualProgress(t, p.e)
+			t0 := clk.now()
+			postSend(t, p.e, 1)
+			expectCount(t, q, verbs.CounterSentPkts, 1, "after a post to an idle QP")
+			p.expectPacket(wire.RCSendOnly, 0)
+			postSend(t, p.e, 2)
+			postSend(t, p.e, 3)
+			expectCount(t, q, verbs.CounterSentPkts, 1, "after two posts behind an unacknowledged one")
+			switch answer {
+			case "ACK":
+				// Nobody polls: the receive loop takes the ACK in,
+				// and its step sends both.
+				p.send(wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCAcknowledge, PSN: 0}, Syndrome: wire.SyndromeACKUnlimited, MSN: 1}, nil, nil)
+			case "timeout":
+				// The timer's step, on the owner goroutine.
+				expectDeadline(t, clk, q, t0.Add(timeoutAt14), t0, "with the posts waiting")
+				clk.set(t0.Add(timeoutAt14))
+				p.expectPacket(wire.RCSendOnly, 0)
+			}
+			p.expectPacket(wire.RCSendOnly, 1)
+			p.expectPacket(wire.RCSendOnly, 2)
+		})
+	}
+}
