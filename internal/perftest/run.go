@@ -545,7 +545,7 @@ func runRDMABW(ctx context.Context, c *ctrl, r *res, out *output) error {
 			return err
 		}
 	}
-	if _, err := c.handshake(&r.my[0]); err != nil {
+	if err := r.serveWhile(func() error { _, err := c.handshake(&r.my[0]); return err }); err != nil {
 		return err
 	}
 	peer, err := c.xchgReport(last)
@@ -995,6 +995,36 @@ func (r *res) watchByte(ctx context.Context, i int, want byte) error {
 		}
 		time.Sleep(time.Microsecond)
 	}
+}
+
+// serveWhile runs wait, the passive side's wait for the peer to finish,
+// meanwhile driving the software device as a NIC's engine runs on its own:
+// busy-polling, a goroutine polls the CQ with no room until wait returns,
+// so that the peer's WRITEs and READs are answered at once, not each time
+// the device's goroutines wake. With -e it leaves that to them.
+func (r *res) serveWhile(wait func() error) error {
+	if r.ch != nil {
+		return wait()
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := r.cq.Poll(nil); err != nil {
+				return // the CQ's error, if it lasts, ends the test as well
+			}
+			yield.CPU()
+		}
+	}()
+	err := wait()
+	close(stop)
+	<-done
+	return err
 }
 
 // loadByte reads b[i], which the device writes concurrently, as one
