@@ -94,20 +94,7 @@ func (q *qp) pokePosted() {
 		q.kick()
 		return
 	}
-	if !q.stepMu.TryLock() {
-		q.kick()
-		return
-	}
-	defer q.stepMu.Unlock()
-	select {
-	case <-q.done:
-		return
-	default:
-	}
-	if q.awaitsResponse() {
-		return
-	}
-	q.step(q.hw.clock.now(), false)
+	q.stepHere(false, true)
 }
 
 // awaitsResponse reports whether a step is sure to come without being
