@@ -129,6 +129,35 @@ func (w *waiter) wait(fd int, f func(fd uintptr) bool) (bool, error) {
 	return false, w.raw.Read(w.drain)
 }
 
+// waitReadable arms the reading direction and parks until the socket is
+// readable or has an error, reading nothing, and reports whether it had
+// an error (EPOLLERR). Arming finds data (or an error) already there at
+// once, as the socket stays in the epoll instance level-triggered, so
+// there is no need to look before waiting, and none after: a reader that
+// wakes for nothing finds nothing and waits again.
+func (p *pollFD) waitReadable() (sockErr bool, err error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed.Load() {
+		return false, net.ErrClosed
+	}
+	w := &p.in
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ev := unix.EpollEvent{Events: w.events | unix.EPOLLONESHOT, Fd: int32(p.fd)}
+	if err := unix.EpollCtl(w.ep, unix.EPOLL_CTL_MOD, p.fd, &ev); err != nil {
+		return false, err
+	}
+	w.evs[0].Events = 0
+	if err := w.raw.Read(w.drain); err != nil {
+		if p.closed.Load() {
+			return false, net.ErrClosed // Close closed the epoll file under the wait
+		}
+		return false, err
+	}
+	return w.evs[0].Events&unix.EPOLLERR != 0, nil
+}
+
 // Control implements syscall.RawConn.
 func (p *pollFD) Control(f func(fd uintptr)) error {
 	p.mu.RLock()

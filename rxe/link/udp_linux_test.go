@@ -173,6 +173,14 @@ func TestUDPAcceptsIPv6DatagramsWithZeroChecksum(t *testing.T) {
 // unreachable, which the link reports with the packet's destination and
 // start, whether the receive or the send path meets it first.
 func TestUDPReportsUnreachableDestinations(t *testing.T) {
+	// The receive path reads the error queue: Recv, and WaitReadable, which
+	// the device's receive goroutine waits in before TryRecv.
+	for _, reader := range []string{"Recv", "WaitReadable"} {
+		t.Run(reader, func(t *testing.T) { testUnreachable(t, reader) })
+	}
+}
+
+func testUnreachable(t *testing.T, reader string) {
 	l := listenOne(t, addr1, link.UDPOptions{})
 	got := make(chan netip.Addr, 10)
 	l.SetUnreachable(func(dst netip.Addr, errno syscall.Errno, pkt []byte) {
@@ -180,7 +188,12 @@ func TestUDPReportsUnreachableDestinations(t *testing.T) {
 			got <- dst
 		}
 	})
-	go func() { // the receive path reads the error queue
+	go func() {
+		if reader == "WaitReadable" {
+			for l.WaitReadable() == nil {
+			}
+			return
+		}
 		buf := recvBuffers(4, 70000)
 		l.Recv(buf)
 	}()

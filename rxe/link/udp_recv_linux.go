@@ -27,9 +27,9 @@ const oobSize = 128
 // recvGRO).
 type receiver struct {
 	raw    syscall.RawConn
+	pfd    *pollFD               // raw, for WaitReadable
 	readFn func(fd uintptr) bool // r.read, bound once
 	tryFn  func(fd uintptr)      // one r.read, not waiting (TryRecv), bound once
-	peekFn func(fd uintptr) bool // r.peek, bound once
 	drain  func(fd uintptr) int  // reads the error queue, returning how many it read
 	want   int                   // messages to ask for
 	got    int                   // messages received
@@ -50,11 +50,10 @@ type receiver struct {
 	datagramsRead uint64
 }
 
-func (r *receiver) init(raw syscall.RawConn, gro bool) {
-	r.raw = raw
+func (r *receiver) init(raw *pollFD, gro bool) {
+	r.raw, r.pfd = raw, raw
 	r.readFn = r.read
 	r.tryFn = func(fd uintptr) { r.read(fd) }
-	r.peekFn = r.peek
 	if gro {
 		r.gro = true
 		r.scratch = make([]byte, groBuffers*groBufSize)
@@ -119,31 +118,21 @@ func (u *UDP) Held() bool {
 }
 
 // WaitReadable implements TryReceiver: it blocks until the socket has a
-// datagram (or an error) to read, or packets are held, reading nothing.
+// datagram (or an error) to read, or packets are held, reading nothing. An
+// ICMP error pending on the socket (IP_RECVERR) is reported from the error
+// queue on the way.
 func (u *UDP) WaitReadable() error {
 	if u.Held() {
 		return nil
 	}
-	if err := u.receiver.raw.Read(u.receiver.peekFn); err != nil {
+	sockErr, err := u.receiver.pfd.waitReadable()
+	if err != nil {
 		return closedError(err)
 	}
-	return nil
-}
-
-// peek is WaitReadable's RawConn.Read callback: true once the socket has
-// something to read, which it leaves there (MSG_PEEK).
-func (r *receiver) peek(fd uintptr) bool {
-	var b [1]byte
-	for {
-		_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-		switch {
-		case e == unix.EAGAIN:
-			return false
-		case e != 0 && r.again(fd, e):
-			continue
-		}
-		return true // a datagram, or an error the peek took
+	if sockErr && u.receiver.drain != nil {
+		u.receiver.raw.Control(func(fd uintptr) { u.receiver.drain(fd) })
 	}
+	return nil
 }
 
 // recvWith reads packets through the receiver, waiting for one if wait.
