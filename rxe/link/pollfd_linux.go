@@ -71,6 +71,12 @@ func offPoller(c *net.UDPConn) (*pollFD, error) {
 	if derr != nil {
 		return nil, derr
 	}
+	// The runtime made the socket non-blocking, and the duplicate shares
+	// that; the reads and writes count on it (see receiver.read).
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
 	p := &pollFD{fd: fd}
 	if err := p.in.open(fd, unix.EPOLLIN); err != nil {
 		unix.Close(fd)

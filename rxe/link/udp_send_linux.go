@@ -52,11 +52,12 @@ func (s *sender) init(raw syscall.RawConn, gso bool) {
 
 // write is the RawConn.Write callback: sendmmsg until every packed message is
 // sent, an error stops it (left in s.err, at message s.off) or the socket
-// buffer is full (it returns false to wait for room).
+// buffer is full (it returns false to wait for room). Like receiver.read
+// it does not tell the scheduler: the socket does not block.
 func (s *sender) write(fd uintptr) bool {
 	s.drained = false
 	for s.off < s.n {
-		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&s.hdrs[s.off])), uintptr(s.n-s.off), 0, 0, 0)
+		n, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&s.hdrs[s.off])), uintptr(s.n-s.off), 0, 0, 0)
 		switch {
 		case e == unix.EINTR:
 			continue
