@@ -46,6 +46,14 @@ type res struct {
 	gid       verbs.GID
 	// rxPosted counts the receives outstanding, per QP.
 	rxPosted []int
+	// sges holds the SGEs of the send work requests being built, one per
+	// request of a list (sendWR), and one, rwr and rsge the single send and
+	// receive being posted: the verbs copy what they keep, so these are
+	// reused, and posting allocates nothing.
+	sges []verbs.SGE
+	one  [1]verbs.SendWR
+	rwr  [1]verbs.RecvWR
+	rsge [1]verbs.SGE
 	qpIndex  map[uint32]int // QP number → index
 }
 
@@ -372,8 +380,14 @@ func (o *Options) sizes() []int {
 
 // sendWR is QP q's work request of one iteration of size bytes: from
 // its local half to the peer's QP's target half.
-func (r *res) sendWR(q, size int, signaled bool) verbs.SendWR {
-	wr := verbs.SendWR{SGList: []verbs.SGE{r.mr.SGE(q*r.half, size)}}
+// The SGE lives in r.sges[j]: each request of a list built at once needs
+// its own j.
+func (r *res) sendWR(q, size int, signaled bool, j int) verbs.SendWR {
+	if j >= len(r.sges) {
+		r.sges = make([]verbs.SGE, j+1)
+	}
+	r.sges[j] = r.mr.SGE(q*r.half, size)
+	wr := verbs.SendWR{SGList: r.sges[j : j+1 : j+1]}
 	rem := &r.rem[q]
 	switch r.o.Tool.Verb {
 	case Send:
@@ -399,6 +413,12 @@ func (r *res) sendWR(q, size int, signaled bool) verbs.SendWR {
 		wr.SendFlags |= verbs.SendInline
 	}
 	return wr
+}
+
+// postOne posts one signaled request of size bytes on the first QP.
+func (r *res) postOne(size int) error {
+	r.one[0] = r.sendWR(0, size, true, 0)
+	return r.qp.PostSend(r.one[:])
 }
 
 // Run runs the tool: a server without o.Server, a client with it.
@@ -588,7 +608,7 @@ func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
 				k := min(o.PostList, n-scnt[q])
 				for j := range k {
 					c := scnt[q] + j
-					list[j] = r.sendWR(q, size, (c+1)%o.CQMod == 0 || c == n-1)
+					list[j] = r.sendWR(q, size, (c+1)%o.CQMod == 0 || c == n-1, j)
 					list[j].WRID = uint64(q)<<32 | uint64(c)
 				}
 				now := stampNow()
@@ -710,8 +730,9 @@ func runSendBW(ctx context.Context, c *ctrl, r *res, out *output) error {
 // target half) until n are outstanding on QP q.
 func (r *res) fillRecvs(q, n int) error {
 	for r.rxPosted[q] < n {
-		sge := r.mr.SGE((len(r.qps)+q)*r.half, r.half)
-		if err := r.qps[q].PostRecv([]verbs.RecvWR{{WRID: uint64(r.rxPosted[q]), SGList: []verbs.SGE{sge}}}); err != nil {
+		r.rsge[0] = r.mr.SGE((len(r.qps)+q)*r.half, r.half)
+		r.rwr[0] = verbs.RecvWR{WRID: uint64(r.rxPosted[q]), SGList: r.rsge[:]}
+		if err := r.qps[q].PostRecv(r.rwr[:]); err != nil {
 			return fmt.Errorf("couldn't post receive: %w", err)
 		}
 		r.rxPosted[q]++
@@ -783,7 +804,7 @@ func runSendLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 					}
 				}
 				mark()
-				if err := r.qp.PostSend([]verbs.SendWR{r.sendWR(0, size, true)}); err != nil {
+				if err := r.postOne(size); err != nil {
 					return fmt.Errorf("couldn't post send: %w", err)
 				}
 				if !c.server {
@@ -838,7 +859,7 @@ func runReadLat(ctx context.Context, c *ctrl, r *res, out *output) error {
 			for _, size := range o.sizes() {
 				err := r.latLoop(ctx, out, size, 1, func(ctx context.Context, i int, mark func()) error {
 					mark()
-					if err := r.qp.PostSend([]verbs.SendWR{r.sendWR(0, size, true)}); err != nil {
+					if err := r.postOne(size); err != nil {
 						return fmt.Errorf("couldn't post read: %w", err)
 					}
 					_, err := r.poll(ctx)
@@ -888,7 +909,7 @@ func writeLat(ctx context.Context, r *res, out *output) error {
 			}
 			mark()
 			post[0] = byte(i + 1)
-			if err := r.qp.PostSend([]verbs.SendWR{r.sendWR(0, size, true)}); err != nil {
+			if err := r.postOne(size); err != nil {
 				return fmt.Errorf("couldn't post send: scnt=%d: %w", i+1, err)
 			}
 			if _, err := r.poll(ctx); err != nil {
@@ -1107,7 +1128,7 @@ func (r *res) warmUp(ctx context.Context, size int) error {
 	for q, qp := range r.qps {
 		list := make([]verbs.SendWR, n)
 		for j := range list {
-			list[j] = r.sendWR(q, size, true)
+			list[j] = r.sendWR(q, size, true, j)
 			list[j].WRID = warmUpWRID
 		}
 		if err := qp.PostSend(list); err != nil {
@@ -1219,7 +1240,7 @@ func (t *timed) fill(size int) error {
 		for t.scnt[q]-t.ccnt[q]+uint64(o.PostList) <= uint64(o.TxDepth) {
 			for j := range t.list {
 				c := t.scnt[q] + uint64(j)
-				t.list[j] = r.sendWR(q, size, (c+1)%uint64(o.CQMod) == 0)
+				t.list[j] = r.sendWR(q, size, (c+1)%uint64(o.CQMod) == 0, j)
 				t.list[j].WRID = uint64(q)<<32 | uint64(uint32(c))
 			}
 			if err := qp.PostSend(t.list); err != nil {
