@@ -51,10 +51,13 @@ type res struct {
 	// receive being posted: the verbs copy what they keep, so these are
 	// reused, and posting allocates nothing.
 	sges []verbs.SGE
-	one  [1]verbs.SendWR
-	rwr  [1]verbs.RecvWR
-	rsge [1]verbs.SGE
-	qpIndex  map[uint32]int // QP number → index
+	// drives says the program's polls drive the device (manual progress
+	// on a software device).
+	drives  bool
+	one     [1]verbs.SendWR
+	rwr     [1]verbs.RecvWR
+	rsge    [1]verbs.SGE
+	qpIndex map[uint32]int // QP number → index
 }
 
 func openDevice(name string) (*verbs.Device, error) {
@@ -184,7 +187,11 @@ func setup(o *Options) (*res, error) {
 	} else if err = r.ctx.SetProgress(verbs.ProgressManual); err != nil {
 		// Busy polling drives the software device (perftest's default).
 		return fail(fmt.Errorf("couldn't set manual progress: %w", err))
+	} else {
+		// A hardware device moves the data itself, and ignores it.
+		_, r.drives = verbs.ContextDriverOf(r.ctx).(verbs.ProgressDriver)
 	}
+	r.sges = make([]verbs.SGE, max(o.TxDepth, o.PostList))
 	if r.cq, err = r.ctx.CreateCQ(depth+1, r.ch, 0); err != nil {
 		return fail(fmt.Errorf("couldn't create CQ: %w", err))
 	}
@@ -1022,29 +1029,33 @@ func (r *res) watchByte(ctx context.Context, i int, want byte) error {
 // meanwhile driving the software device as a NIC's engine runs on its own:
 // busy-polling, a goroutine polls the CQ with no room until wait returns,
 // so that the peer's WRITEs and READs are answered at once, not each time
-// the device's goroutines wake. With -e it leaves that to them.
+// the device's goroutines wake. With -e, or on a device that moves the
+// data itself (hardware), it leaves that to the device.
 func (r *res) serveWhile(wait func() error) error {
-	if r.ch != nil {
+	if r.ch != nil || !r.drives {
 		return wait()
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
+	stop, done := make(chan struct{}), make(chan error, 1)
 	go func() {
-		defer close(done)
 		for {
 			select {
 			case <-stop:
+				done <- nil
 				return
 			default:
 			}
 			if _, err := r.cq.Poll(nil); err != nil {
-				return // the CQ's error, if it lasts, ends the test as well
+				done <- fmt.Errorf("poll CQ failed: %w", err)
+				return
 			}
 			yield.CPU()
 		}
 	}()
 	err := wait()
 	close(stop)
-	<-done
+	if perr := <-done; err == nil {
+		err = perr
+	}
 	return err
 }
 
