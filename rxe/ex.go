@@ -53,7 +53,7 @@ func (c *devctx) CreateCQEx(attr *verbs.CQInitAttrEx, notify func()) (verbs.CQEx
 // PostSend does and queues them all, or, if one is refused, none.
 func (q *qp) PostSendBatch(wrs []verbs.SendWR) error {
 	err := q.postSendBatch(wrs)
-	q.pokePosted()
+	q.poke()
 	return err
 }
 

@@ -466,17 +466,15 @@ func (q *qp) poke() {
 		q.kick()
 		return
 	}
-	q.stepHere(false, false)
+	q.stepHere(false)
 }
 
 // stepHere runs the owner's step on the calling goroutine, unless the
 // owner (or another goroutine) is at it already; then it wakes the owner,
 // which steps again once it is done. polled says a CQ poller delivered
-// packets to the QP (manual progress). posted says new send work is what
-// calls for the step, which a QP awaiting a response leaves to the step
-// the response brings (see pokePosted). The caller holds no lock of the
+// packets to the QP (manual progress). The caller holds no lock of the
 // QP's.
-func (q *qp) stepHere(polled, posted bool) {
+func (q *qp) stepHere(polled bool) {
 	if !q.stepMu.TryLock() {
 		q.kick()
 		return
@@ -486,9 +484,6 @@ func (q *qp) stepHere(polled, posted bool) {
 	case <-q.done:
 		return // destroyed: its owner has let go of everything
 	default:
-	}
-	if posted && q.awaitsResponse() {
-		return
 	}
 	q.step(q.hw.clock.now(), polled)
 }

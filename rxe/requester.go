@@ -81,31 +81,8 @@ func (r *requester) deadline() time.Time {
 // PostSend implements verbs.QPDriver (ibv_post_send).
 func (q *qp) PostSend(wrs []verbs.SendWR) error {
 	err := q.postSend(wrs)
-	q.pokePosted()
+	q.poke()
 	return err
-}
-
-// pokePosted is poke for new send work. Under manual progress, a QP that
-// awaits a response to what it sent (awaitsResponse) leaves the new work
-// for the step that response brings: a program that posts several lists in
-// a row then has them leave together, in one system call, not one each.
-func (q *qp) pokePosted() {
-	if !q.ctx.manual.Load() {
-		q.kick()
-		return
-	}
-	q.stepHere(false, true)
-}
-
-// awaitsResponse reports whether a step is sure to come without being
-// asked for: the QP has requests unacknowledged, so their ACK (or NAK, or
-// READ response) brings one, and if that is lost the retransmit timer
-// does. It holds no ACK of its own, which would wait for the QP's next
-// send. Called with stepMu held.
-func (q *qp) awaitsResponse() bool {
-	r := &q.req
-	return q.reliable() && q.st.state == verbs.QPSRTS && r.inited && r.una != r.psn &&
-		!r.retryAt.IsZero() && !r.rnrPending && !q.resp.held
 }
 
 func (q *qp) postSend(wrs []verbs.SendWR) error {

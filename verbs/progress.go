@@ -16,9 +16,7 @@ const (
 	// message still waits for the device's goroutines to be scheduled.
 	ProgressAuto Progress = iota
 	// ProgressManual makes the goroutine that posts a work request send
-	// it at once when the QP is idle (one that awaits the ACK of what it
-	// sent sends new work when that ACK comes, so that lists posted in a
-	// row leave together), and a CQ.Poll that finds the CQ
+	// it at once, and a CQ.Poll that finds the CQ
 	// empty take the packets waiting on the network and run the QPs they
 	// are for before it returns, as libfabric's manual progress and as a
 	// poll of hardware would see them. A program that busy-polls then
