@@ -477,10 +477,7 @@ func (h *hw) releaseHeld() {
 		select {
 		case <-q.done:
 		default:
-			if q.resp.held {
-				q.flushAck(h.clock.now(), false, true)
-				q.flushOut()
-			}
+			q.sendHeldAck(h.clock.now())
 		}
 		q.stepMu.Unlock()
 	}

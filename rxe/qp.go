@@ -507,12 +507,9 @@ func (q *qp) run() {
 		case <-q.done:
 			q.stepMu.Lock() // a poster or poller may be stepping
 			defer q.stepMu.Unlock()
-			if q.resp.held {
-				// The program saw the data; the peer still waits
-				// for the ACK that says so.
-				q.flushAck(q.hw.clock.now(), false, true)
-				q.flushOut()
-			}
+			// The program saw the data; the peer still waits for
+			// the ACK that says so.
+			q.sendHeldAck(q.hw.clock.now())
 			q.mu.Lock()
 			inbox := q.inbox
 			q.inbox = nil
@@ -541,12 +538,11 @@ func (q *qp) step(now time.Time, polled bool) {
 	q.mu.Lock()
 	pend := q.pending
 	q.pending = pendingOps{}
-	if (pend.reset || pend.flush) && q.resp.held {
+	if pend.reset || pend.flush {
 		// An ACK held from the last step is owed for what came before
 		// the RESET or ERR: it goes now, with the attributes it was
 		// made under.
-		q.flushAck(now, false, true)
-		q.flushOut()
+		q.sendHeldAck(now)
 	}
 	q.snapshot()
 	q.work, q.inbox = q.inbox, q.work[:0]
@@ -621,6 +617,15 @@ func (q *qp) step(now time.Time, polled bool) {
 	}
 	q.flushOut()
 	q.armTimer(now)
+}
+
+// sendHeldAck sends the ACK a polled step held, if there is one, at once
+// and alone (stepMu held).
+func (q *qp) sendHeldAck(now time.Time) {
+	if q.resp.held {
+		q.flushAck(now, false, true)
+		q.flushOut()
+	}
 }
 
 // snapshot copies the attributes the owner needs (q.mu held).
