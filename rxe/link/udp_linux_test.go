@@ -327,6 +327,42 @@ func TestUDPTryRecvWaitReadableAndHeld(t *testing.T) {
 	}
 }
 
+// WaitReadable returns at once for a packet that came before it armed its
+// wait: the receive loop waits only after a read found nothing, and a
+// packet may land in between. The event arming raises is the only one
+// such a packet brings, so a wait that left it for the runtime's poller to
+// pass on (it does not: arming a nested epoll instance wakes nothing)
+// would sleep until the next packet, seconds later for a connection
+// manager's retry.
+func TestUDPWaitReadableFindsAPacketThatCameBeforeIt(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := listenPair(t, addr1, addr2, link.UDPOptions{})
+	defer a.Close()
+	defer b.Close()
+	bufs := recvBuffers(64, 4096+64)
+	rng := newRand(22)
+	for i := range 100 {
+		pkt := link.Packet{Buf: newPacket(t, rng, wire.RCSendOnly, 256, uint32(i)), Addr: addr2}
+		if err := a.Send([]link.Packet{pkt}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // on loopback it is there long before this
+		waited := make(chan error, 1)
+		go func() { waited <- b.WaitReadable() }()
+		select {
+		case err := <-waited:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("packet %d: WaitReadable still waits 2 s after the packet came", i)
+		}
+		if n, err := b.TryRecv(bufs); n != 1 || err != nil {
+			t.Fatalf("packet %d: TryRecv = %d, %v; want 1 packet", i, n, err)
+		}
+	}
+}
+
 // Two goroutines waiting on one direction of a link take turns: when the
 // one the datagram wakes is WaitReadable, which reads nothing, the other,
 // a Recv, still reads it.
