@@ -155,6 +155,10 @@ func (p *pollFD) waitReadable() (sockErr bool, err error) {
 		return false, err
 	}
 	w.evs[0].Events = 0
+	// Read takes the event before it parks: the event arming raised for
+	// data already there does not wake the runtime's poller (only new
+	// events in the instance do), so a wait that parked first would
+	// sleep until the next packet.
 	if err := w.raw.Read(w.drain); err != nil {
 		if p.closed.Load() {
 			return false, net.ErrClosed // Close closed the epoll file under the wait
