@@ -168,6 +168,20 @@ type stamp int64
 
 var stampBase = time.Now()
 
+// newStamps returns room for n stamps, its memory already touched. A large
+// slice comes from the system untouched, and the run that fills it would
+// otherwise take a page fault every 512 stamps: on a virtual machine whose
+// faults cost tens of microseconds, a few percent of a 0.2 s run timed as
+// the device's.
+func newStamps(n int) []stamp {
+	s := make([]stamp, n)
+	const perPage = 4096 / 8
+	for i := 0; i < n; i += perPage {
+		s[i] = 0
+	}
+	return s
+}
+
 // stampNow returns the stamp of the present.
 func stampNow() stamp { return stamp(time.Since(stampBase)) }
 

@@ -594,8 +594,7 @@ func (r *res) bwIterations(ctx context.Context, size int) (bwReport, error) {
 	o := r.o
 	n := o.Iters
 	total := n * len(r.qps)
-	posted := make([]stamp, total)
-	completed := make([]stamp, total)
+	posted, completed := newStamps(total), newStamps(total)
 	scnt := make([]int, len(r.qps))
 	ccnt := make([]int, len(r.qps))
 	tposted, tdone := 0, 0
@@ -753,8 +752,7 @@ func (r *res) recvIterations(ctx context.Context, size int) (bwReport, error) {
 	o := r.o
 	n := o.Iters
 	total := n * len(r.qps)
-	posted := make([]stamp, total)
-	completed := make([]stamp, total)
+	posted, completed := newStamps(total), newStamps(total)
 	got := make([]int, len(r.qps))
 	done := 0
 	// The clock starts when the run does (the handshake just returned):
@@ -961,7 +959,7 @@ func (r *res) linger(ctx context.Context, i int) {
 func (r *res) latLoop(ctx context.Context, out *output, size int, factor float64, step func(ctx context.Context, i int, mark func()) error) error {
 	o := r.o
 	if o.Duration == 0 {
-		stamps := make([]stamp, o.Iters)
+		stamps := newStamps(o.Iters)
 		for i := range o.Iters {
 			if err := step(ctx, i, func() { stamps[i] = stampNow() }); err != nil {
 				return err
