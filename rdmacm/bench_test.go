@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -57,6 +58,63 @@ func BenchmarkDialAccept(b *testing.B) {
 }
 
 var benchDevices sync.Once
+
+// BenchmarkClosedConnMemory reports the heap a connection still holds
+// once both sides have closed it (B/conn): the connection manager keeps
+// each side in timewait for about 2 s (the QP's ACK timeout, as the IB CM
+// does), to answer a late DREQ and to keep its communication ID from
+// being reused, so a server that accepts and closes connections fast
+// holds this much per connection of the last 2 s.
+func BenchmarkClosedConnMemory(b *testing.B) {
+	benchDevices.Do(func() {
+		for _, a := range []string{"127.0.0.1", "127.0.0.2"} {
+			dev, err := rxe.NewDevice(rxe.Config{Addrs: []netip.Addr{netip.MustParseAddr(a)}, Port: 14791})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rdmacm.RegisterDevice(dev)
+		}
+	})
+	const conns = 300
+	ln, err := rdmacm.Listen("127.0.0.2:7498", &rdmacm.Options{Backlog: 64})
+	if err != nil {
+		b.Skip("no loopback device:", err)
+	}
+	defer ln.Close()
+	ctx := context.Background()
+	var closed sync.WaitGroup
+	go func() {
+		for {
+			c, err := ln.Accept(ctx)
+			if err != nil {
+				return
+			}
+			go func() { c.WaitDisconnect(ctx); c.Close(); closed.Done() }()
+		}
+	}()
+	opts := &rdmacm.Options{LocalAddr: netip.MustParseAddrPort("127.0.0.1:0")}
+	dialClose := func(n int) {
+		closed.Add(n)
+		for range n {
+			c, err := rdmacm.Dial(ctx, "127.0.0.2:7498", opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+		closed.Wait()
+	}
+	dialClose(conns) // the agents, buffer pools and tables grown first
+	var before, after runtime.MemStats
+	for range b.N {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		dialClose(conns)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric((float64(after.HeapInuse)-float64(before.HeapInuse))/conns, "B/conn")
+	}
+}
 
 // BenchmarkTCPDialAccept is the anchor: a TCP connection set up and closed
 // over loopback.
