@@ -45,16 +45,21 @@ type conn struct {
 	timeout time.Duration
 	retries int
 
-	req       mad.REQ // the REQ sent (active) or received (passive)
-	rep       mad.REP // the REP received (active) or sent (passive)
-	myPSN     uint32  // the PSN the peer sends from
-	peerPSN   uint32  // the PSN we send from
-	respRes   uint8   // our max_dest_rd_atomic
-	initDepth uint8   // our max_rd_atomic
-	ackTO     uint8   // the QP's local ACK timeout code
-	retryCnt  uint8
-	rnrRetry  uint8
-	pathMTU   verbs.MTU
+	// What Accept needs of a received REQ (or SIDR_REQ): the REQ's
+	// responder resources and initiator depth, and its service ID. The
+	// messages themselves are not kept: a connection lingers in timewait
+	// for seconds after it is closed, and a busy server holds thousands.
+	peerRespRes   uint8
+	peerInitDepth uint8
+	serviceID     mad.ServiceID
+	myPSN         uint32 // the PSN the peer sends from
+	peerPSN       uint32 // the PSN we send from
+	respRes       uint8  // our max_dest_rd_atomic
+	initDepth     uint8  // our max_rd_atomic
+	ackTO         uint8  // the QP's local ACK timeout code
+	retryCnt      uint8
+	rnrRetry      uint8
+	pathMTU       verbs.MTU
 
 	timewait     *time.Timer
 	counted      bool   // counted in the listener's pending requests
@@ -256,7 +261,7 @@ func (id *ID) sendREQ(p ConnParam) error {
 	if id.qp != nil && id.qp.Type() == verbs.QPTUC {
 		transport = mad.TransportUC
 	}
-	c.req = mad.REQ{
+	req := &mad.REQ{
 		LocalCommID:             c.localID,
 		ServiceID:               mad.MakeServiceID(mad.PortSpace(id.ps), id.peer.Port()),
 		LocalCAGUID:             a.guid,
@@ -285,16 +290,16 @@ func (id *ID) sendREQ(p ConnParam) error {
 			LocalACKTimeout: c.ackTO,
 		},
 	}
-	id.route.FlowLabel = c.req.Primary.FlowLabel
+	id.route.FlowLabel = req.Primary.FlowLabel
 	h := mad.CMAHeader{Port: id.local.Port(), Src: id.local.Addr(), Dst: id.peer.Addr()}
 	if id.ps == PSIB {
 		// The IB port space carries the user's private data whole.
-		copy(c.req.PrivateData[:], user)
-	} else if err := c.req.SetCMAPrivateData(&h, user); err != nil {
+		copy(req.PrivateData[:], user)
+	} else if err := req.SetCMAPrivateData(&h, user); err != nil {
 		return err
 	}
 	id.register()
-	c.retr = a.startRetrier(marshal(c.tid, &c.req), c.peerGID, c.sgid, c.timeout, c.retries, id.reqTimedOut)
+	c.retr = a.startRetrier(marshal(c.tid, req), c.peerGID, c.sgid, c.timeout, c.retries, id.reqTimedOut)
 	return nil
 }
 
@@ -363,7 +368,6 @@ func (a *agent) handleREP(in *inMAD, m *mad.REP) {
 	}
 	c.retr.stop()
 	c.retr = nil
-	c.rep = *m
 	c.remoteID, c.remoteGUID, c.remoteQPN = m.LocalCommID, m.LocalCAGUID, m.LocalQPN
 	a.remotes[remoteKey{c.remoteID, c.remoteGUID}] = id
 	a.qpns[remoteKey{c.remoteQPN, c.remoteGUID}] = id
@@ -531,8 +535,9 @@ func (a *agent) handleREQ(in *inMAD, m *mad.REQ) {
 	child.local = netip.AddrPortFrom(m.Primary.RemoteGID.Addr(), port)
 	child.peer = netip.AddrPortFrom(src, srcPort)
 	c := &child.c
-	*c = conn{state: cmReqRcvd, sgid: in.sgid, peerGID: in.src, req: *m, tid: in.hdr.TransactionID,
-		remoteID: m.LocalCommID, remoteGUID: m.LocalCAGUID, remoteQPN: m.LocalQPN, counted: true}
+	*c = conn{state: cmReqRcvd, sgid: in.sgid, peerGID: in.src, tid: in.hdr.TransactionID,
+		remoteID: m.LocalCommID, remoteGUID: m.LocalCAGUID, remoteQPN: m.LocalQPN, counted: true,
+		peerRespRes: m.ResponderResources, peerInitDepth: m.InitiatorDepth, serviceID: m.ServiceID}
 	c.localID = a.newCommID()
 	c.peerPSN = m.StartingPSN
 	c.myPSN = randUint32() & 0xffffff
@@ -596,7 +601,7 @@ func (id *ID) Accept(p *ConnParam) error {
 	if p != nil {
 		param = *p
 	} else {
-		param = ConnParam{ResponderResources: c.req.InitiatorDepth, InitiatorDepth: c.req.ResponderResources, RNRRetryCount: 7}
+		param = ConnParam{ResponderResources: c.peerInitDepth, InitiatorDepth: c.peerRespRes, RNRRetryCount: 7}
 	}
 	if len(param.PrivateData) > mad.REPPrivateDataLen {
 		cm.mu.Unlock()
@@ -610,14 +615,14 @@ func (id *ID) Accept(p *ConnParam) error {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID has no QP and ConnParam.QPNum is 0")
 	}
 	c.respRes = min(param.ResponderResources, 255)
-	c.initDepth = min(param.InitiatorDepth, c.req.ResponderResources)
+	c.initDepth = min(param.InitiatorDepth, c.peerRespRes)
 	if id.qp != nil {
 		if err := id.qpToRTS(); err != nil {
 			cm.mu.Unlock()
 			return err
 		}
 	}
-	c.rep = mad.REP{
+	rep := &mad.REP{
 		LocalCommID:         c.localID,
 		RemoteCommID:        c.remoteID,
 		LocalQPN:            qpn,
@@ -630,11 +635,11 @@ func (id *ID) Accept(p *ConnParam) error {
 		SRQ:                 srq,
 		LocalCAGUID:         id.agent.guid,
 	}
-	copy(c.rep.PrivateData[:], param.PrivateData)
+	copy(rep.PrivateData[:], param.PrivateData)
 	c.state = cmRepSent
 	id.countDone()
 	id.agent.qpns[remoteKey{c.remoteQPN, c.remoteGUID}] = id
-	c.retr = id.agent.startRetrier(marshal(c.tid, &c.rep), c.peerGID, c.sgid, c.timeout, c.retries, id.repTimedOut)
+	c.retr = id.agent.startRetrier(marshal(c.tid, rep), c.peerGID, c.sgid, c.timeout, c.retries, id.repTimedOut)
 	cm.mu.Unlock()
 	return id.wait(op, EventEstablished)
 }
@@ -811,6 +816,7 @@ func (id *ID) enterTimewait() {
 	c := &id.c
 	c.retr.stop()
 	c.retr = nil
+	c.last = nil // timewait answers from scratch (handleDREQ, handleREQ)
 	if c.state == cmTimewait {
 		return
 	}

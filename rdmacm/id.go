@@ -855,7 +855,12 @@ func (id *ID) destroyLocked() []*Event {
 	evs := id.ch.take(id)
 	if id.sync {
 		id.ch.shut() // wakes a synchronous call waiting on it
+	} else {
+		// The ID sends no more events, and may linger in timewait
+		// long after the program closed the channel: let it go.
+		id.ch = nil
 	}
+	id.lastWait = nil
 	return evs
 }
 

@@ -116,7 +116,7 @@ func (a *agent) handleSIDRREQ(in *inMAD, m *mad.SIDRREQ) {
 	*c = conn{state: cmSIDRReqRcvd, sgid: in.sgid, peerGID: in.src, tid: in.hdr.TransactionID,
 		remoteID: m.RequestID, remoteGUID: addrKey(in.src), counted: true}
 	c.localID = a.newCommID()
-	c.req.ServiceID = m.ServiceID
+	c.serviceID = m.ServiceID
 	child.route = Route{SGID: verbs.GIDFromAddr(local), DGID: verbs.GIDFromAddr(in.src), SGIDIndex: uint8(in.sgid),
 		PathMTU: a.mtu, HopLimit: 64}
 	child.register()
@@ -166,7 +166,7 @@ func (id *ID) acceptSIDR(p *ConnParam) error {
 // sendSIDRREP answers the SIDR_REQ. Called with cm.mu held.
 func (id *ID) sendSIDRREP(status mad.SIDRStatus, qpn uint32, pdata []byte) {
 	c := &id.c
-	m := &mad.SIDRREP{RequestID: c.remoteID, Status: status, ServiceID: c.req.ServiceID}
+	m := &mad.SIDRREP{RequestID: c.remoteID, Status: status, ServiceID: c.serviceID}
 	if status == mad.SIDRSuccess {
 		m.QPN, m.QKey = qpn, UDPQKey
 	}
