@@ -268,8 +268,9 @@ type CompChannel struct {
 // compChannelLen is the room of a channel's queue before events wait in
 // its overflow. The queue is allocated with the channel: rdma_cm makes two
 // per connection, and at 4096 entries (32 KiB) they took a third of a
-// connection's setup.
-const compChannelLen = 64
+// connection's setup. A CQ has at most one event waiting per arming, and
+// most channels serve one or two CQs.
+const compChannelLen = 8
 
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel).
 func (c *Context) CreateCompChannel() (*CompChannel, error) {
