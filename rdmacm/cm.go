@@ -45,10 +45,11 @@ type conn struct {
 	timeout time.Duration
 	retries int
 
-	// What Accept needs of a received REQ (or SIDR_REQ): the REQ's
-	// responder resources and initiator depth, and its service ID. The
-	// messages themselves are not kept: a connection lingers in timewait
-	// for seconds after it is closed, and a busy server holds thousands.
+	// What Accept needs of a received REQ, its responder resources and
+	// initiator depth, and what the SIDR_REP needs of a SIDR_REQ, its
+	// service ID. The messages themselves are not kept: a connection
+	// lingers in timewait for seconds after it is closed, and a busy
+	// server holds thousands.
 	peerRespRes   uint8
 	peerInitDepth uint8
 	serviceID     mad.ServiceID
@@ -537,7 +538,7 @@ func (a *agent) handleREQ(in *inMAD, m *mad.REQ) {
 	c := &child.c
 	*c = conn{state: cmReqRcvd, sgid: in.sgid, peerGID: in.src, tid: in.hdr.TransactionID,
 		remoteID: m.LocalCommID, remoteGUID: m.LocalCAGUID, remoteQPN: m.LocalQPN, counted: true,
-		peerRespRes: m.ResponderResources, peerInitDepth: m.InitiatorDepth, serviceID: m.ServiceID}
+		peerRespRes: m.ResponderResources, peerInitDepth: m.InitiatorDepth}
 	c.localID = a.newCommID()
 	c.peerPSN = m.StartingPSN
 	c.myPSN = randUint32() & 0xffffff
@@ -792,9 +793,8 @@ func (id *ID) sendDREP(pdata []byte) {
 	c := &id.c
 	m := &mad.DREP{LocalCommID: c.localID, RemoteCommID: c.remoteID}
 	copy(m.PrivateData[:], pdata)
-	c.last = marshal(c.tid, m)
-	id.agent.send(c.last, c.peerGID, c.sgid)
-	id.enterTimewait()
+	id.agent.send(marshal(c.tid, m), c.peerGID, c.sgid)
+	id.enterTimewait() // a DREQ again gets a DREP made afresh
 }
 
 // disconnectedEvent delivers DISCONNECTED once.

@@ -203,7 +203,7 @@ func (id *ID) PortNum() uint8 {
 }
 
 // Channel returns the ID's event channel (id->channel); nil for a
-// synchronous ID.
+// synchronous ID, and once the ID is destroyed.
 func (id *ID) Channel() *EventChannel {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
@@ -767,7 +767,9 @@ func (id *ID) wait(op string, want EventType) error {
 		return err
 	}
 	cm.mu.Lock()
-	id.lastWait = ev
+	if id.state != stateDestroying {
+		id.lastWait = ev
+	}
 	cm.mu.Unlock()
 	if ev.Type != want || ev.Status != 0 {
 		return &opError{op: op, ev: ev}
@@ -861,6 +863,7 @@ func (id *ID) destroyLocked() []*Event {
 		id.ch = nil
 	}
 	id.lastWait = nil
+	id.c.reqEvent = nil
 	return evs
 }
 

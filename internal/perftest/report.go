@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -175,9 +177,12 @@ var stampBase = time.Now()
 // the device's.
 func newStamps(n int) []stamp {
 	s := make([]stamp, n)
-	const perPage = 4096 / 8
+	perPage := os.Getpagesize() / int(unsafe.Sizeof(stamp(0)))
 	for i := 0; i < n; i += perPage {
 		s[i] = 0
+	}
+	if n > 0 {
+		s[n-1] = 0 // the last page, when s does not start on a page
 	}
 	return s
 }

@@ -139,8 +139,9 @@ func (w *waiter) wait(fd int, f func(fd uintptr) bool) (bool, error) {
 // readable or has an error, reading nothing, and reports whether it had
 // an error (EPOLLERR). Arming finds data (or an error) already there at
 // once, as the socket stays in the epoll instance level-triggered, so
-// there is no need to look before waiting, and none after: a reader that
-// wakes for nothing finds nothing and waits again.
+// there is no need to look at the socket before waiting, and none after:
+// a reader that wakes for nothing finds nothing and waits again. It must
+// look at the epoll instance once, though (below).
 func (p *pollFD) waitReadable() (sockErr bool, err error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -155,10 +156,11 @@ func (p *pollFD) waitReadable() (sockErr bool, err error) {
 		return false, err
 	}
 	w.evs[0].Events = 0
-	// Read takes the event before it parks: the event arming raised for
-	// data already there does not wake the runtime's poller (only new
-	// events in the instance do), so a wait that parked first would
-	// sleep until the next packet.
+	// Read takes the event before it parks. When arming found data
+	// already there, the runtime's poller may have seen the instance
+	// readable before Read began, and Read forgets that (it resets the
+	// file's readiness before its first try): a wait that parked first
+	// would sleep until the next packet.
 	if err := w.raw.Read(w.drain); err != nil {
 		if p.closed.Load() {
 			return false, net.ErrClosed // Close closed the epoll file under the wait
