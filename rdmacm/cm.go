@@ -53,14 +53,15 @@ type conn struct {
 	peerRespRes   uint8
 	peerInitDepth uint8
 	serviceID     mad.ServiceID
-	myPSN         uint32 // the PSN the peer sends from
-	peerPSN       uint32 // the PSN we send from
-	respRes       uint8  // our max_dest_rd_atomic
-	initDepth     uint8  // our max_rd_atomic
-	ackTO         uint8  // the QP's local ACK timeout code
-	retryCnt      uint8
-	rnrRetry      uint8
-	pathMTU       verbs.MTU
+
+	myPSN     uint32 // the PSN the peer sends from
+	peerPSN   uint32 // the PSN we send from
+	respRes   uint8  // our max_dest_rd_atomic
+	initDepth uint8  // our max_rd_atomic
+	ackTO     uint8  // the QP's local ACK timeout code
+	retryCnt  uint8
+	rnrRetry  uint8
+	pathMTU   verbs.MTU
 
 	timewait     *time.Timer
 	counted      bool   // counted in the listener's pending requests
