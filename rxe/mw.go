@@ -73,6 +73,18 @@ func (h *hw) window(rkey uint32) *mw {
 	return h.mws[rkey>>8]
 }
 
+// localOp implements engineHost: a BIND_MW or LOCAL_INV work request,
+// carried out in the send queue's order.
+func (q *qp) localOp(wr *verbs.SendWR) verbs.WCStatus {
+	if wr.Opcode == verbs.WRBindMW {
+		return q.bindMW(&wr.BindMW)
+	}
+	if !q.invalidate(wr.InvalidateRKey) {
+		return verbs.WCLocQPOpErr
+	}
+	return verbs.WCSuccess
+}
+
 // bindMW carries out a BIND_MW work request (the requester, in order). It
 // returns the completion status: IBV_WC_MW_BIND_ERR for a bind the IBTA
 // forbids (IBTA vol. 1 §10.6.7.2).

@@ -1,6 +1,7 @@
 package rxe
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -59,15 +60,18 @@ type qp struct {
 	// Owner state.
 	epochSeen int       // q.epoch when the owner last took the posted WQEs
 	st        ownerAttr // the owner's copy of the attributes
+	sq        sendQueue // WQEs taken from posted, oldest first, until completed
 	req       requester
+	comp      completer
 	resp      responder
-	sq        []*sendWQE // WQEs taken from posted, oldest first, until completed
-	out       []link.Packet
-	outBufs   [][]byte
-	outSGID   int // the GID index (link) the out batch leaves from
-	timer     timer
-	timerAt   time.Time // when timer fires (zero: it is stopped, or fired)
-	work      []inPacket
+	// drainedSent: IBV_EVENT_SQ_DRAINED was raised for this stay in SQD.
+	drainedSent bool
+	out         []link.Packet
+	outBufs     [][]byte
+	outSGID     int // the GID index (link) the out batch leaves from
+	timer       timer
+	timerAt     time.Time // when timer fires (zero: it is stopped, or fired)
+	work        []inPacket
 }
 
 // pendingOps are state changes Modify asks the owner to carry out.
@@ -214,6 +218,8 @@ func (q *qp) start() error {
 			break
 		}
 	}
+	q.req = requester{sq: &q.sq, comp: &q.comp, host: q, attr: &q.st, typ: q.typ, qpn: q.num}
+	q.comp = completer{sq: &q.sq, host: q, attr: &q.st}
 	h.qps[q.num] = q
 	h.mu.Unlock()
 	go q.run()
@@ -224,17 +230,26 @@ func (q *qp) start() error {
 const gsiQPN = 1
 
 // datagram reports whether the QP carries datagrams (UD, and QP1).
-func (q *qp) datagram() bool { return q.typ == verbs.QPTUD || q.typ == verbs.QPTGSI }
+func (q *qp) datagram() bool { return datagramType(q.typ) }
 
 // reliable reports whether the QP runs RC's protocol: acknowledgements,
 // retries, READs and atomics (RC and both XRC sides).
-func (q *qp) reliable() bool {
-	return q.typ == verbs.QPTRC || q.typ == verbs.QPTXRCSend || q.typ == verbs.QPTXRCRecv
-}
+func (q *qp) reliable() bool { return reliableType(q.typ) }
 
 // transport is the transport prefix of the QP's opcodes.
-func (q *qp) transport() wire.Transport {
-	switch q.typ {
+func (q *qp) transport() wire.Transport { return transportOf(q.typ) }
+
+// datagramType reports whether QPs of type t carry datagrams (UD, and QP1).
+func datagramType(t verbs.QPType) bool { return t == verbs.QPTUD || t == verbs.QPTGSI }
+
+// reliableType reports whether QPs of type t run RC's protocol.
+func reliableType(t verbs.QPType) bool {
+	return t == verbs.QPTRC || t == verbs.QPTXRCSend || t == verbs.QPTXRCRecv
+}
+
+// transportOf is the transport prefix of the opcodes of QPs of type t.
+func transportOf(t verbs.QPType) wire.Transport {
+	switch t {
 	case verbs.QPTUC:
 		return wire.TransportUC
 	case verbs.QPTXRCSend, verbs.QPTXRCRecv:
@@ -250,7 +265,13 @@ func (q *qp) transport() wire.Transport {
 func rcOp(op wire.OpCode) wire.OpCode { return op &^ 0xe0 }
 
 // opcode returns the opcode of the RC operation op in the QP's transport.
-func (q *qp) opcode(op wire.OpCode) wire.OpCode { return rcOp(op) | wire.OpCode(q.transport()) }
+func (q *qp) opcode(op wire.OpCode) wire.OpCode { return opcodeFor(q.typ, op) }
+
+// opcodeFor returns the opcode of the RC operation op in the transport of
+// QPs of type t.
+func opcodeFor(t verbs.QPType, op wire.OpCode) wire.OpCode {
+	return rcOp(op) | wire.OpCode(transportOf(t))
+}
 
 // Num implements verbs.QPDriver.
 func (q *qp) Num() uint32 { return q.num }
@@ -551,21 +572,22 @@ func (q *qp) step(now time.Time, polled bool) {
 		q.resetOwner()
 	}
 	q.epochSeen = q.epoch
-	q.sq = append(q.sq, q.posted...)
+	q.sq.wqes = append(q.sq.wqes, q.posted...)
 	clear(q.posted)
 	q.posted = q.posted[:0]
 	q.mu.Unlock()
 
 	if q.st.state != verbs.QPSSQD {
-		q.req.drainedSent = false
+		q.drainedSent = false
 	}
 	q.resp.burst = 0
 	if pend.resetResp {
 		q.resp.reset(q.st.rqPSN)
 	}
 	if pend.resetReq {
-		q.req.reset(q.st.sqPSN)
-		q.req.retries, q.req.rnrRetries = q.st.retryCnt, q.st.rnrRetry
+		q.sq.reset(q.st.sqPSN)
+		q.req.reset()
+		q.comp.reset()
 	}
 	if q.resp.held && len(q.work) > 0 && !pend.reset {
 		// A held ACK goes before what the new packets bring: its PSN
@@ -601,11 +623,12 @@ func (q *qp) step(now time.Time, polled bool) {
 		if pend.flush {
 			q.flush()
 		}
-		if q.req.inited {
-			q.onTimer(now)
-		}
+		q.comp.onTimer(now)
 		q.retire() // completions free room under max_rd_atomic
-		q.sendMore(now)
+		q.req.sendMore(now)
+		if q.req.takeBuilt() {
+			q.resp.unanswered = false // the program answers: its ACKs may wait for it
+		}
 		q.retire()
 		q.checkDrained()
 		if q.st.state == verbs.QPSErr {
@@ -657,8 +680,9 @@ func (q *qp) snapshot() {
 
 // resetOwner drops all protocol state (the QP went to RESET).
 func (q *qp) resetOwner() {
-	q.sq = q.sq[:0]
-	q.req = requester{}
+	q.sq.clear()
+	q.req.reset()
+	q.comp.reset()
 	q.resp = responder{}
 }
 
@@ -675,11 +699,7 @@ func (q *qp) toError() {
 // flush completes every outstanding WQE with WR_FLUSH_ERR (the QP is in
 // ERR), keeping the status of one that already failed.
 func (q *qp) flush() {
-	for _, w := range q.sq {
-		if !w.done {
-			w.done, w.status = true, verbs.WCWRFlushErr
-		}
-	}
+	q.sq.failAll(verbs.WCWRFlushErr)
 	q.retire()
 	q.mu.Lock()
 	flushed := q.rq.takeAll(nil)
@@ -766,12 +786,81 @@ func (q *qp) armTimer(now time.Time) {
 func (q *qp) deadline() time.Time {
 	var d time.Time
 	if q.st.state == verbs.QPSRTS || q.st.state == verbs.QPSSQD {
-		d = q.req.deadline() // only a sending requester waits for time
+		d = q.comp.deadline() // only a sending requester waits for time
 	}
 	if q.resp.held && (d.IsZero() || q.resp.until.Before(d)) {
 		d = q.resp.until
 	}
 	return d
+}
+
+// receive handles one packet for this QP.
+func (q *qp) receive(in *inPacket, now time.Time) {
+	var p wire.Packet
+	if err := p.Decode(in.buf); err != nil {
+		q.receiveMalformed(in, err)
+		return
+	}
+	op := p.OpCode()
+	if q.datagram() {
+		if op.Transport() == wire.TransportUD {
+			q.receiveUD(&p, in)
+		}
+		return
+	}
+	if op.Transport() != q.transport() {
+		return // wrong transport for this QP: silently dropped (IBTA C9-54)
+	}
+	if q.typ == verbs.QPTXRCSend && !op.IsResponse() || q.typ == verbs.QPTXRCRecv && op.IsResponse() {
+		return // an XRC QP is only a requester or only a responder
+	}
+	switch q.st.state {
+	case verbs.QPSReset, verbs.QPSInit, verbs.QPSErr:
+		return
+	}
+	if in.src != q.st.dest {
+		return // a connected QP takes packets from its peer only
+	}
+	if op.IsResponse() {
+		if q.st.state == verbs.QPSRTR {
+			return
+		}
+		q.comp.complete(&p, now)
+		return
+	}
+	q.respond(&p, in, now)
+}
+
+// receiveMalformed handles a packet Decode refused. A request whose
+// length does not fit its opcode (a payload where the opcode has none, too
+// short for its extended headers) is, on a reliable QP at the expected PSN,
+// a length error: an invalid request (IBTA vol. 1 §9.7.5.1.3, responder
+// class C), NAKed and fatal to the QP like any other. Everything else
+// (a bad opcode or version, a response, another PSN) is dropped.
+func (q *qp) receiveMalformed(in *inPacket, err error) {
+	if !q.reliable() || len(in.buf) < wire.BTHLen ||
+		!errors.Is(err, wire.ErrLength) && !errors.Is(err, wire.ErrTruncated) && !errors.Is(err, wire.ErrPadCount) {
+		return
+	}
+	bth := wire.BTH(in.buf[:wire.BTHLen])
+	op := bth.OpCode()
+	if op.Transport() != q.transport() || op.IsResponse() || q.typ == verbs.QPTXRCSend || !q.resp.inited {
+		return
+	}
+	switch q.st.state {
+	case verbs.QPSReset, verbs.QPSInit, verbs.QPSErr:
+		return
+	}
+	if in.src != q.st.dest || bth.PSN() != q.resp.epsn {
+		return
+	}
+	q.fatalNAK(bth.PSN(), wire.NAKInvalidRequest, verbs.EventQPReqErr, "length")
+}
+
+// resolve implements engineHost: memory of the QP's PD.
+func (q *qp) resolve(sges []verbs.SGE, write bool, segs [][]byte) ([][]byte, bool) {
+	segs, _, ok := q.hw.resolveSGEs(q.pd, sges, write, segs)
+	return segs, ok
 }
 
 var _ verbs.QPDriver = (*qp)(nil)

@@ -1,14 +1,43 @@
 package rxe
 
 import (
-	"fmt"
-	"slices"
+	"net/netip"
 	"time"
 
+	"github.com/rdmago/rdmago/rxe/link"
 	"github.com/rdmago/rdmago/rxe/wire"
 	"github.com/rdmago/rdmago/verbs"
-	"github.com/rdmago/rdmago/verbs/swcq"
 )
+
+// The QP engine has three parts, as Linux rxe's has. The requester turns
+// send WQEs into request packets; the completer (completer.go) takes the
+// acknowledgements and READ and atomic responses that come back, and
+// decides what is done, what goes again and when; the responder
+// (responder.go) answers the peer's requests. Each takes a WQE or a parsed
+// packet and the time, now, and leaves packets in the QP's out batch,
+// completions as WQEs marked done and its next deadline. None reads a
+// clock, starts a goroutine or calls the link: the QP (qp.go) runs them in
+// its step, and owns the rest.
+
+// engineHost is what the requester and the completer need of their QP:
+// the out batch, local memory, counters and the move to ERR. A *qp is
+// one; the send side's unit tests use a fake.
+type engineHost interface {
+	// queueOutTo returns a packet buffer of the out batch to build
+	// into, for addr from the link of GID index sgid.
+	queueOutTo(addr netip.Addr, sgid int) *link.Packet
+	// resolve maps an SGE list to the memory it names in the QP's PD,
+	// checking local write access if write. false: LOC_PROT_ERR.
+	resolve(sges []verbs.SGE, write bool, segs [][]byte) ([][]byte, bool)
+	// localOp carries out a BIND_MW or LOCAL_INV work request and
+	// returns its completion status.
+	localOp(wr *verbs.SendWR) verbs.WCStatus
+	// count adds n to the QP's counter k.
+	count(k verbs.Counter, n uint64)
+	// toError moves the QP to ERR; the attributes the parts share say
+	// so at once.
+	toError()
+}
 
 // sendWQE is a send work request on its way through the requester.
 type sendWQE struct {
@@ -45,248 +74,6 @@ func (w *sendWQE) isReadOrAtomic() bool {
 	return false
 }
 
-// requester is the send side's protocol state.
-type requester struct {
-	psn         wire.PSN // next PSN to assign
-	una         wire.PSN // oldest unacknowledged PSN
-	next        int      // index in sq of the next WQE to (re)send
-	noack       int      // packets sent since the last AckReq
-	retries     int      // transport retries left
-	rnrRetries  int      // RNR retries left
-	retryAt     time.Time
-	rnrUntil    time.Time // after an RNR NAK, wait until then
-	rnrPending  bool
-	progress    bool     // something was acknowledged since the timer was armed
-	readGap     wire.PSN // the last PSN resendFrom asked again from
-	gapSet      bool
-	gapSeen     int      // out-of-order responses since asking again from readGap
-	nakPSN      wire.PSN // the PSN of the last sequence error NAK
-	nakSet      bool
-	inited      bool
-	drainedSent bool // IBV_EVENT_SQ_DRAINED raised for this stay in SQD
-}
-
-func (r *requester) reset(psn wire.PSN) {
-	*r = requester{psn: psn, una: psn, inited: true}
-}
-
-// deadline returns when the owner must next wake for the requester.
-func (r *requester) deadline() time.Time {
-	if r.rnrPending {
-		return r.rnrUntil
-	}
-	return r.retryAt
-}
-
-// PostSend implements verbs.QPDriver (ibv_post_send).
-func (q *qp) PostSend(wrs []verbs.SendWR) error {
-	err := q.postSend(wrs)
-	q.poke()
-	return err
-}
-
-func (q *qp) postSend(wrs []verbs.SendWR) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.destroyed {
-		return &verbs.WRError{Err: verbs.Errorf("ibv_post_send", verbs.ErrClosed, "QP destroyed")}
-	}
-	n := 0
-	for i := range wrs {
-		w, err := q.checkSend(&wrs[i])
-		if err != nil {
-			return &verbs.WRError{Index: i, WRID: wrs[i].WRID, Err: err}
-		}
-		q.posted = append(q.posted, w)
-		q.sqDepth++
-		n++
-	}
-	return nil
-}
-
-// checkSend validates a send work request as rxe does at post time and
-// returns its WQE (q.mu held).
-func (q *qp) checkSend(wr *verbs.SendWR) (*sendWQE, error) {
-	bad := func(errno verbs.Errno, format string, args ...any) error {
-		return verbs.Errorf("ibv_post_send", errno, fmt.Sprintf(format, args...))
-	}
-	switch s := q.attr.QPState; s {
-	case verbs.QPSRTS, verbs.QPSSQD, verbs.QPSErr, verbs.QPSSQE:
-	default:
-		return nil, bad(verbs.ErrInvalidArgument, "QP %#x is in %s: sends need RTS", q.num, s)
-	}
-	if q.typ == verbs.QPTXRCRecv {
-		return nil, bad(verbs.ErrInvalidArgument, "XRC_RECV QP %#x has no send queue", q.num)
-	}
-	if !opAllowed(q.typ, wr.Opcode) {
-		return nil, bad(verbs.ErrInvalidArgument, "opcode %s not valid on a %s QP", wr.Opcode, q.typ)
-	}
-	if q.typ == verbs.QPTXRCSend && wr.RemoteSRQN > 0xffffff {
-		return nil, bad(verbs.ErrInvalidArgument, "remote_srqn %#x above 24 bits", wr.RemoteSRQN)
-	}
-	if len(wr.SGList) > int(q.cap.MaxSendSGE) {
-		return nil, bad(verbs.ErrInvalidArgument, "%d SGEs, the QP takes %d", len(wr.SGList), q.cap.MaxSendSGE)
-	}
-	if q.sqDepth >= int(q.cap.MaxSendWR) {
-		return nil, bad(verbs.ErrNoMemory, "send queue full (%d WRs)", q.cap.MaxSendWR)
-	}
-	var length uint64
-	for _, s := range wr.SGList {
-		length += uint64(s.Length)
-	}
-	if length > maxMsgSize {
-		return nil, bad(verbs.ErrInvalidArgument, "message of %d bytes above the %d-byte maximum", length, maxMsgSize)
-	}
-	var ud *udDest
-	if q.datagram() {
-		d, err := q.checkUD(wr, length)
-		if err != nil {
-			return nil, err
-		}
-		ud = d
-	}
-	switch wr.Opcode {
-	case verbs.WRBindMW:
-		if len(wr.SGList) != 0 || wr.SendFlags&verbs.SendInline != 0 {
-			return nil, bad(verbs.ErrInvalidArgument, "BIND_MW takes no data")
-		}
-		if wr.BindMW.MW == nil {
-			return nil, bad(verbs.ErrInvalidArgument, "BIND_MW without a memory window")
-		}
-		if info := &wr.BindMW.BindInfo; info.Length > 0 && info.MR == nil {
-			return nil, bad(verbs.ErrInvalidArgument, "BIND_MW of %d bytes without a memory region", info.Length)
-		}
-	case verbs.WRLocalInv:
-		if len(wr.SGList) != 0 || wr.SendFlags&verbs.SendInline != 0 {
-			return nil, bad(verbs.ErrInvalidArgument, "LOCAL_INV takes no data")
-		}
-	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
-		if length != 8 || len(wr.SGList) != 1 {
-			return nil, bad(verbs.ErrInvalidArgument, "an atomic needs one 8-byte SGE, have %d bytes", length)
-		}
-		if wr.RemoteAddr&7 != 0 {
-			return nil, bad(verbs.ErrInvalidArgument, "atomic remote address %#x is not 8-byte aligned", wr.RemoteAddr)
-		}
-	}
-	w := q.newSendWQE()
-	w.wr, w.length, w.signaled, w.ud = *wr, length, q.sigAll || wr.SendFlags&verbs.SendSignaled != 0, ud
-	if wr.SendFlags&verbs.SendInline != 0 {
-		if w.isReadOrAtomic() {
-			q.freeSendWQEs(w)
-			return nil, bad(verbs.ErrInvalidArgument, "IBV_SEND_INLINE with %s", wr.Opcode)
-		}
-		if length > uint64(q.cap.MaxInlineData) {
-			q.freeSendWQEs(w)
-			return nil, bad(verbs.ErrInvalidArgument, "%d inline bytes, the QP takes %d", length, q.cap.MaxInlineData)
-		}
-		// Copy now: the caller may reuse the buffer as soon as we return.
-		segs, _, ok := q.hw.resolveSGEs(q.pd, wr.SGList, false, w.segs[:0])
-		w.segs = segs
-		if !ok {
-			q.freeSendWQEs(w)
-			return nil, bad(verbs.ErrInvalidArgument, "inline data must lie in memory registered with this PD")
-		}
-		w.inline = slices.Grow(w.inline[:0], int(length))[:length]
-		gather(w.inline, segs, 0)
-		clear(w.segs)
-	} else {
-		w.sges = append(w.sges[:0], wr.SGList...)
-	}
-	w.wr.SGList = nil
-	return w, nil
-}
-
-// newSendWQE takes a retired send WQE, emptied, or makes one (q.mu held).
-func (q *qp) newSendWQE() *sendWQE {
-	n := len(q.free)
-	if n == 0 {
-		return new(sendWQE)
-	}
-	w := q.free[n-1]
-	q.free[n-1] = nil
-	q.free = q.free[:n-1]
-	return w
-}
-
-// freeSendWQEs keeps retired WQEs for newSendWQE, their buffers' room
-// kept and everything else cleared (q.mu held). It keeps at most the
-// send queue's depth.
-func (q *qp) freeSendWQEs(ws ...*sendWQE) {
-	for _, w := range ws {
-		if len(q.free) >= int(q.cap.MaxSendWR) {
-			return
-		}
-		clear(w.segs)
-		*w = sendWQE{sges: w.sges[:0], inline: w.inline[:0], segs: w.segs[:0]}
-		q.free = append(q.free, w)
-	}
-}
-
-// opAllowed says which work requests each transport takes. XRC sends
-// what RC does but SEND_WITH_INV: the type 2 windows it would invalidate
-// are bound through a QP's own send queue, which an XRC_RECV QP lacks.
-func opAllowed(t verbs.QPType, op verbs.WROpcode) bool {
-	switch op {
-	case verbs.WRSend, verbs.WRSendWithImm:
-		return t != verbs.QPTXRCRecv
-	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRBindMW, verbs.WRLocalInv:
-		return t == verbs.QPTRC || t == verbs.QPTUC || t == verbs.QPTXRCSend
-	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
-		return t == verbs.QPTRC || t == verbs.QPTXRCSend
-	case verbs.WRSendWithInv:
-		return t == verbs.QPTRC
-	}
-	return false
-}
-
-// sendMore sends what the window, the fence and max_rd_atomic allow.
-func (q *qp) sendMore(now time.Time) {
-	r := &q.req
-	if !r.inited || q.st.state != verbs.QPSRTS && q.st.state != verbs.QPSSQD {
-		return
-	}
-	if r.rnrPending {
-		if now.Before(r.rnrUntil) {
-			return
-		}
-		r.rnrPending = false
-	}
-	mtu := uint64(q.st.mtu)
-	for r.next < len(q.sq) {
-		if q.st.state != verbs.QPSRTS && q.st.state != verbs.QPSSQD {
-			return // a local error moved the QP to ERR: send nothing more
-		}
-		w := q.sq[r.next]
-		if w.done {
-			r.next++
-			continue
-		}
-		if !w.started {
-			if q.st.state == verbs.QPSSQD {
-				return // drained: start nothing new
-			}
-			if !q.startWQE(w, mtu) {
-				return
-			}
-			if w.done { // failed locally
-				r.next++
-				continue
-			}
-		}
-		for w.sent < w.packetsToSend() {
-			psn := w.firstPSN.Add(w.sent)
-			if w.isReadOrAtomic() {
-				psn = w.firstPSN.Add(w.readDone)
-			}
-			if psn.Diff(r.una) >= maxUnackedPSN {
-				return // window full
-			}
-			q.buildRequest(w, mtu, now)
-		}
-		r.next++
-	}
-}
-
 // packetsToSend is how many packets the WQE sends in a pass.
 func (w *sendWQE) packetsToSend() uint32 {
 	if w.isReadOrAtomic() {
@@ -295,10 +82,187 @@ func (w *sendWQE) packetsToSend() uint32 {
 	return w.npkts
 }
 
-// startWQE assigns PSNs to a WQE and resolves its memory. It returns false
+// sendQueue is the send queue as the requester and the completer share
+// it: the WQEs the owner took from the program, oldest first, until they
+// retire, and the PSNs they use.
+type sendQueue struct {
+	wqes   []*sendWQE
+	psn    wire.PSN // next PSN to assign
+	una    wire.PSN // oldest unanswered PSN
+	next   int      // index in wqes of the next WQE to (re)send
+	inited bool     // SQ_PSN was set: the QP may send
+}
+
+// reset starts the PSNs at psn (SQ_PSN was set).
+func (s *sendQueue) reset(psn wire.PSN) {
+	s.psn, s.una, s.next, s.inited = psn, psn, 0, true
+}
+
+// clear drops every WQE and the PSNs (the QP went to RESET).
+func (s *sendQueue) clear() {
+	clear(s.wqes)
+	*s = sendQueue{wqes: s.wqes[:0]}
+}
+
+// wqeAt returns the started WQE whose PSN range holds psn.
+func (s *sendQueue) wqeAt(psn wire.PSN) *sendWQE {
+	for _, w := range s.wqes {
+		if !w.started {
+			return nil
+		}
+		if psn.Diff(w.firstPSN) >= 0 && psn.Diff(w.lastPSN()) <= 0 {
+			return w
+		}
+	}
+	return nil
+}
+
+// rewind makes the requester send again from PSN psn (go-back-N): the WQE
+// holding it resumes there and every later one starts over. It never
+// moves the send position forward, nor una, which only ACKs advance.
+func (s *sendQueue) rewind(psn wire.PSN) {
+	for i, w := range s.wqes {
+		if !w.started {
+			return
+		}
+		if w.done || w.lastPSN().Diff(psn) < 0 {
+			continue
+		}
+		if i < s.next {
+			s.next = i
+		}
+		switch d := psn.Diff(w.firstPSN); {
+		case w.isReadOrAtomic() || d <= 0:
+			w.sent = 0
+		case w.sent > uint32(d):
+			w.sent = uint32(d)
+		}
+		for _, x := range s.wqes[i+1:] {
+			if !x.started {
+				break
+			}
+			x.sent = 0
+		}
+		return
+	}
+}
+
+// busy reports whether a request is in flight: started, not completed.
+func (s *sendQueue) busy() bool {
+	for _, w := range s.wqes {
+		if w.started && !w.done {
+			return true
+		}
+	}
+	return false
+}
+
+// doneHead is how many WQEs at the head are done: those that may retire,
+// in order.
+func (s *sendQueue) doneHead() int {
+	k := 0
+	for _, w := range s.wqes {
+		if !w.done {
+			break
+		}
+		k++
+	}
+	return k
+}
+
+// drop removes the first k WQEs (they retired).
+func (s *sendQueue) drop(k int) {
+	clear(s.wqes[:k])
+	s.wqes = append(s.wqes[:0], s.wqes[k:]...)
+	s.next = max(s.next-k, 0)
+}
+
+// failAll completes every WQE not yet done with status, keeping the
+// status of one that already failed.
+func (s *sendQueue) failAll(status verbs.WCStatus) {
+	for _, w := range s.wqes {
+		if !w.done {
+			w.done, w.status = true, status
+		}
+	}
+}
+
+// requester builds request packets from the send queue (Linux rxe's
+// rxe_requester).
+type requester struct {
+	sq    *sendQueue
+	comp  *completer // keeps the retransmit timer and the RNR wait
+	host  engineHost
+	attr  *ownerAttr
+	typ   verbs.QPType
+	qpn   uint32
+	noack int  // packets sent since the last AckReq
+	built bool // a request was built since takeBuilt
+}
+
+// reset drops the requester's state (the QP went to RESET, or SQ_PSN was
+// set).
+func (r *requester) reset() { r.noack, r.built = 0, false }
+
+// takeBuilt reports whether a request was built since it was last asked.
+func (r *requester) takeBuilt() bool {
+	b := r.built
+	r.built = false
+	return b
+}
+
+// sending reports whether the QP's state lets requests go.
+func (r *requester) sending() bool {
+	return r.attr.state == verbs.QPSRTS || r.attr.state == verbs.QPSSQD
+}
+
+// sendMore builds, at now, what the window, fences and max_rd_atomic
+// allow.
+func (r *requester) sendMore(now time.Time) {
+	s := r.sq
+	if !s.inited || !r.sending() || r.comp.rnrWait(now) {
+		return
+	}
+	mtu := uint64(r.attr.mtu)
+	for s.next < len(s.wqes) {
+		if !r.sending() {
+			return // a local error moved the QP to ERR: send nothing more
+		}
+		w := s.wqes[s.next]
+		if w.done {
+			s.next++
+			continue
+		}
+		if !w.started {
+			if r.attr.state == verbs.QPSSQD {
+				return // drained: start nothing new
+			}
+			if !r.start(w, mtu) {
+				return
+			}
+			if w.done { // failed locally
+				s.next++
+				continue
+			}
+		}
+		for w.sent < w.packetsToSend() {
+			psn := w.firstPSN.Add(w.sent)
+			if w.isReadOrAtomic() {
+				psn = w.firstPSN.Add(w.readDone)
+			}
+			if psn.Diff(s.una) >= maxUnackedPSN {
+				return // window full
+			}
+			r.build(w, mtu, now)
+		}
+		s.next++
+	}
+}
+
+// start assigns PSNs to a WQE and resolves its memory. It returns false
 // if the WQE must wait (fence, max_rd_atomic).
-func (q *qp) startWQE(w *sendWQE, mtu uint64) bool {
-	r := &q.req
+func (r *requester) start(w *sendWQE, mtu uint64) bool {
+	s := r.sq
 	if w.wr.SendFlags&verbs.SendFence != 0 || w.isReadOrAtomic() {
 		// In flight: READs and atomics not completed, and those after
 		// the oldest incomplete WQE even if their response came (they
@@ -306,7 +270,7 @@ func (q *qp) startWQE(w *sendWQE, mtu uint64) bool {
 		// every request we may have to repeat within the responder's
 		// max_dest_rd_atomic resources, which replay it.
 		pending, inFlight := 0, 0
-		for _, x := range q.sq[:r.next] {
+		for _, x := range s.wqes[:s.next] {
 			if x.started && x.isReadOrAtomic() {
 				inFlight++
 				if !x.done {
@@ -317,32 +281,26 @@ func (q *qp) startWQE(w *sendWQE, mtu uint64) bool {
 		if w.wr.SendFlags&verbs.SendFence != 0 && pending > 0 {
 			return false
 		}
-		if w.isReadOrAtomic() && inFlight >= q.st.maxRdAtomic {
+		if w.isReadOrAtomic() && inFlight >= r.attr.maxRdAtomic {
 			return false
 		}
 	}
 	switch w.wr.Opcode {
 	case verbs.WRBindMW, verbs.WRLocalInv:
 		// Local operations: carried out here, in order, using no PSN.
-		status := verbs.WCSuccess
-		if w.wr.Opcode == verbs.WRBindMW {
-			status = q.bindMW(&w.wr.BindMW)
-		} else if !q.invalidate(w.wr.InvalidateRKey) {
-			status = verbs.WCLocQPOpErr
-		}
-		w.started, w.firstPSN, w.npkts = true, r.psn, 0
+		status := r.host.localOp(&w.wr)
+		w.started, w.firstPSN, w.npkts = true, s.psn, 0
 		w.done, w.status = true, status
 		if status != verbs.WCSuccess {
-			q.toError()
+			r.host.toError()
 		}
 		return true
 	}
 	if !w.isInline() {
-		write := w.isReadOrAtomic()
-		segs, _, ok := q.hw.resolveSGEs(q.pd, w.sges, write, w.segs[:0])
+		segs, ok := r.host.resolve(w.sges, w.isReadOrAtomic(), w.segs[:0])
 		if !ok {
 			w.done, w.status = true, verbs.WCLocProtErr
-			q.toError()
+			r.host.toError()
 			return true
 		}
 		w.segs = segs
@@ -351,43 +309,42 @@ func (q *qp) startWQE(w *sendWQE, mtu uint64) bool {
 	if w.wr.Opcode != verbs.WRAtomicCmpAndSwp && w.wr.Opcode != verbs.WRAtomicFetchAndAdd && w.length > mtu {
 		w.npkts = uint32((w.length + mtu - 1) / mtu)
 	}
-	w.firstPSN = r.psn
-	r.psn = r.psn.Add(w.npkts)
+	w.firstPSN = s.psn
+	s.psn = s.psn.Add(w.npkts)
 	w.started = true
 	switch w.wr.Opcode {
 	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead:
-		q.count(verbs.CounterRDMASends, 1)
+		r.host.count(verbs.CounterRDMASends, 1)
 	}
 	return true
 }
 
-// buildRequest builds the next packet of w into the out batch, at now.
-func (q *qp) buildRequest(w *sendWQE, mtu uint64, now time.Time) {
-	r := &q.req
-	h := wire.Headers{BTH: wire.BTHFields{PKey: wire.DefaultPKey, DestQP: q.st.destQP}, XRCSRQN: w.wr.RemoteSRQN}
+// build builds the next packet of w into the out batch, at now.
+func (r *requester) build(w *sendWQE, mtu uint64, now time.Time) {
+	h := wire.Headers{BTH: wire.BTHFields{PKey: wire.DefaultPKey, DestQP: r.attr.destQP}, XRCSRQN: w.wr.RemoteSRQN}
 	var off, n uint64
 	last := false
 	switch w.wr.Opcode {
 	case verbs.WRRDMARead:
 		k := uint64(w.readDone)
-		h.BTH.OpCode = q.opcode(wire.RCReadRequest)
+		h.BTH.OpCode = opcodeFor(r.typ, wire.RCReadRequest)
 		h.BTH.PSN = w.firstPSN.Add(w.readDone)
 		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + k*mtu, RKey: w.wr.RKey, DMALen: uint32(w.length - min(w.length, k*mtu))}
 		w.sent = 1
 		last = true
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
-		h.BTH.OpCode = q.opcode(wire.RCFetchAdd)
+		h.BTH.OpCode = opcodeFor(r.typ, wire.RCFetchAdd)
 		h.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
 		if w.wr.Opcode == verbs.WRAtomicCmpAndSwp {
-			h.BTH.OpCode = q.opcode(wire.RCCompareSwap)
+			h.BTH.OpCode = opcodeFor(r.typ, wire.RCCompareSwap)
 			h.AtomicETH.SwapAdd, h.AtomicETH.Compare = w.wr.Swap, w.wr.CompareAdd
 		}
 		h.BTH.PSN = w.firstPSN
 		w.sent = 1
 		last = true
 	case verbs.WRSend, verbs.WRSendWithImm:
-		if q.datagram() {
-			q.buildUD(w)
+		if datagramType(r.typ) {
+			r.buildUD(w)
 			return
 		}
 		fallthrough
@@ -397,7 +354,7 @@ func (q *qp) buildRequest(w *sendWQE, mtu uint64, now time.Time) {
 		n = min(mtu, w.length-off)
 		first := k == 0
 		last = k == w.npkts-1
-		h.BTH.OpCode = q.opcode(requestOpCode(w.wr.Opcode, first, last))
+		h.BTH.OpCode = opcodeFor(r.typ, requestOpCode(w.wr.Opcode, first, last))
 		h.BTH.PSN = w.firstPSN.Add(k)
 		if first && (w.wr.Opcode == verbs.WRRDMAWrite || w.wr.Opcode == verbs.WRRDMAWriteWithImm) {
 			h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
@@ -407,13 +364,14 @@ func (q *qp) buildRequest(w *sendWQE, mtu uint64, now time.Time) {
 		h.BTH.SolicitedEvent = last && w.wr.SendFlags&verbs.SendSolicited != 0
 		w.sent++
 	}
-	q.resp.unanswered = false // the program answers: its ACKs may wait for it
+	r.built = true
+	reliable := reliableType(r.typ)
 	r.noack++
-	if q.reliable() && (last || r.noack >= maxPktPerAck) {
+	if reliable && (last || r.noack >= maxPktPerAck) {
 		h.BTH.AckReq = true
 		r.noack = 0
 	}
-	p := q.queueOut()
+	p := r.host.queueOutTo(r.attr.dest, r.attr.sgid)
 	buf, payload, err := wire.AppendHeaders(p.Buf, &h, int(n))
 	if err != nil {
 		panic("rxe: building " + h.BTH.OpCode.String() + ": " + err.Error()) // a bug: the opcode table and this switch disagree
@@ -424,13 +382,13 @@ func (q *qp) buildRequest(w *sendWQE, mtu uint64, now time.Time) {
 		gather(payload, w.segs, off)
 	}
 	p.Buf = buf
-	if q.typ == verbs.QPTUC && last {
+	if r.typ == verbs.QPTUC && last {
 		// UC: nothing acknowledges; a WQE is done once sent.
 		w.done = true
-		r.una = w.lastPSN().Add(1)
+		r.sq.una = w.lastPSN().Add(1)
 	}
-	if q.reliable() && r.retryAt.IsZero() && q.st.timeout > 0 {
-		r.retryAt = now.Add(q.st.timeout)
+	if reliable {
+		r.comp.sent(now)
 	}
 }
 
@@ -479,94 +437,4 @@ func requestOpCode(op verbs.WROpcode, first, last bool) wire.OpCode {
 		}
 	}
 	return c
-}
-
-// checkDrained raises IBV_EVENT_SQ_DRAINED once an SQD QP has no request
-// in flight, if the transition to SQD asked for it.
-func (q *qp) checkDrained() {
-	if q.st.state != verbs.QPSSQD || q.req.drainedSent {
-		return
-	}
-	for _, w := range q.sq {
-		if w.started && !w.done {
-			return
-		}
-	}
-	q.req.drainedSent = true
-	q.mu.Lock()
-	notify := q.attr.EnSQDAsyncNotify != 0
-	q.attr.SQDraining = 0
-	q.mu.Unlock()
-	if notify {
-		q.event(verbs.EventSQDrained)
-	}
-}
-
-// retire completes finished WQEs in order, as a CQ must see them. Their
-// send queue slots are freed first: a program may post again as soon as
-// it polls a completion.
-func (q *qp) retire() {
-	k := 0
-	for _, w := range q.sq {
-		if !w.done {
-			break
-		}
-		k++
-	}
-	if k == 0 {
-		return
-	}
-	q.mu.Lock()
-	stale := q.epoch != q.epochSeen // a RESET came after these were taken
-	if !stale {
-		q.sqDepth -= k
-	}
-	q.mu.Unlock()
-	for _, w := range q.sq[:k] {
-		if stale {
-			break
-		}
-		if w.signaled || w.status != verbs.WCSuccess {
-			wc := verbs.WC{WRID: w.wr.WRID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.num}
-			if w.status == verbs.WCSuccess {
-				wc.ByteLen = uint32(w.length)
-			}
-			if !q.scq.Push(&wc, false) {
-				q.cqOverflow(q.ctx, q.scq)
-			}
-		}
-	}
-	q.mu.Lock()
-	q.freeSendWQEs(q.sq[:k]...)
-	q.mu.Unlock()
-	clear(q.sq[:k])
-	q.sq = append(q.sq[:0], q.sq[k:]...)
-	q.req.next = max(q.req.next-k, 0)
-}
-
-// cqOverflow handles a full CQ of context c: the CQ reports
-// IBV_EVENT_CQ_ERR to c and the QP fails, as with hardware.
-func (q *qp) cqOverflow(c *devctx, cq *swcq.CQ) {
-	if c.events != nil && cq.FirstOverrun() {
-		c.events.CQEvent(verbs.EventCQErr, cq)
-	}
-	q.toError()
-}
-
-func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
-	switch op {
-	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
-		return verbs.WCRDMAWrite
-	case verbs.WRRDMARead:
-		return verbs.WCRDMARead
-	case verbs.WRAtomicCmpAndSwp:
-		return verbs.WCCompSwap
-	case verbs.WRAtomicFetchAndAdd:
-		return verbs.WCFetchAdd
-	case verbs.WRLocalInv:
-		return verbs.WCLocalInv
-	case verbs.WRBindMW:
-		return verbs.WCBindMW
-	}
-	return verbs.WCSend
 }

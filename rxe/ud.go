@@ -47,29 +47,29 @@ func (q *qp) checkUD(wr *verbs.SendWR, length uint64) (*udDest, error) {
 }
 
 // buildUD builds the one packet of a UD send into the out batch.
-func (q *qp) buildUD(w *sendWQE) {
+func (r *requester) buildUD(w *sendWQE) {
 	d := w.ud
 	qkey := d.qkey
 	switch {
-	case q.typ == verbs.QPTGSI:
+	case r.typ == verbs.QPTGSI:
 		qkey = wire.GSIQKey // QP1 sends MADs with the well-known Q_Key, as rxe does
 	case qkey&wire.QKeyPrivileged != 0:
 		// A Q_Key with the high bit set asks for the QP's own
 		// (IBTA vol. 1 §10.2.5); that is how a non-privileged sender
 		// sends with a controlled Q_Key. (Linux rxe sends the work
 		// request's Q_Key as it is.)
-		qkey = q.st.qkey
+		qkey = r.attr.qkey
 	}
 	h := wire.Headers{
 		BTH:  wire.BTHFields{OpCode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: d.qpn, PSN: w.firstPSN},
-		DETH: wire.DETHFields{QKey: qkey, SrcQP: q.num},
+		DETH: wire.DETHFields{QKey: qkey, SrcQP: r.qpn},
 		Imm:  w.wr.ImmData,
 	}
 	if w.wr.Opcode == verbs.WRSendWithImm {
 		h.BTH.OpCode = wire.UDSendOnlyWithImmediate
 	}
 	h.BTH.SolicitedEvent = w.wr.SendFlags&verbs.SendSolicited != 0
-	p := q.queueOutTo(d.addr, d.sgid)
+	p := r.host.queueOutTo(d.addr, d.sgid)
 	buf, payload, err := wire.AppendHeaders(p.Buf, &h, int(w.length))
 	if err != nil {
 		panic("rxe: building " + h.BTH.OpCode.String() + ": " + err.Error())
@@ -82,7 +82,7 @@ func (q *qp) buildUD(w *sendWQE) {
 	p.Buf = buf
 	w.sent = 1
 	w.done = true
-	q.req.una = w.firstPSN.Add(1)
+	r.sq.una = w.firstPSN.Add(1)
 }
 
 // receiveUD handles a packet for a UD QP: one message, which lands behind

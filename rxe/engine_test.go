@@ -1,0 +1,289 @@
+package rxe
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/rxe/wire"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// The requester and the completer on their own: no QP, device, link or
+// goroutine. The test is their host (engineHost), takes the packets they
+// build, answers with packets of its own and says what time it is.
+
+// fakeHost is an engineHost: it keeps the packets built, gives SGEs as
+// offsets into mem, and counts.
+type fakeHost struct {
+	attr   *ownerAttr
+	out    []link.Packet
+	mem    []byte
+	counts [verbs.NumCounters]uint64
+}
+
+func (h *fakeHost) queueOutTo(addr netip.Addr, sgid int) *link.Packet {
+	h.out = append(h.out, link.Packet{Addr: addr, Buf: make([]byte, 0, maxPacket)})
+	return &h.out[len(h.out)-1]
+}
+
+func (h *fakeHost) resolve(sges []verbs.SGE, write bool, segs [][]byte) ([][]byte, bool) {
+	for _, s := range sges {
+		if s.Addr+uint64(s.Length) > uint64(len(h.mem)) {
+			return segs, false
+		}
+		segs = append(segs, h.mem[s.Addr:s.Addr+uint64(s.Length)])
+	}
+	return segs, true
+}
+
+func (h *fakeHost) localOp(*verbs.SendWR) verbs.WCStatus { return verbs.WCSuccess }
+
+func (h *fakeHost) count(k verbs.Counter, n uint64) { h.counts[k] += n }
+
+func (h *fakeHost) toError() { h.attr.state = verbs.QPSErr }
+
+// sendSide is a requester and a completer over one send queue, as a QP
+// holds them.
+type sendSide struct {
+	t    *testing.T
+	attr ownerAttr
+	host fakeHost
+	sq   sendQueue
+	req  requester
+	comp completer
+}
+
+const (
+	sendSideMTU  = 1024
+	sendSidePSN  = wire.PSN(0xfffff0) // wraps within the tests
+	sendSideRNR  = 14                 // RNR timer code: 1.28 ms
+	sendSideWait = 1280 * time.Microsecond
+)
+
+func newSendSide(t *testing.T) *sendSide {
+	s := &sendSide{t: t, attr: ownerAttr{
+		state: verbs.QPSRTS, mtu: sendSideMTU, destQP: 0x22, dest: netip.MustParseAddr("192.0.2.2"),
+		timeout: timeoutAt14, retryCnt: 2, rnrRetry: 2, maxRdAtomic: 4, maxDestRd: 4,
+	}}
+	s.host = fakeHost{attr: &s.attr, mem: make([]byte, 1<<20)}
+	s.req = requester{sq: &s.sq, comp: &s.comp, host: &s.host, attr: &s.attr, typ: verbs.QPTRC, qpn: 0x11}
+	s.comp = completer{sq: &s.sq, host: &s.host, attr: &s.attr}
+	s.sq.reset(sendSidePSN)
+	s.req.reset()
+	s.comp.reset()
+	return s
+}
+
+// post queues a signaled work request of n bytes from offset 0.
+func (s *sendSide) post(op verbs.WROpcode, n uint32) *sendWQE {
+	w := &sendWQE{wr: verbs.SendWR{WRID: uint64(len(s.sq.wqes)), Opcode: op, RemoteAddr: 0x1000, RKey: 7}, length: uint64(n), signaled: true}
+	w.sges = []verbs.SGE{{Addr: 0, Length: n}}
+	s.sq.wqes = append(s.sq.wqes, w)
+	return w
+}
+
+// step runs the send side as a QP's step does at now and returns the
+// packets it built.
+func (s *sendSide) step(now time.Time) []*wire.Packet {
+	s.t.Helper()
+	s.comp.onTimer(now)
+	s.req.sendMore(now)
+	var ps []*wire.Packet
+	for _, o := range s.host.out {
+		p := new(wire.Packet)
+		if err := p.Decode(o.Buf); err != nil {
+			s.t.Fatalf("the requester built a malformed packet: %v", err)
+		}
+		ps = append(ps, p)
+	}
+	s.host.out = s.host.out[:0]
+	return ps
+}
+
+// answer hands the completer an acknowledgement (or, with payload, a
+// READ response) of psn at now.
+func (s *sendSide) answer(op wire.OpCode, psn wire.PSN, syn wire.Syndrome, payload []byte, now time.Time) {
+	s.t.Helper()
+	h := wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: psn}, Syndrome: syn}
+	b, err := wire.AppendPacket(nil, &h, payload)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var p wire.Packet
+	if err := p.Decode(b); err != nil {
+		s.t.Fatal(err)
+	}
+	s.comp.complete(&p, now)
+}
+
+// psns lists the packets' opcodes and PSNs, relative to sendSidePSN.
+func psns(ps []*wire.Packet) string {
+	s := ""
+	for _, p := range ps {
+		ack := ""
+		if p.BTH.AckReq() {
+			ack = "+A"
+		}
+		s += fmt.Sprintf(" %s@%d%s", p.OpCode(), p.BTH.PSN().Diff(sendSidePSN), ack)
+	}
+	return s
+}
+
+func expectPSNs(t *testing.T, ps []*wire.Packet, want string, when string) {
+	t.Helper()
+	if got := psns(ps); got != want {
+		t.Fatalf("%s: sent%s, want%s", when, got, want)
+	}
+}
+
+// A request nobody answers goes again one timeout after it went, and
+// after every timeout while retries last; the next fails it with
+// RETRY_EXC_ERR and the QP with it. A microsecond early, nothing goes.
+func TestCompleterRetransmitsAtTheDeadlineNotBefore(t *testing.T) {
+	s := newSendSide(t)
+	t0 := time.Unix(1000, 0)
+	w := s.post(verbs.WRSend, 8)
+	expectPSNs(t, s.step(t0), " RC_SEND_ONLY@0+A", "at first")
+	for try := 1; try <= 2; try++ {
+		due := t0.Add(time.Duration(try) * timeoutAt14)
+		if got := s.comp.deadline(); !got.Equal(due) {
+			t.Fatalf("before retry %d: deadline t0+%v, want t0+%v", try, got.Sub(t0), due.Sub(t0))
+		}
+		expectPSNs(t, s.step(due.Add(-time.Microsecond)), "", fmt.Sprintf("1 µs before retry %d", try))
+		expectPSNs(t, s.step(due), " RC_SEND_ONLY@0+A", fmt.Sprintf("at retry %d", try))
+	}
+	last := t0.Add(3 * timeoutAt14)
+	s.step(last.Add(-time.Microsecond))
+	if w.done {
+		t.Fatal("failed a microsecond before the last timeout")
+	}
+	expectPSNs(t, s.step(last), "", "when retries ran out")
+	if !w.done || w.status != verbs.WCRetryExcErr || s.attr.state != verbs.QPSErr {
+		t.Fatalf("after the last timeout: done %v, status %s, QP %s; want RETRY_EXC_ERR and ERR", w.done, w.status, s.attr.state)
+	}
+	if got := s.host.counts[verbs.CounterCompleterRetryErr]; got != 2 {
+		t.Fatalf("completer_retry_err %d, want 2", got)
+	}
+}
+
+// An ACK of the last PSN completes the WQE and stops the timer.
+func TestCompleterCompletesOnTheACKAndStopsTheTimer(t *testing.T) {
+	s := newSendSide(t)
+	t0 := time.Unix(1000, 0)
+	w := s.post(verbs.WRRDMAWrite, 3*sendSideMTU)
+	expectPSNs(t, s.step(t0), " RC_RDMA_WRITE_FIRST@0 RC_RDMA_WRITE_MIDDLE@1 RC_RDMA_WRITE_LAST@2+A", "the write")
+	s.answer(wire.RCAcknowledge, sendSidePSN.Add(1), wire.SyndromeACKUnlimited, nil, t0.Add(time.Millisecond))
+	if w.done {
+		t.Fatal("done on an ACK of its middle packet")
+	}
+	if got, want := s.comp.deadline(), t0.Add(time.Millisecond+timeoutAt14); !got.Equal(want) {
+		t.Fatalf("after a partial ACK: deadline t0+%v, want the timer restarted at t0+%v", got.Sub(t0), want.Sub(t0))
+	}
+	s.answer(wire.RCAcknowledge, sendSidePSN.Add(2), wire.SyndromeACKUnlimited, nil, t0.Add(2*time.Millisecond))
+	if !w.done || w.status != verbs.WCSuccess || s.sq.doneHead() != 1 {
+		t.Fatalf("after the last ACK: done %v, status %s", w.done, w.status)
+	}
+	if d := s.comp.deadline(); !d.IsZero() {
+		t.Fatalf("nothing in flight, and the deadline is t0+%v", d.Sub(t0))
+	}
+}
+
+// After an RNR NAK the request waits out the RNR timer the NAK gives, and
+// goes again at its end, not a microsecond before.
+func TestCompleterWaitsOutAnRNRNAK(t *testing.T) {
+	s := newSendSide(t)
+	t0 := time.Unix(1000, 0)
+	s.post(verbs.WRSend, 8)
+	s.step(t0)
+	nak := t0.Add(time.Millisecond)
+	s.answer(wire.RCAcknowledge, sendSidePSN, wire.RNRNAKSyndrome(sendSideRNR), nil, nak)
+	if got, want := s.comp.deadline(), nak.Add(sendSideWait); !got.Equal(want) {
+		t.Fatalf("deadline t0+%v, want the end of the RNR wait, t0+%v", got.Sub(t0), want.Sub(t0))
+	}
+	expectPSNs(t, s.step(nak.Add(sendSideWait-time.Microsecond)), "", "1 µs before the RNR wait ends")
+	expectPSNs(t, s.step(nak.Add(sendSideWait)), " RC_SEND_ONLY@0+A", "when the RNR wait ends")
+}
+
+// The requester asks for an ACK on a message's last packet and every
+// maxPktPerAck packets, and keeps at most maxUnackedPSN in flight; an ACK
+// opens the window by what it covers.
+func TestRequesterWindowAndACKRequests(t *testing.T) {
+	s := newSendSide(t)
+	t0 := time.Unix(1000, 0)
+	s.post(verbs.WRRDMAWrite, 200*sendSideMTU)
+	ps := s.step(t0)
+	if len(ps) != maxUnackedPSN {
+		t.Fatalf("sent %d packets, want the window, %d", len(ps), maxUnackedPSN)
+	}
+	for i, p := range ps {
+		if want := (i+1)%maxPktPerAck == 0; p.BTH.AckReq() != want {
+			t.Fatalf("packet %d: AckReq %v, want %v", i, p.BTH.AckReq(), want)
+		}
+	}
+	expectPSNs(t, s.step(t0), "", "with the window full")
+	s.answer(wire.RCAcknowledge, sendSidePSN.Add(maxPktPerAck-1), wire.SyndromeACKUnlimited, nil, t0)
+	ps = s.step(t0)
+	if len(ps) != maxPktPerAck || ps[0].BTH.PSN() != sendSidePSN.Add(maxUnackedPSN) {
+		t.Fatalf("after an ACK of %d packets: sent%s", maxPktPerAck, psns(ps[:1]))
+	}
+	if last := ps[len(ps)-1]; last.OpCode() != wire.RCWriteMiddle || !last.BTH.AckReq() {
+		t.Fatalf("packet %d: %s, AckReq %v", maxUnackedPSN+maxPktPerAck-1, last.OpCode(), last.BTH.AckReq())
+	}
+}
+
+// A PSN sequence error NAK sends everything again from its PSN (go-back-N)
+// and spends a retry; the same NAK again is the responder asking again,
+// which spends none.
+func TestCompleterGoesBackOnASequenceNAK(t *testing.T) {
+	s := newSendSide(t)
+	t0 := time.Unix(1000, 0)
+	for range 4 {
+		s.post(verbs.WRSend, 8)
+	}
+	s.step(t0)
+	s.answer(wire.RCAcknowledge, sendSidePSN.Add(2), wire.NAKPSNSequenceError, nil, t0)
+	if !s.sq.wqes[1].done || s.sq.wqes[2].done {
+		t.Fatal("a NAK of PSN 2 must complete PSNs 0 and 1, and only them")
+	}
+	expectPSNs(t, s.step(t0), " RC_SEND_ONLY@2+A RC_SEND_ONLY@3+A", "after the NAK")
+	if s.comp.retries != 1 {
+		t.Fatalf("retries left %d, want 1", s.comp.retries)
+	}
+	s.answer(wire.RCAcknowledge, sendSidePSN.Add(2), wire.NAKPSNSequenceError, nil, t0)
+	expectPSNs(t, s.step(t0), " RC_SEND_ONLY@2+A RC_SEND_ONLY@3+A", "after the NAK again")
+	if s.comp.retries != 1 {
+		t.Fatalf("the repeated NAK spent a retry: %d left, want 1", s.comp.retries)
+	}
+}
+
+// A gap in a READ's responses asks again, once, for the rest from the
+// first missing packet, with the RETH moved on to it.
+func TestCompleterAsksAgainFromAReadResponseGap(t *testing.T) {
+	s := newSendSide(t)
+	t0 := time.Unix(1000, 0)
+	w := s.post(verbs.WRRDMARead, 4*sendSideMTU)
+	expectPSNs(t, s.step(t0), " RC_RDMA_READ_REQUEST@0+A", "the READ")
+	chunk := make([]byte, sendSideMTU)
+	s.answer(wire.RCReadResponseFirst, sendSidePSN, wire.SyndromeACKUnlimited, chunk, t0)
+	s.answer(wire.RCReadResponseMiddle, sendSidePSN.Add(2), wire.SyndromeACKUnlimited, chunk, t0)
+	ps := s.step(t0)
+	expectPSNs(t, ps, " RC_RDMA_READ_REQUEST@1+A", "after the gap")
+	if reth := ps[0].RETH; reth.VA() != 0x1000+sendSideMTU || reth.DMALen() != 3*sendSideMTU {
+		t.Fatalf("asked again for %d bytes at %#x, want %d at %#x", reth.DMALen(), reth.VA(), 3*sendSideMTU, 0x1000+sendSideMTU)
+	}
+	s.answer(wire.RCReadResponseLast, sendSidePSN.Add(3), wire.SyndromeACKUnlimited, chunk, t0)
+	expectPSNs(t, s.step(t0), "", "after a later response of the same gap")
+	for k := uint32(1); k < 4; k++ {
+		op := wire.RCReadResponseMiddle
+		if k == 3 {
+			op = wire.RCReadResponseLast
+		}
+		s.answer(op, sendSidePSN.Add(k), wire.SyndromeACKUnlimited, chunk, t0)
+	}
+	if !w.done || w.status != verbs.WCSuccess {
+		t.Fatalf("after every response: done %v, status %s", w.done, w.status)
+	}
+}
