@@ -18,5 +18,8 @@
 // Inside a device, every queue pair has one goroutine that owns all of its
 // protocol state — PSNs, the retransmission state of the requester, the
 // responder's resources — and is fed by the device's receive loop and by
-// the posting goroutines through queues, as ARCHITECTURE.md lays out.
+// the posting goroutines through queues, as ARCHITECTURE.md lays out. Its
+// protocol engine is three types, as Linux rxe's: the requester, the
+// completer and the responder, each driven by WQEs, packets and the time
+// it is given.
 package rxe

@@ -3,6 +3,7 @@ package rxe
 import (
 	"fmt"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,6 +45,21 @@ func (h *fakeHost) localOp(*verbs.SendWR) verbs.WCStatus { return verbs.WCSucces
 func (h *fakeHost) count(k verbs.Counter, n uint64) { h.counts[k] += n }
 
 func (h *fakeHost) toError() { h.attr.state = verbs.QPSErr }
+
+// takeOut empties the out batch and returns its packets, decoded.
+func (h *fakeHost) takeOut(t *testing.T) []*wire.Packet {
+	t.Helper()
+	var ps []*wire.Packet
+	for _, o := range h.out {
+		p := new(wire.Packet)
+		if err := p.Decode(o.Buf); err != nil {
+			t.Fatalf("the engine built a malformed packet: %v", err)
+		}
+		ps = append(ps, p)
+	}
+	h.out = h.out[:0]
+	return ps
+}
 
 // sendSide is a requester and a completer over one send queue, as a QP
 // holds them.
@@ -91,16 +107,7 @@ func (s *sendSide) step(now time.Time) []*wire.Packet {
 	s.t.Helper()
 	s.comp.onTimer(now)
 	s.req.sendMore(now)
-	var ps []*wire.Packet
-	for _, o := range s.host.out {
-		p := new(wire.Packet)
-		if err := p.Decode(o.Buf); err != nil {
-			s.t.Fatalf("the requester built a malformed packet: %v", err)
-		}
-		ps = append(ps, p)
-	}
-	s.host.out = s.host.out[:0]
-	return ps
+	return s.host.takeOut(s.t)
 }
 
 // answer hands the completer an acknowledgement (or, with payload, a
@@ -285,5 +292,179 @@ func TestCompleterAsksAgainFromAReadResponseGap(t *testing.T) {
 	}
 	if !w.done || w.status != verbs.WCSuccess {
 		t.Fatalf("after every response: done %v, status %s", w.done, w.status)
+	}
+}
+
+// fakeRespHost is a responderHost: one receive queue, remote memory
+// anyone may reach by rkey 7, and a CQ that is a slice.
+type fakeRespHost struct {
+	fakeHost
+	rq     recvQueue
+	wcs    []verbs.WC
+	kicks  int
+	holds  int
+	events []verbs.EventType
+	mu     sync.Mutex
+}
+
+func (h *fakeRespHost) popRecv(_ *srq, w *recvWQE) bool      { return h.rq.pop(w) }
+func (h *fakeRespHost) unpopRecv(_ *srq, w *recvWQE)         { h.rq.unpop(w) }
+func (h *fakeRespHost) pushRecv(_ *srq, wc verbs.WC, _ bool) { h.wcs = append(h.wcs, wc) }
+func (h *fakeRespHost) invalidate(uint32) bool               { return false }
+func (h *fakeRespHost) xrcSRQ(uint32) *srq                   { return nil }
+func (h *fakeRespHost) atomics() *sync.Mutex                 { return &h.mu }
+func (h *fakeRespHost) holdAck()                             { h.holds++ }
+func (h *fakeRespHost) kick()                                { h.kicks++ }
+func (h *fakeRespHost) event(t verbs.EventType)              { h.events = append(h.events, t) }
+
+func (h *fakeRespHost) recvMemory(_ *srq, sges []verbs.SGE, segs [][]byte) ([][]byte, uint64, bool) {
+	segs, ok := h.resolve(sges, true, segs)
+	var n uint64
+	for _, s := range sges {
+		n += uint64(s.Length)
+	}
+	return segs, n, ok
+}
+
+func (h *fakeRespHost) peerMemory(_ *srq, rkey uint32, va, n uint64, _ verbs.AccessFlags) ([]byte, bool) {
+	if rkey != 7 || va+n > uint64(len(h.mem)) {
+		return nil, false
+	}
+	return h.mem[va : va+n], true
+}
+
+// recvSide is a responder as a QP holds it.
+type recvSide struct {
+	t    *testing.T
+	attr ownerAttr
+	host fakeRespHost
+	resp responder
+}
+
+func newRecvSide(t *testing.T) *recvSide {
+	s := &recvSide{t: t, attr: ownerAttr{
+		state: verbs.QPSRTS, mtu: sendSideMTU, destQP: 0x11, dest: netip.MustParseAddr("192.0.2.1"),
+		minRNR: sendSideRNR, maxDestRd: 4, access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
+	}}
+	s.host.attr = &s.attr
+	s.host.mem = make([]byte, 1<<20)
+	s.resp = responder{host: &s.host, attr: &s.attr, typ: verbs.QPTRC, qpn: 0x22}
+	s.resp.reset(sendSidePSN)
+	return s
+}
+
+// step gives the responder packets in one step of its QP at now, as a
+// CQ poller's step if polled, and returns what it sent.
+func (s *recvSide) step(now time.Time, polled bool, hs ...wire.Headers) []*wire.Packet {
+	s.t.Helper()
+	s.resp.burst = 0
+	if s.resp.held && len(hs) > 0 {
+		s.resp.flushAck(now, false, true)
+	}
+	for i := range hs {
+		n := 0
+		if hs[i].BTH.OpCode.IsSend() || hs[i].BTH.OpCode.IsWrite() {
+			n = 8
+		}
+		b, err := wire.AppendPacket(nil, &hs[i], make([]byte, n))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		var p wire.Packet
+		if err := p.Decode(b); err != nil {
+			s.t.Fatal(err)
+		}
+		s.resp.respond(&p, now)
+	}
+	s.resp.flushAck(now, polled, len(hs) > 0)
+	if len(s.resp.reads) > 0 {
+		s.resp.pumpReads()
+	}
+	return s.host.takeOut(s.t)
+}
+
+// send is an 8-byte SEND_ONLY at PSN k (from sendSidePSN), asking for an
+// ACK.
+func send(k uint32) wire.Headers {
+	return wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: sendSidePSN.Add(k), AckReq: true}}
+}
+
+// An ACK a CQ poller's step holds back goes when it is due, ackHold after
+// the packets came, not a microsecond before; a step that is not a
+// poller's sends its ACK at once.
+func TestResponderHoldsAPolledACKUntilItIsDue(t *testing.T) {
+	s := newRecvSide(t)
+	t0 := time.Unix(1000, 0)
+	s.host.rq.push(1, []verbs.SGE{{Addr: 0, Length: 64}})
+	s.host.rq.push(2, []verbs.SGE{{Addr: 64, Length: 64}})
+	expectPSNs(t, s.step(t0, true, send(0)), "", "a poller's step")
+	if s.host.holds != 1 || !s.resp.deadline().Equal(t0.Add(ackHold)) {
+		t.Fatalf("holds %d, deadline t0+%v; want 1 and t0+%v", s.host.holds, s.resp.deadline().Sub(t0), ackHold)
+	}
+	expectPSNs(t, s.step(t0.Add(ackHold-time.Microsecond), false), "", "1 µs before the held ACK is due")
+	expectPSNs(t, s.step(t0.Add(ackHold), false), " RC_ACKNOWLEDGE@0", "when the held ACK is due")
+	if !s.resp.deadline().IsZero() {
+		t.Fatal("a deadline with no ACK held")
+	}
+	// The program did not answer while the ACK was held: the next goes
+	// at once, even from a poller's step.
+	expectPSNs(t, s.step(t0.Add(time.Millisecond), true, send(1)), " RC_ACKNOWLEDGE@1", "the next, unanswered")
+	if len(s.host.wcs) != 2 || s.host.wcs[1].WRID != 2 || s.host.wcs[1].ByteLen != 8 {
+		t.Fatalf("receive completions %+v", s.host.wcs)
+	}
+}
+
+// A long READ's response goes out maxReadBurst packets a step, the
+// responder asking to be stepped again until it is all out.
+func TestResponderPacesALongREADResponse(t *testing.T) {
+	s := newRecvSide(t)
+	const npkts = maxReadBurst + 88
+	read := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCReadRequest, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: sendSidePSN, AckReq: true},
+		RETH: wire.RETHFields{VA: 0, RKey: 7, DMALen: npkts * sendSideMTU}}
+	t0 := time.Unix(1000, 0)
+	ps := s.step(t0, false, read)
+	if len(ps) != maxReadBurst || s.host.kicks == 0 {
+		t.Fatalf("first step: %d packets, %d kicks; want %d and a kick", len(ps), s.host.kicks, maxReadBurst)
+	}
+	if ps[0].OpCode() != wire.RCReadResponseFirst || ps[maxReadBurst-1].BTH.PSN() != sendSidePSN.Add(maxReadBurst-1) {
+		t.Fatalf("first step: %s … PSN %d", ps[0].OpCode(), ps[maxReadBurst-1].BTH.PSN().Diff(sendSidePSN))
+	}
+	kicks := s.host.kicks
+	ps = s.step(t0, false)
+	if len(ps) != npkts-maxReadBurst || ps[len(ps)-1].OpCode() != wire.RCReadResponseLast || s.host.kicks != kicks {
+		t.Fatalf("second step: %d packets ending %s, %d more kicks; want %d ending RC_RDMA_READ_RESPONSE_LAST, none", len(ps), ps[len(ps)-1].OpCode(), s.host.kicks-kicks, npkts-maxReadBurst)
+	}
+}
+
+// A SEND with no receive WQE posted is RNR NAKed with the QP's
+// min_rnr_timer and leaves nothing behind: once a WQE is posted the same
+// PSN is taken.
+func TestResponderRNRNAKsASendWithNoReceive(t *testing.T) {
+	s := newRecvSide(t)
+	t0 := time.Unix(1000, 0)
+	ps := s.step(t0, false, send(0))
+	expectPSNs(t, ps, " RC_ACKNOWLEDGE@0", "no receive WQE")
+	if syn := ps[0].AETH.Syndrome(); syn != wire.RNRNAKSyndrome(sendSideRNR) {
+		t.Fatalf("syndrome %#x, want an RNR NAK with timer %d", uint8(syn), sendSideRNR)
+	}
+	s.host.rq.push(9, []verbs.SGE{{Addr: 0, Length: 64}})
+	ps = s.step(t0, false, send(0))
+	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@0", "after posting"); ps[0].AETH.Syndrome() != wire.SyndromeACKUnlimited || len(s.host.wcs) != 1 {
+		t.Fatalf("after posting: syndrome %#x, completions %+v", uint8(ps[0].AETH.Syndrome()), s.host.wcs)
+	}
+}
+
+// A packet ahead of the expected PSN is NAKed with a sequence error
+// once; the NAK goes again only after renakAfter more such packets.
+func TestResponderNAKsAGapOnceThenAgainAfterRenakAfter(t *testing.T) {
+	s := newRecvSide(t)
+	t0 := time.Unix(1000, 0)
+	expectPSNs(t, s.step(t0, false, send(1)), " RC_ACKNOWLEDGE@0", "the first packet past the gap")
+	for k := uint32(2); k < renakAfter+1; k++ {
+		expectPSNs(t, s.step(t0, false, send(k)), "", fmt.Sprintf("packet %d past the gap", k))
+	}
+	ps := s.step(t0, false, send(renakAfter+1))
+	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@0", "renakAfter packets on"); ps[0].AETH.Syndrome() != wire.NAKPSNSequenceError {
+		t.Fatalf("syndrome %#x, want a PSN sequence error NAK", uint8(ps[0].AETH.Syndrome()))
 	}
 }

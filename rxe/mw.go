@@ -173,10 +173,10 @@ func (q *qp) invalidate(rkey uint32) bool {
 }
 
 // windowMemory resolves [va, va+n) of the window rkey names for a remote
-// access that needs right, through this QP.
-func (q *qp) windowMemory(rkey uint32, va, n uint64, right verbs.AccessFlags) ([]byte, bool) {
+// access that needs right, through this QP, if the window is of PD p.
+func (q *qp) windowMemory(p *pd, rkey uint32, va, n uint64, right verbs.AccessFlags) ([]byte, bool) {
 	w := q.hw.window(rkey)
-	if w == nil || w.pd != q.memPD() {
+	if w == nil || w.pd != p {
 		return nil, false
 	}
 	b := w.bound.Load()

@@ -8,9 +8,9 @@ import (
 	"github.com/rdmago/rdmago/verbs/swcq"
 )
 
-// The QP's send queue as the program sees it: work requests checked and
-// queued at post time (ibv_post_send), and completed in order once the
-// requester and completer are done with them.
+// The QP's queues as the program sees them: work requests checked and
+// queued at post time (ibv_post_send, ibv_post_recv), and send WQEs
+// completed in order once the requester and completer are done with them.
 
 // PostSend implements verbs.QPDriver (ibv_post_send).
 func (q *qp) PostSend(wrs []verbs.SendWR) error {
@@ -248,4 +248,42 @@ func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
 		return verbs.WCBindMW
 	}
 	return verbs.WCSend
+}
+
+// PostRecv implements verbs.QPDriver (ibv_post_recv).
+func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
+	err := q.postRecv(wrs)
+	q.poke()
+	return err
+}
+
+func (q *qp) postRecv(wrs []verbs.RecvWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range wrs {
+		wr := &wrs[i]
+		var err error
+		switch {
+		case q.destroyed:
+			err = verbs.Errorf("ibv_post_recv", verbs.ErrClosed, "QP destroyed")
+		case q.srq != nil:
+			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("QP %#x receives from an SRQ: post there", q.num))
+		case q.typ == verbs.QPTXRCSend || q.typ == verbs.QPTXRCRecv:
+			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("%s QP %#x has no receive queue: post to an XRC SRQ", q.typ, q.num))
+		case q.attr.QPState == verbs.QPSReset:
+			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("QP %#x is in RESET", q.num))
+		case len(wr.SGList) > int(q.cap.MaxRecvSGE):
+			err = verbs.Errorf("ibv_post_recv", verbs.ErrInvalidArgument, fmt.Sprintf("%d SGEs, the QP takes %d", len(wr.SGList), q.cap.MaxRecvSGE))
+		case q.rq.len() >= int(q.cap.MaxRecvWR):
+			err = verbs.Errorf("ibv_post_recv", verbs.ErrNoMemory, fmt.Sprintf("receive queue full (%d WRs)", q.cap.MaxRecvWR))
+		}
+		if err != nil {
+			return &verbs.WRError{Index: i, WRID: wr.WRID, Err: err}
+		}
+		q.rq.push(wr.WRID, wr.SGList)
+	}
+	if q.attr.QPState == verbs.QPSErr {
+		q.pending.flush = true
+	}
+	return nil
 }

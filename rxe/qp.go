@@ -220,6 +220,7 @@ func (q *qp) start() error {
 	}
 	q.req = requester{sq: &q.sq, comp: &q.comp, host: q, attr: &q.st, typ: q.typ, qpn: q.num}
 	q.comp = completer{sq: &q.sq, host: q, attr: &q.st}
+	q.resp = responder{host: q, attr: &q.st, typ: q.typ, qpn: q.num}
 	h.qps[q.num] = q
 	h.mu.Unlock()
 	go q.run()
@@ -263,9 +264,6 @@ func transportOf(t verbs.QPType) wire.Transport {
 // rcOp returns the RC opcode of op's operation (XRC_ACKNOWLEDGE gives
 // RC_ACKNOWLEDGE), for the code that handles both alike.
 func rcOp(op wire.OpCode) wire.OpCode { return op &^ 0xe0 }
-
-// opcode returns the opcode of the RC operation op in the QP's transport.
-func (q *qp) opcode(op wire.OpCode) wire.OpCode { return opcodeFor(q.typ, op) }
 
 // opcodeFor returns the opcode of the RC operation op in the transport of
 // QPs of type t.
@@ -593,7 +591,7 @@ func (q *qp) step(now time.Time, polled bool) {
 		// A held ACK goes before what the new packets bring: its PSN
 		// comes first, and READ responses they start must not be
 		// drained ahead of it (sendAck).
-		q.flushAck(now, false, true)
+		q.resp.flushAck(now, false, true)
 	}
 	rcvd := uint64(0) // counted once per step: two atomic adds, not two per packet
 	for i := range q.work {
@@ -613,9 +611,9 @@ func (q *qp) step(now time.Time, polled bool) {
 	if rcvd > 0 {
 		q.count(verbs.CounterRcvdPkts, rcvd)
 	}
-	q.flushAck(now, polled, rcvd > 0)
+	q.resp.flushAck(now, polled, rcvd > 0)
 	if len(q.resp.reads) > 0 && q.st.state != verbs.QPSErr {
-		q.pumpReads()
+		q.resp.pumpReads()
 	}
 	if q.st.state == verbs.QPSErr {
 		q.flush()
@@ -636,7 +634,7 @@ func (q *qp) step(now time.Time, polled bool) {
 		}
 	}
 	if q.resp.held && len(q.out) > 0 {
-		q.flushAck(now, false, true) // something goes anyway: the ACK rides along
+		q.resp.flushAck(now, false, true) // something goes anyway: the ACK rides along
 	}
 	q.flushOut()
 	q.armTimer(now)
@@ -646,7 +644,7 @@ func (q *qp) step(now time.Time, polled bool) {
 // and alone (stepMu held).
 func (q *qp) sendHeldAck(now time.Time) {
 	if q.resp.held {
-		q.flushAck(now, false, true)
+		q.resp.flushAck(now, false, true)
 		q.flushOut()
 	}
 }
@@ -683,7 +681,7 @@ func (q *qp) resetOwner() {
 	q.sq.clear()
 	q.req.reset()
 	q.comp.reset()
-	q.resp = responder{}
+	q.resp.clear()
 }
 
 // toError moves the QP to ERR from the owner.
@@ -708,22 +706,16 @@ func (q *qp) flush() {
 	q.mu.Unlock()
 	if r := q.resp.recv; r != nil {
 		// The message being received when the QP failed.
-		q.recvComp().Push(&verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+		q.pushRecv(q.resp.xsrq, verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 	}
 	for _, id := range flushed {
 		q.rcq.Push(&verbs.WC{WRID: id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 	}
-	q.resp.abortMessage(q)
+	q.resp.abortMessage()
 	if lastWQE {
 		// A QP on an SRQ takes no more of its WQEs (IBTA 11.6.3).
 		q.event(verbs.EventQPLastWQEReached)
 	}
-}
-
-// queueOut returns a packet buffer of the out batch to build into, for
-// the connected peer.
-func (q *qp) queueOut() *link.Packet {
-	return q.queueOutTo(q.st.dest, q.st.sgid)
 }
 
 // queueOutTo returns a packet buffer of the out batch to build into, for
@@ -788,8 +780,8 @@ func (q *qp) deadline() time.Time {
 	if q.st.state == verbs.QPSRTS || q.st.state == verbs.QPSSQD {
 		d = q.comp.deadline() // only a sending requester waits for time
 	}
-	if q.resp.held && (d.IsZero() || q.resp.until.Before(d)) {
-		d = q.resp.until
+	if a := q.resp.deadline(); !a.IsZero() && (d.IsZero() || a.Before(d)) {
+		d = a
 	}
 	return d
 }
@@ -828,7 +820,7 @@ func (q *qp) receive(in *inPacket, now time.Time) {
 		q.comp.complete(&p, now)
 		return
 	}
-	q.respond(&p, in, now)
+	q.resp.respond(&p, now)
 }
 
 // receiveMalformed handles a packet Decode refused. A request whose
@@ -854,7 +846,7 @@ func (q *qp) receiveMalformed(in *inPacket, err error) {
 	if in.src != q.st.dest || bth.PSN() != q.resp.epsn {
 		return
 	}
-	q.fatalNAK(bth.PSN(), wire.NAKInvalidRequest, verbs.EventQPReqErr, "length")
+	q.resp.fatalNAK(bth.PSN(), wire.NAKInvalidRequest, verbs.EventQPReqErr, "length")
 }
 
 // resolve implements engineHost: memory of the QP's PD.
@@ -862,5 +854,74 @@ func (q *qp) resolve(sges []verbs.SGE, write bool, segs [][]byte) ([][]byte, boo
 	segs, _, ok := q.hw.resolveSGEs(q.pd, sges, write, segs)
 	return segs, ok
 }
+
+// The rest of responderHost. x is the XRC SRQ of the request at hand, for
+// an XRC_RECV QP, which has no queues, PD or CQs of its own.
+
+func (q *qp) popRecv(x *srq, w *recvWQE) bool {
+	switch {
+	case x != nil:
+		return x.pop(w)
+	case q.srq != nil:
+		return q.srq.pop(w)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.rq.pop(w)
+}
+
+func (q *qp) unpopRecv(x *srq, w *recvWQE) {
+	switch {
+	case w == nil:
+	case x != nil:
+		x.unpop(w)
+	case q.srq != nil:
+		q.srq.unpop(w)
+	default:
+		q.mu.Lock()
+		q.rq.unpop(w)
+		q.mu.Unlock()
+	}
+}
+
+func (q *qp) recvMemory(x *srq, sges []verbs.SGE, segs [][]byte) ([][]byte, uint64, bool) {
+	p := q.pd
+	if x != nil {
+		p = x.pd
+	}
+	return q.hw.resolveSGEs(p, sges, true, segs)
+}
+
+func (q *qp) pushRecv(x *srq, wc verbs.WC, solicited bool) {
+	c, cq := q.ctx, q.rcq
+	if x != nil {
+		c, cq = x.ctx, x.cq // an XRC SRQ's CQ is of the SRQ's context
+	}
+	if !cq.Push(&wc, solicited) {
+		q.cqOverflow(c, cq)
+	}
+}
+
+func (q *qp) peerMemory(x *srq, rkey uint32, va, n uint64, right verbs.AccessFlags) ([]byte, bool) {
+	p := q.pd
+	if q.typ == verbs.QPTXRCRecv {
+		if x == nil {
+			return nil, false // the request named no SRQ of the domain
+		}
+		p = x.pd
+	}
+	m := q.hw.lookup(rkey, p)
+	if m == nil {
+		return q.windowMemory(p, rkey, va, n, right)
+	}
+	if m.access&right == 0 {
+		return nil, false
+	}
+	return m.span(va, n)
+}
+
+func (q *qp) atomics() *sync.Mutex { return &q.hw.atomicMu }
+
+func (q *qp) holdAck() { q.hw.noteHeld(q) }
 
 var _ verbs.QPDriver = (*qp)(nil)

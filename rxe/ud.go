@@ -100,13 +100,13 @@ func (q *qp) receiveUD(p *wire.Packet, in *inPacket) {
 	if p.DETH == nil || p.DETH.QKey() != want {
 		return // Q_Key violation: dropped (IBTA C10-15)
 	}
-	w := q.popRecv()
+	w := q.resp.popRecv()
 	if w == nil {
 		return // no receive posted: UD drops the message
 	}
 	segs, total, ok := q.hw.resolveSGEs(q.pd, w.sges, true, q.resp.segsBuf[:0])
 	if !ok {
-		q.pushRecv(&verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+		q.pushRecv(nil, verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 		q.event(verbs.EventQPFatal)
 		q.toError()
 		return
@@ -115,7 +115,7 @@ func (q *qp) receiveUD(p *wire.Packet, in *inPacket) {
 	if n > total {
 		// IBTA's local length error; Linux rxe drops such a message
 		// and keeps the WQE, which hides the sender's mistake.
-		q.pushRecv(&verbs.WC{WRID: w.wrid, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+		q.pushRecv(nil, verbs.WC{WRID: w.wrid, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 		return
 	}
 	var grh [verbs.GRHLen]byte
@@ -131,7 +131,7 @@ func (q *qp) receiveUD(p *wire.Packet, in *inPacket) {
 	if p.ImmDt != nil {
 		wc.ImmData, wc.WCFlags = p.ImmDt.Imm(), wc.WCFlags|verbs.WCWithImm
 	}
-	q.pushRecv(&wc, p.BTH.SolicitedEvent())
+	q.pushRecv(nil, wc, p.BTH.SolicitedEvent())
 }
 
 // fillGRH writes the network header of a received packet into a GRH area
