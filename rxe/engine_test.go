@@ -61,9 +61,9 @@ func (h *fakeHost) takeOut(t *testing.T) []*wire.Packet {
 	return ps
 }
 
-// sendSide is a requester and a completer over one send queue, as a QP
+// sendRig is a requester and a completer over one send queue, as a QP
 // holds them.
-type sendSide struct {
+type sendRig struct {
 	t    *testing.T
 	attr ownerAttr
 	host fakeHost
@@ -73,28 +73,28 @@ type sendSide struct {
 }
 
 const (
-	sendSideMTU  = 1024
-	sendSidePSN  = wire.PSN(0xfffff0) // wraps within the tests
-	sendSideRNR  = 14                 // RNR timer code: 1.28 ms
-	sendSideWait = 1280 * time.Microsecond
+	rigMTU     = 1024
+	rigPSN     = wire.PSN(0xfffff0) // wraps within the tests
+	rigRNR     = 14                 // RNR timer code: 1.28 ms
+	rigRNRWait = 1280 * time.Microsecond
 )
 
-func newSendSide(t *testing.T) *sendSide {
-	s := &sendSide{t: t, attr: ownerAttr{
-		state: verbs.QPSRTS, mtu: sendSideMTU, destQP: 0x22, dest: netip.MustParseAddr("192.0.2.2"),
+func newSendRig(t *testing.T) *sendRig {
+	s := &sendRig{t: t, attr: ownerAttr{
+		state: verbs.QPSRTS, mtu: rigMTU, destQP: 0x22, dest: netip.MustParseAddr("192.0.2.2"),
 		timeout: timeoutAt14, retryCnt: 2, rnrRetry: 2, maxRdAtomic: 4, maxDestRd: 4,
 	}}
 	s.host = fakeHost{attr: &s.attr, mem: make([]byte, 1<<20)}
 	s.req = requester{sq: &s.sq, comp: &s.comp, host: &s.host, attr: &s.attr, typ: verbs.QPTRC, qpn: 0x11}
 	s.comp = completer{sq: &s.sq, host: &s.host, attr: &s.attr}
-	s.sq.reset(sendSidePSN)
+	s.sq.reset(rigPSN)
 	s.req.reset()
 	s.comp.reset()
 	return s
 }
 
 // post queues a signaled work request of n bytes from offset 0.
-func (s *sendSide) post(op verbs.WROpcode, n uint32) *sendWQE {
+func (s *sendRig) post(op verbs.WROpcode, n uint32) *sendWQE {
 	w := &sendWQE{wr: verbs.SendWR{WRID: uint64(len(s.sq.wqes)), Opcode: op, RemoteAddr: 0x1000, RKey: 7}, length: uint64(n), signaled: true}
 	w.sges = []verbs.SGE{{Addr: 0, Length: n}}
 	s.sq.wqes = append(s.sq.wqes, w)
@@ -103,7 +103,7 @@ func (s *sendSide) post(op verbs.WROpcode, n uint32) *sendWQE {
 
 // step runs the send side as a QP's step does at now and returns the
 // packets it built.
-func (s *sendSide) step(now time.Time) []*wire.Packet {
+func (s *sendRig) step(now time.Time) []*wire.Packet {
 	s.t.Helper()
 	s.comp.onTimer(now)
 	s.req.sendMore(now)
@@ -112,7 +112,7 @@ func (s *sendSide) step(now time.Time) []*wire.Packet {
 
 // answer hands the completer an acknowledgement (or, with payload, a
 // READ response) of psn at now.
-func (s *sendSide) answer(op wire.OpCode, psn wire.PSN, syn wire.Syndrome, payload []byte, now time.Time) {
+func (s *sendRig) answer(op wire.OpCode, psn wire.PSN, syn wire.Syndrome, payload []byte, now time.Time) {
 	s.t.Helper()
 	h := wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: psn}, Syndrome: syn}
 	b, err := wire.AppendPacket(nil, &h, payload)
@@ -126,7 +126,7 @@ func (s *sendSide) answer(op wire.OpCode, psn wire.PSN, syn wire.Syndrome, paylo
 	s.comp.complete(&p, now)
 }
 
-// psns lists the packets' opcodes and PSNs, relative to sendSidePSN.
+// psns lists the packets' opcodes and PSNs, relative to rigPSN.
 func psns(ps []*wire.Packet) string {
 	s := ""
 	for _, p := range ps {
@@ -134,7 +134,7 @@ func psns(ps []*wire.Packet) string {
 		if p.BTH.AckReq() {
 			ack = "+A"
 		}
-		s += fmt.Sprintf(" %s@%d%s", p.OpCode(), p.BTH.PSN().Diff(sendSidePSN), ack)
+		s += fmt.Sprintf(" %s@%d%s", p.OpCode(), p.BTH.PSN().Diff(rigPSN), ack)
 	}
 	return s
 }
@@ -150,7 +150,7 @@ func expectPSNs(t *testing.T, ps []*wire.Packet, want string, when string) {
 // after every timeout while retries last; the next fails it with
 // RETRY_EXC_ERR and the QP with it. A microsecond early, nothing goes.
 func TestCompleterRetransmitsAtTheDeadlineNotBefore(t *testing.T) {
-	s := newSendSide(t)
+	s := newSendRig(t)
 	t0 := time.Unix(1000, 0)
 	w := s.post(verbs.WRSend, 8)
 	expectPSNs(t, s.step(t0), " RC_SEND_ONLY@0+A", "at first")
@@ -178,18 +178,18 @@ func TestCompleterRetransmitsAtTheDeadlineNotBefore(t *testing.T) {
 
 // An ACK of the last PSN completes the WQE and stops the timer.
 func TestCompleterCompletesOnTheACKAndStopsTheTimer(t *testing.T) {
-	s := newSendSide(t)
+	s := newSendRig(t)
 	t0 := time.Unix(1000, 0)
-	w := s.post(verbs.WRRDMAWrite, 3*sendSideMTU)
+	w := s.post(verbs.WRRDMAWrite, 3*rigMTU)
 	expectPSNs(t, s.step(t0), " RC_RDMA_WRITE_FIRST@0 RC_RDMA_WRITE_MIDDLE@1 RC_RDMA_WRITE_LAST@2+A", "the write")
-	s.answer(wire.RCAcknowledge, sendSidePSN.Add(1), wire.SyndromeACKUnlimited, nil, t0.Add(time.Millisecond))
+	s.answer(wire.RCAcknowledge, rigPSN.Add(1), wire.SyndromeACKUnlimited, nil, t0.Add(time.Millisecond))
 	if w.done {
 		t.Fatal("done on an ACK of its middle packet")
 	}
 	if got, want := s.comp.deadline(), t0.Add(time.Millisecond+timeoutAt14); !got.Equal(want) {
 		t.Fatalf("after a partial ACK: deadline t0+%v, want the timer restarted at t0+%v", got.Sub(t0), want.Sub(t0))
 	}
-	s.answer(wire.RCAcknowledge, sendSidePSN.Add(2), wire.SyndromeACKUnlimited, nil, t0.Add(2*time.Millisecond))
+	s.answer(wire.RCAcknowledge, rigPSN.Add(2), wire.SyndromeACKUnlimited, nil, t0.Add(2*time.Millisecond))
 	if !w.done || w.status != verbs.WCSuccess || s.sq.doneHead() != 1 {
 		t.Fatalf("after the last ACK: done %v, status %s", w.done, w.status)
 	}
@@ -201,26 +201,26 @@ func TestCompleterCompletesOnTheACKAndStopsTheTimer(t *testing.T) {
 // After an RNR NAK the request waits out the RNR timer the NAK gives, and
 // goes again at its end, not a microsecond before.
 func TestCompleterWaitsOutAnRNRNAK(t *testing.T) {
-	s := newSendSide(t)
+	s := newSendRig(t)
 	t0 := time.Unix(1000, 0)
 	s.post(verbs.WRSend, 8)
 	s.step(t0)
 	nak := t0.Add(time.Millisecond)
-	s.answer(wire.RCAcknowledge, sendSidePSN, wire.RNRNAKSyndrome(sendSideRNR), nil, nak)
-	if got, want := s.comp.deadline(), nak.Add(sendSideWait); !got.Equal(want) {
+	s.answer(wire.RCAcknowledge, rigPSN, wire.RNRNAKSyndrome(rigRNR), nil, nak)
+	if got, want := s.comp.deadline(), nak.Add(rigRNRWait); !got.Equal(want) {
 		t.Fatalf("deadline t0+%v, want the end of the RNR wait, t0+%v", got.Sub(t0), want.Sub(t0))
 	}
-	expectPSNs(t, s.step(nak.Add(sendSideWait-time.Microsecond)), "", "1 µs before the RNR wait ends")
-	expectPSNs(t, s.step(nak.Add(sendSideWait)), " RC_SEND_ONLY@0+A", "when the RNR wait ends")
+	expectPSNs(t, s.step(nak.Add(rigRNRWait-time.Microsecond)), "", "1 µs before the RNR wait ends")
+	expectPSNs(t, s.step(nak.Add(rigRNRWait)), " RC_SEND_ONLY@0+A", "when the RNR wait ends")
 }
 
 // The requester asks for an ACK on a message's last packet and every
 // maxPktPerAck packets, and keeps at most maxUnackedPSN in flight; an ACK
 // opens the window by what it covers.
 func TestRequesterWindowAndACKRequests(t *testing.T) {
-	s := newSendSide(t)
+	s := newSendRig(t)
 	t0 := time.Unix(1000, 0)
-	s.post(verbs.WRRDMAWrite, 200*sendSideMTU)
+	s.post(verbs.WRRDMAWrite, 200*rigMTU)
 	ps := s.step(t0)
 	if len(ps) != maxUnackedPSN {
 		t.Fatalf("sent %d packets, want the window, %d", len(ps), maxUnackedPSN)
@@ -231,9 +231,9 @@ func TestRequesterWindowAndACKRequests(t *testing.T) {
 		}
 	}
 	expectPSNs(t, s.step(t0), "", "with the window full")
-	s.answer(wire.RCAcknowledge, sendSidePSN.Add(maxPktPerAck-1), wire.SyndromeACKUnlimited, nil, t0)
+	s.answer(wire.RCAcknowledge, rigPSN.Add(maxPktPerAck-1), wire.SyndromeACKUnlimited, nil, t0)
 	ps = s.step(t0)
-	if len(ps) != maxPktPerAck || ps[0].BTH.PSN() != sendSidePSN.Add(maxUnackedPSN) {
+	if len(ps) != maxPktPerAck || ps[0].BTH.PSN() != rigPSN.Add(maxUnackedPSN) {
 		t.Fatalf("after an ACK of %d packets: sent%s", maxPktPerAck, psns(ps[:1]))
 	}
 	if last := ps[len(ps)-1]; last.OpCode() != wire.RCWriteMiddle || !last.BTH.AckReq() {
@@ -245,13 +245,13 @@ func TestRequesterWindowAndACKRequests(t *testing.T) {
 // and spends a retry; the same NAK again is the responder asking again,
 // which spends none.
 func TestCompleterGoesBackOnASequenceNAK(t *testing.T) {
-	s := newSendSide(t)
+	s := newSendRig(t)
 	t0 := time.Unix(1000, 0)
 	for range 4 {
 		s.post(verbs.WRSend, 8)
 	}
 	s.step(t0)
-	s.answer(wire.RCAcknowledge, sendSidePSN.Add(2), wire.NAKPSNSequenceError, nil, t0)
+	s.answer(wire.RCAcknowledge, rigPSN.Add(2), wire.NAKPSNSequenceError, nil, t0)
 	if !s.sq.wqes[1].done || s.sq.wqes[2].done {
 		t.Fatal("a NAK of PSN 2 must complete PSNs 0 and 1, and only them")
 	}
@@ -259,7 +259,7 @@ func TestCompleterGoesBackOnASequenceNAK(t *testing.T) {
 	if s.comp.retries != 1 {
 		t.Fatalf("retries left %d, want 1", s.comp.retries)
 	}
-	s.answer(wire.RCAcknowledge, sendSidePSN.Add(2), wire.NAKPSNSequenceError, nil, t0)
+	s.answer(wire.RCAcknowledge, rigPSN.Add(2), wire.NAKPSNSequenceError, nil, t0)
 	expectPSNs(t, s.step(t0), " RC_SEND_ONLY@2+A RC_SEND_ONLY@3+A", "after the NAK again")
 	if s.comp.retries != 1 {
 		t.Fatalf("the repeated NAK spent a retry: %d left, want 1", s.comp.retries)
@@ -269,26 +269,26 @@ func TestCompleterGoesBackOnASequenceNAK(t *testing.T) {
 // A gap in a READ's responses asks again, once, for the rest from the
 // first missing packet, with the RETH moved on to it.
 func TestCompleterAsksAgainFromAReadResponseGap(t *testing.T) {
-	s := newSendSide(t)
+	s := newSendRig(t)
 	t0 := time.Unix(1000, 0)
-	w := s.post(verbs.WRRDMARead, 4*sendSideMTU)
+	w := s.post(verbs.WRRDMARead, 4*rigMTU)
 	expectPSNs(t, s.step(t0), " RC_RDMA_READ_REQUEST@0+A", "the READ")
-	chunk := make([]byte, sendSideMTU)
-	s.answer(wire.RCReadResponseFirst, sendSidePSN, wire.SyndromeACKUnlimited, chunk, t0)
-	s.answer(wire.RCReadResponseMiddle, sendSidePSN.Add(2), wire.SyndromeACKUnlimited, chunk, t0)
+	chunk := make([]byte, rigMTU)
+	s.answer(wire.RCReadResponseFirst, rigPSN, wire.SyndromeACKUnlimited, chunk, t0)
+	s.answer(wire.RCReadResponseMiddle, rigPSN.Add(2), wire.SyndromeACKUnlimited, chunk, t0)
 	ps := s.step(t0)
 	expectPSNs(t, ps, " RC_RDMA_READ_REQUEST@1+A", "after the gap")
-	if reth := ps[0].RETH; reth.VA() != 0x1000+sendSideMTU || reth.DMALen() != 3*sendSideMTU {
-		t.Fatalf("asked again for %d bytes at %#x, want %d at %#x", reth.DMALen(), reth.VA(), 3*sendSideMTU, 0x1000+sendSideMTU)
+	if reth := ps[0].RETH; reth.VA() != 0x1000+rigMTU || reth.DMALen() != 3*rigMTU {
+		t.Fatalf("asked again for %d bytes at %#x, want %d at %#x", reth.DMALen(), reth.VA(), 3*rigMTU, 0x1000+rigMTU)
 	}
-	s.answer(wire.RCReadResponseLast, sendSidePSN.Add(3), wire.SyndromeACKUnlimited, chunk, t0)
+	s.answer(wire.RCReadResponseLast, rigPSN.Add(3), wire.SyndromeACKUnlimited, chunk, t0)
 	expectPSNs(t, s.step(t0), "", "after a later response of the same gap")
 	for k := uint32(1); k < 4; k++ {
 		op := wire.RCReadResponseMiddle
 		if k == 3 {
 			op = wire.RCReadResponseLast
 		}
-		s.answer(op, sendSidePSN.Add(k), wire.SyndromeACKUnlimited, chunk, t0)
+		s.answer(op, rigPSN.Add(k), wire.SyndromeACKUnlimited, chunk, t0)
 	}
 	if !w.done || w.status != verbs.WCSuccess {
 		t.Fatalf("after every response: done %v, status %s", w.done, w.status)
@@ -333,34 +333,31 @@ func (h *fakeRespHost) peerMemory(_ *srq, rkey uint32, va, n uint64, _ verbs.Acc
 	return h.mem[va : va+n], true
 }
 
-// recvSide is a responder as a QP holds it.
-type recvSide struct {
+// recvRig is a responder as a QP holds it.
+type recvRig struct {
 	t    *testing.T
 	attr ownerAttr
 	host fakeRespHost
 	resp responder
 }
 
-func newRecvSide(t *testing.T) *recvSide {
-	s := &recvSide{t: t, attr: ownerAttr{
-		state: verbs.QPSRTS, mtu: sendSideMTU, destQP: 0x11, dest: netip.MustParseAddr("192.0.2.1"),
-		minRNR: sendSideRNR, maxDestRd: 4, access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
+func newRecvRig(t *testing.T) *recvRig {
+	s := &recvRig{t: t, attr: ownerAttr{
+		state: verbs.QPSRTS, mtu: rigMTU, destQP: 0x11, dest: netip.MustParseAddr("192.0.2.1"),
+		minRNR: rigRNR, maxDestRd: 4, access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
 	}}
 	s.host.attr = &s.attr
 	s.host.mem = make([]byte, 1<<20)
 	s.resp = responder{host: &s.host, attr: &s.attr, typ: verbs.QPTRC, qpn: 0x22}
-	s.resp.reset(sendSidePSN)
+	s.resp.reset(rigPSN)
 	return s
 }
 
 // step gives the responder packets in one step of its QP at now, as a
 // CQ poller's step if polled, and returns what it sent.
-func (s *recvSide) step(now time.Time, polled bool, hs ...wire.Headers) []*wire.Packet {
+func (s *recvRig) step(now time.Time, polled bool, hs ...wire.Headers) []*wire.Packet {
 	s.t.Helper()
-	s.resp.burst = 0
-	if s.resp.held && len(hs) > 0 {
-		s.resp.flushAck(now, false, true)
-	}
+	s.resp.beginStep(now, len(hs) > 0)
 	for i := range hs {
 		n := 0
 		if hs[i].BTH.OpCode.IsSend() || hs[i].BTH.OpCode.IsWrite() {
@@ -376,24 +373,21 @@ func (s *recvSide) step(now time.Time, polled bool, hs ...wire.Headers) []*wire.
 		}
 		s.resp.respond(&p, now)
 	}
-	s.resp.flushAck(now, polled, len(hs) > 0)
-	if len(s.resp.reads) > 0 {
-		s.resp.pumpReads()
-	}
+	s.resp.endStep(now, polled, len(hs) > 0)
 	return s.host.takeOut(s.t)
 }
 
-// send is an 8-byte SEND_ONLY at PSN k (from sendSidePSN), asking for an
+// send is an 8-byte SEND_ONLY at PSN k (from rigPSN), asking for an
 // ACK.
 func send(k uint32) wire.Headers {
-	return wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: sendSidePSN.Add(k), AckReq: true}}
+	return wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: rigPSN.Add(k), AckReq: true}}
 }
 
 // An ACK a CQ poller's step holds back goes when it is due, ackHold after
 // the packets came, not a microsecond before; a step that is not a
 // poller's sends its ACK at once.
 func TestResponderHoldsAPolledACKUntilItIsDue(t *testing.T) {
-	s := newRecvSide(t)
+	s := newRecvRig(t)
 	t0 := time.Unix(1000, 0)
 	s.host.rq.push(1, []verbs.SGE{{Addr: 0, Length: 64}})
 	s.host.rq.push(2, []verbs.SGE{{Addr: 64, Length: 64}})
@@ -417,17 +411,17 @@ func TestResponderHoldsAPolledACKUntilItIsDue(t *testing.T) {
 // A long READ's response goes out maxReadBurst packets a step, the
 // responder asking to be stepped again until it is all out.
 func TestResponderPacesALongREADResponse(t *testing.T) {
-	s := newRecvSide(t)
+	s := newRecvRig(t)
 	const npkts = maxReadBurst + 88
-	read := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCReadRequest, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: sendSidePSN, AckReq: true},
-		RETH: wire.RETHFields{VA: 0, RKey: 7, DMALen: npkts * sendSideMTU}}
+	read := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCReadRequest, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: rigPSN, AckReq: true},
+		RETH: wire.RETHFields{VA: 0, RKey: 7, DMALen: npkts * rigMTU}}
 	t0 := time.Unix(1000, 0)
 	ps := s.step(t0, false, read)
 	if len(ps) != maxReadBurst || s.host.kicks == 0 {
 		t.Fatalf("first step: %d packets, %d kicks; want %d and a kick", len(ps), s.host.kicks, maxReadBurst)
 	}
-	if ps[0].OpCode() != wire.RCReadResponseFirst || ps[maxReadBurst-1].BTH.PSN() != sendSidePSN.Add(maxReadBurst-1) {
-		t.Fatalf("first step: %s … PSN %d", ps[0].OpCode(), ps[maxReadBurst-1].BTH.PSN().Diff(sendSidePSN))
+	if ps[0].OpCode() != wire.RCReadResponseFirst || ps[maxReadBurst-1].BTH.PSN() != rigPSN.Add(maxReadBurst-1) {
+		t.Fatalf("first step: %s … PSN %d", ps[0].OpCode(), ps[maxReadBurst-1].BTH.PSN().Diff(rigPSN))
 	}
 	kicks := s.host.kicks
 	ps = s.step(t0, false)
@@ -440,12 +434,12 @@ func TestResponderPacesALongREADResponse(t *testing.T) {
 // min_rnr_timer and leaves nothing behind: once a WQE is posted the same
 // PSN is taken.
 func TestResponderRNRNAKsASendWithNoReceive(t *testing.T) {
-	s := newRecvSide(t)
+	s := newRecvRig(t)
 	t0 := time.Unix(1000, 0)
 	ps := s.step(t0, false, send(0))
 	expectPSNs(t, ps, " RC_ACKNOWLEDGE@0", "no receive WQE")
-	if syn := ps[0].AETH.Syndrome(); syn != wire.RNRNAKSyndrome(sendSideRNR) {
-		t.Fatalf("syndrome %#x, want an RNR NAK with timer %d", uint8(syn), sendSideRNR)
+	if syn := ps[0].AETH.Syndrome(); syn != wire.RNRNAKSyndrome(rigRNR) {
+		t.Fatalf("syndrome %#x, want an RNR NAK with timer %d", uint8(syn), rigRNR)
 	}
 	s.host.rq.push(9, []verbs.SGE{{Addr: 0, Length: 64}})
 	ps = s.step(t0, false, send(0))
@@ -457,7 +451,7 @@ func TestResponderRNRNAKsASendWithNoReceive(t *testing.T) {
 // A packet ahead of the expected PSN is NAKed with a sequence error
 // once; the NAK goes again only after renakAfter more such packets.
 func TestResponderNAKsAGapOnceThenAgainAfterRenakAfter(t *testing.T) {
-	s := newRecvSide(t)
+	s := newRecvRig(t)
 	t0 := time.Unix(1000, 0)
 	expectPSNs(t, s.step(t0, false, send(1)), " RC_ACKNOWLEDGE@0", "the first packet past the gap")
 	for k := uint32(2); k < renakAfter+1; k++ {

@@ -578,7 +578,6 @@ func (q *qp) step(now time.Time, polled bool) {
 	if q.st.state != verbs.QPSSQD {
 		q.drainedSent = false
 	}
-	q.resp.burst = 0
 	if pend.resetResp {
 		q.resp.reset(q.st.rqPSN)
 	}
@@ -587,12 +586,7 @@ func (q *qp) step(now time.Time, polled bool) {
 		q.req.reset()
 		q.comp.reset()
 	}
-	if q.resp.held && len(q.work) > 0 && !pend.reset {
-		// A held ACK goes before what the new packets bring: its PSN
-		// comes first, and READ responses they start must not be
-		// drained ahead of it (sendAck).
-		q.resp.flushAck(now, false, true)
-	}
+	q.resp.beginStep(now, len(q.work) > 0 && !pend.reset)
 	rcvd := uint64(0) // counted once per step: two atomic adds, not two per packet
 	for i := range q.work {
 		p := &q.work[i]
@@ -611,24 +605,14 @@ func (q *qp) step(now time.Time, polled bool) {
 	if rcvd > 0 {
 		q.count(verbs.CounterRcvdPkts, rcvd)
 	}
-	q.resp.flushAck(now, polled, rcvd > 0)
-	if len(q.resp.reads) > 0 && q.st.state != verbs.QPSErr {
-		q.resp.pumpReads()
-	}
+	q.resp.endStep(now, polled, rcvd > 0)
 	if q.st.state == verbs.QPSErr {
 		q.flush()
 	} else {
 		if pend.flush {
 			q.flush()
 		}
-		q.comp.onTimer(now)
-		q.retire() // completions free room under max_rd_atomic
-		q.req.sendMore(now)
-		if q.req.takeBuilt() {
-			q.resp.unanswered = false // the program answers: its ACKs may wait for it
-		}
-		q.retire()
-		q.checkDrained()
+		q.sendSide(now)
 		if q.st.state == verbs.QPSErr {
 			q.flush() // a local error just now: flush what is left
 		}
@@ -638,6 +622,21 @@ func (q *qp) step(now time.Time, polled bool) {
 	}
 	q.flushOut()
 	q.armTimer(now)
+}
+
+// sendSide runs the send side of a step: the completer's timer, the
+// requester, and the completions both leave. Retiring first frees room
+// under max_rd_atomic for the requester; retiring after completes what
+// finished as it went out (UC, UD, local operations, local errors).
+func (q *qp) sendSide(now time.Time) {
+	q.comp.onTimer(now)
+	q.retire()
+	q.req.sendMore(now)
+	if q.req.takeBuilt() {
+		q.resp.unanswered = false // the program answers: its ACKs may wait for it
+	}
+	q.retire()
+	q.checkDrained()
 }
 
 // sendHeldAck sends the ACK a polled step held, if there is one, at once

@@ -99,8 +99,8 @@ type responder struct {
 	ackSyn     wire.Syndrome
 	held       bool
 	until      time.Time
-	unanswered bool // an ACK was held and the QP has sent no request since
-	segsBuf    [maxSGE][]byte
+	unanswered bool     // an ACK was held and the QP has sent no request since
+	segsBuf    [][]byte // room for segs, kept from message to message (made on first use: an idle QP keeps none)
 }
 
 type msgKind uint8
@@ -283,6 +283,7 @@ func (r *responder) execute(p *wire.Packet) (wire.Syndrome, bool) {
 				return r.rnrNAK(psn)
 			}
 			segs, total, ok := r.host.recvMemory(r.xsrq, w.sges, r.segsBuf[:0])
+			r.segsBuf = segs[:0]
 			if !ok {
 				r.host.pushRecv(r.xsrq, verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: r.qpn}, false)
 				return r.fatalNAK(psn, wire.NAKRemoteOperational, verbs.EventQPFatal, "receive WQE")
@@ -564,6 +565,27 @@ func (r *responder) sendAck(psn wire.PSN, syn wire.Syndrome) {
 		Syndrome: syn, MSN: r.msn}
 	out := r.out()
 	out.Buf, _ = wire.AppendPacket(out.Buf, &h, nil)
+}
+
+// beginStep readies the responder for a step of its QP; fresh says the
+// step takes in packets. An ACK held from the last step goes before what
+// they bring: its PSN comes first, and READ responses they start must not
+// be drained ahead of it (sendAck).
+func (r *responder) beginStep(now time.Time, fresh bool) {
+	r.burst = 0
+	if r.held && fresh {
+		r.flushAck(now, false, true)
+	}
+}
+
+// endStep ends the receiving part of a step: the ACK of the packets taken
+// in goes, or is held if polled (flushAck), and READ responses go as far
+// as the step's budget allows. fresh says the step took in packets.
+func (r *responder) endStep(now time.Time, polled, fresh bool) {
+	r.flushAck(now, polled, fresh)
+	if len(r.reads) > 0 && r.attr.state != verbs.QPSErr {
+		r.pumpReads()
+	}
 }
 
 // deadline returns when the responder must next see the time: when the

@@ -105,6 +105,7 @@ func (q *qp) receiveUD(p *wire.Packet, in *inPacket) {
 		return // no receive posted: UD drops the message
 	}
 	segs, total, ok := q.hw.resolveSGEs(q.pd, w.sges, true, q.resp.segsBuf[:0])
+	q.resp.segsBuf = segs[:0]
 	if !ok {
 		q.pushRecv(nil, verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 		q.event(verbs.EventQPFatal)
