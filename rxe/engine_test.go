@@ -163,7 +163,7 @@ func TestCompleterRetransmitsAtTheDeadlineNotBefore(t *testing.T) {
 		expectPSNs(t, s.step(due), " RC_SEND_ONLY@0+A", fmt.Sprintf("at retry %d", try))
 	}
 	last := t0.Add(3 * timeoutAt14)
-	s.step(last.Add(-time.Microsecond))
+	expectPSNs(t, s.step(last.Add(-time.Microsecond)), "", "1 µs before the last timeout")
 	if w.done {
 		t.Fatal("failed a microsecond before the last timeout")
 	}
@@ -234,7 +234,7 @@ func TestRequesterWindowAndACKRequests(t *testing.T) {
 	s.answer(wire.RCAcknowledge, rigPSN.Add(maxPktPerAck-1), wire.SyndromeACKUnlimited, nil, t0)
 	ps = s.step(t0)
 	if len(ps) != maxPktPerAck || ps[0].BTH.PSN() != rigPSN.Add(maxUnackedPSN) {
-		t.Fatalf("after an ACK of %d packets: sent%s", maxPktPerAck, psns(ps[:1]))
+		t.Fatalf("after an ACK of %d packets: sent%s", maxPktPerAck, psns(ps))
 	}
 	if last := ps[len(ps)-1]; last.OpCode() != wire.RCWriteMiddle || !last.BTH.AckReq() {
 		t.Fatalf("packet %d: %s, AckReq %v", maxUnackedPSN+maxPktPerAck-1, last.OpCode(), last.BTH.AckReq())

@@ -585,6 +585,7 @@ func (q *qp) step(now time.Time, polled bool) {
 		q.sq.reset(q.st.sqPSN)
 		q.req.reset()
 		q.comp.reset()
+		q.drainedSent = false
 	}
 	q.resp.beginStep(now, len(q.work) > 0 && !pend.reset)
 	rcvd := uint64(0) // counted once per step: two atomic adds, not two per packet
@@ -681,6 +682,7 @@ func (q *qp) resetOwner() {
 	q.req.reset()
 	q.comp.reset()
 	q.resp.clear()
+	q.drainedSent = false
 }
 
 // toError moves the QP to ERR from the owner.
@@ -708,7 +710,7 @@ func (q *qp) flush() {
 		q.pushRecv(q.resp.xsrq, verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 	}
 	for _, id := range flushed {
-		q.rcq.Push(&verbs.WC{WRID: id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+		q.pushRecv(nil, verbs.WC{WRID: id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 	}
 	q.resp.abortMessage()
 	if lastWQE {

@@ -181,6 +181,49 @@ func TestSQDrainRaisesEventAndHoldsNewRequests(t *testing.T) {
 	}
 }
 
+// A QP that raised SQ_DRAINED, was reset and was brought back to SQD
+// raises it again, even when the program's Modify calls all came before
+// its owner stepped once.
+func TestSQDrainedAgainAfterAReset(t *testing.T) {
+	o := pairOpts{}
+	o.defaults()
+	a, b, _ := memPair(t, 8, link.Faults{}, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	toSQD := func() {
+		t.Helper()
+		if err := a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSSQD, EnSQDAsyncNotify: 1}, verbs.QPAttrState|verbs.QPAttrEnSQDAsyncNotify); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDrained := func(when string) {
+		t.Helper()
+		for {
+			ev, err := a.ctx.GetAsyncEvent(ctx)
+			if err != nil {
+				t.Fatalf("%s: no SQ_DRAINED event: %v", when, err)
+			}
+			if ev.Type == verbs.EventSQDrained && ev.QP == a.qp {
+				return
+			}
+		}
+	}
+	toSQD()
+	waitDrained("the first time")
+	q := verbs.QPDriverOf(a.qp).(*qp)
+	q.stepMu.Lock() // the owner steps once every Modify is in
+	if err := a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSReset}, verbs.QPAttrState); err != nil {
+		q.stepMu.Unlock()
+		t.Fatal(err)
+	}
+	gidB, _ := b.ctx.QueryGID(1, 0)
+	connectQP(t, a, gidB, b.qp.Num(), 1, 1, &o)
+	toSQD()
+	q.stepMu.Unlock()
+	q.kick()
+	waitDrained("after the reset")
+}
+
 func TestOpenReportsPortActive(t *testing.T) {
 	n := link.NewNetwork(1)
 	l, _ := n.Attach(netip.MustParseAddr("10.2.0.1"))
