@@ -134,6 +134,7 @@ type hw struct {
 
 	atomicMu sync.Mutex // makes atomics atomic with respect to each other (IBV_ATOMIC_HCA)
 	bufs     sync.Pool  // *bufBox holding receive buffers of maxPacket bytes
+	outs     sync.Pool  // *outBatch, for steps that send (getOut)
 	boxes    sync.Pool  // empty *bufBox, so that moving buffers allocates nothing
 	wg       sync.WaitGroup
 }
@@ -523,6 +524,32 @@ func (h *hw) putBuf(b []byte) {
 	}
 	x.b = b[:cap(b)]
 	h.bufs.Put(x)
+}
+
+// sendBatch is how many packets the owner sends per link call.
+const sendBatch = 64
+
+// outBatch holds the packets a QP's step builds until it sends them. A
+// step borrows one from the device and gives it back once it has sent
+// (qp.sendOut), so the buffers belong to the steps that are sending, not
+// to every QP that ever sent: a QP between steps holds none.
+type outBatch struct {
+	pkts []link.Packet
+	bufs [][]byte // bufs[i] backs pkts[i]: maxPacket bytes, made on first use
+}
+
+// getOut returns an empty out batch.
+func (h *hw) getOut() *outBatch {
+	if b, ok := h.outs.Get().(*outBatch); ok {
+		return b
+	}
+	return &outBatch{pkts: make([]link.Packet, 0, sendBatch), bufs: make([][]byte, sendBatch)}
+}
+
+// putOut takes back a batch whose packets were sent.
+func (h *hw) putOut(b *outBatch) {
+	b.pkts = b.pkts[:0]
+	h.outs.Put(b)
 }
 
 // send hands packets to the link that serves GID index sgid.

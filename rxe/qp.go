@@ -66,9 +66,8 @@ type qp struct {
 	resp      responder
 	// drainedSent: IBV_EVENT_SQ_DRAINED was raised for this stay in SQD.
 	drainedSent bool
-	out         []link.Packet
-	outBufs     [][]byte
-	outSGID     int // the GID index (link) the out batch leaves from
+	out         *outBatch // the packets being built; borrowed from hw for a step's sends
+	outSGID     int       // the GID index (link) the out batch leaves from
 	timer       timer
 	timerAt     time.Time // when timer fires (zero: it is stopped, or fired)
 	work        []inPacket
@@ -618,10 +617,10 @@ func (q *qp) step(now time.Time, polled bool) {
 			q.flush() // a local error just now: flush what is left
 		}
 	}
-	if q.resp.held && len(q.out) > 0 {
+	if q.resp.held && q.outLen() > 0 {
 		q.resp.flushAck(now, false, true) // something goes anyway: the ACK rides along
 	}
-	q.flushOut()
+	q.sendOut()
 	q.armTimer(now)
 }
 
@@ -645,7 +644,7 @@ func (q *qp) sendSide(now time.Time) {
 func (q *qp) sendHeldAck(now time.Time) {
 	if q.resp.held {
 		q.resp.flushAck(now, false, true)
-		q.flushOut()
+		q.sendOut()
 	}
 }
 
@@ -720,39 +719,58 @@ func (q *qp) flush() {
 }
 
 // queueOutTo returns a packet buffer of the out batch to build into, for
-// addr from the link of GID index sgid.
+// addr from the link of GID index sgid. The first packet of a step
+// borrows a batch from the device (hw.getOut).
 func (q *qp) queueOutTo(addr netip.Addr, sgid int) *link.Packet {
-	if len(q.out) == cap(q.out) || len(q.out) > 0 && sgid != q.outSGID {
+	if q.out == nil {
+		q.out = q.hw.getOut()
+	}
+	b := q.out
+	if len(b.pkts) == cap(b.pkts) || len(b.pkts) > 0 && sgid != q.outSGID {
 		q.flushOut()
 	}
 	q.outSGID = sgid
-	if cap(q.out) == 0 {
-		q.out = make([]link.Packet, 0, sendBatch)
-		q.outBufs = make([][]byte, sendBatch)
-		for i := range q.outBufs {
-			q.outBufs[i] = make([]byte, 0, maxPacket)
-		}
+	i := len(b.pkts)
+	if b.bufs[i] == nil {
+		b.bufs[i] = make([]byte, 0, maxPacket)
 	}
-	q.out = q.out[:len(q.out)+1]
-	p := &q.out[len(q.out)-1]
-	p.Buf = q.outBufs[len(q.out)-1][:0]
+	b.pkts = b.pkts[:i+1]
+	p := &b.pkts[i]
+	p.Buf = b.bufs[i][:0]
 	p.Addr = addr
 	return p
 }
 
-// sendBatch is how many packets the owner sends per link call.
-const sendBatch = 64
+// outLen is how many packets the out batch holds.
+func (q *qp) outLen() int {
+	if q.out == nil {
+		return 0
+	}
+	return len(q.out.pkts)
+}
 
-// flushOut sends the out batch.
+// flushOut sends the out batch; the QP keeps the batch for more.
 func (q *qp) flushOut() {
-	if len(q.out) == 0 {
+	n := q.outLen()
+	if n == 0 {
 		return
 	}
-	q.count(verbs.CounterSentPkts, uint64(len(q.out)))
-	if err := q.hw.send(q.outSGID, q.out); err != nil {
+	q.count(verbs.CounterSentPkts, uint64(n))
+	if err := q.hw.send(q.outSGID, q.out.pkts); err != nil {
 		q.count(verbs.CounterSendErr, 1)
 	}
-	q.out = q.out[:0]
+	q.out.pkts = q.out.pkts[:0]
+}
+
+// sendOut sends the out batch and gives it back to the device: the step's
+// sending is over.
+func (q *qp) sendOut() {
+	if q.out == nil {
+		return
+	}
+	q.flushOut()
+	q.hw.putOut(q.out)
+	q.out = nil
 }
 
 // armTimer makes sure the owner's timer fires by the next deadline: the
