@@ -233,37 +233,51 @@ func BenchmarkUDSend(b *testing.B) {
 			a := newUDEnd(b, "bud_a", la, testQKey)
 			r := newUDEnd(b, "bud_b", lb, testQKey)
 			ah := a.ah(b, r)
-			recv := func(i int) verbs.RecvWR {
-				return verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{r.mr.SGE(i%64*r.slot, r.slot)}}
-			}
-			for i := 0; i < 2*depth; i++ {
-				if err := r.qp.PostRecv([]verbs.RecvWR{recv(i)}); err != nil {
+			// Made before the timer starts, so that allocs/op counts
+			// the device's allocations only.
+			recvs := make([]verbs.RecvWR, 2*depth)
+			for i := range recvs {
+				recvs[i] = verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{r.mr.SGE(i%64*r.slot, r.slot)}}
+				if err := r.qp.PostRecv(recvs[i : i+1]); err != nil {
 					b.Fatal(err)
 				}
 			}
-			wr := verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, size)}, AH: ah, RemoteQPN: r.qp.Num(), RemoteQKey: testQKey}
-			wcs := make([]verbs.WC, 64)
+			ws := []verbs.SendWR{{Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, size)}, AH: ah, RemoteQPN: r.qp.Num(), RemoteQKey: testQKey}}
+			wcs, rwcs := make([]verbs.WC, 64), make([]verbs.WC, 64)
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			b.ResetTimer()
 			sent, got := 0, 0
+			last := time.Now()
 			for got < b.N {
 				for sent < b.N && sent-got < depth {
-					w := wr
+					ws[0].SendFlags = 0
 					if sent%16 == 15 {
-						w.SendFlags = verbs.SendSignaled // reap the send queue now and then
+						ws[0].SendFlags = verbs.SendSignaled // reap the send queue now and then
 					}
-					if err := a.qp.PostSend([]verbs.SendWR{w}); err != nil {
+					if err := a.qp.PostSend(ws); err != nil {
 						b.Fatal(err)
 					}
 					sent++
 					a.cq.Poll(wcs)
 				}
-				for _, wc := range r.wait(1, 10*time.Second) {
+				n, err := r.cq.Poll(rwcs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n == 0 {
+					if time.Since(last) > 10*time.Second {
+						b.Fatalf("nothing received for 10 s: %d sent, %d received", sent, got)
+					}
+					runtime.Gosched()
+					continue
+				}
+				last = time.Now()
+				for _, wc := range rwcs[:n] {
 					if wc.Status != verbs.WCSuccess {
 						b.Fatalf("receive %s", wc.Status)
 					}
-					r.qp.PostRecv([]verbs.RecvWR{recv(int(wc.WRID))})
+					r.qp.PostRecv(recvs[wc.WRID : wc.WRID+1])
 					got++
 				}
 			}
@@ -328,20 +342,35 @@ func TestSteadyStateWorkRequestsAllocateNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	for _, op := range []verbs.WROpcode{verbs.WRRDMAWrite, verbs.WRSend} {
-		t.Run(op.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		op   verbs.WROpcode
+		ud   bool
+	}{{"RDMA_WRITE", verbs.WRRDMAWrite, false}, {"SEND", verbs.WRSend, false}, {"UD_SEND", verbs.WRSend, true}} {
+		op := c.op
+		t.Run(c.name, func(t *testing.T) {
 			la, lb := udpLinks(t)
-			a, b := newPair(t, la, lb, pairOpts{sendWR: 64, recvWR: 64})
+			var a, b *end
+			var ah *verbs.AH
+			if c.ud {
+				ua, ub := newUDEnd(t, "steady_a", la, testQKey), newUDEnd(t, "steady_b", lb, testQKey)
+				a, b, ah = ua.end, ub.end, ua.ah(t, ub)
+			} else {
+				a, b = newPair(t, la, lb, pairOpts{sendWR: 64, recvWR: 64})
+			}
 			setManualProgress(t, a, b)
 			const list = 16
 			wrs := make([]verbs.SendWR, list)
 			for i := range wrs {
 				wrs[i] = verbs.SendWR{Opcode: op, SGList: []verbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+				if c.ud {
+					wrs[i].AH, wrs[i].RemoteQPN, wrs[i].RemoteQKey = ah, b.qp.Num(), testQKey
+				}
 			}
 			wrs[list-1].SendFlags = verbs.SendSignaled
 			recvs := make([]verbs.RecvWR, list)
 			for i := range recvs {
-				recvs[i] = verbs.RecvWR{SGList: []verbs.SGE{b.mr.SGE(4096, 64)}}
+				recvs[i] = verbs.RecvWR{SGList: []verbs.SGE{b.mr.SGE(4096, verbs.GRHLen+64)}}
 			}
 			wcs := make([]verbs.WC, list)
 			round := func() {
@@ -360,10 +389,11 @@ func TestSteadyStateWorkRequestsAllocateNothing(t *testing.T) {
 					}
 					got += n
 				}
+				deadline := time.Now().Add(10 * time.Second) // a UD message may be lost
 				for got := 0; op == verbs.WRSend && got < list; {
 					n, err := b.cq.Poll(wcs)
-					if err != nil {
-						t.Fatal(err)
+					if err != nil || n == 0 && time.Now().After(deadline) {
+						t.Fatalf("receive: %v; %d of %d in 10 s", err, got, list)
 					}
 					got += n
 				}

@@ -71,7 +71,7 @@ func (q *qp) checkSend(wr *verbs.SendWR) (*sendWQE, error) {
 	if length > maxMsgSize {
 		return nil, bad(verbs.ErrInvalidArgument, "message of %d bytes above the %d-byte maximum", length, maxMsgSize)
 	}
-	var ud *udDest
+	var ud udDest
 	if q.datagram() {
 		d, err := q.checkUD(wr, length)
 		if err != nil {

@@ -44,7 +44,7 @@ type sendWQE struct {
 	wr       verbs.SendWR
 	sges     []verbs.SGE // owned copy of wr.SGList
 	inline   []byte      // data copied at post time (isInline)
-	ud       *udDest     // UD: where it goes
+	ud       udDest      // UD: where it goes
 	length   uint64
 	signaled bool
 

@@ -25,21 +25,21 @@ type udDest struct {
 
 // checkUD checks the UD part of a send work request and returns its
 // destination (q.mu held).
-func (q *qp) checkUD(wr *verbs.SendWR, length uint64) (*udDest, error) {
+func (q *qp) checkUD(wr *verbs.SendWR, length uint64) (udDest, error) {
 	bad := func(format string, args ...any) error {
 		return verbs.Errorf("ibv_post_send", verbs.ErrInvalidArgument, fmt.Sprintf(format, args...))
 	}
 	if wr.AH == nil {
-		return nil, bad("a UD send needs an address handle (wr.ud.ah)")
+		return udDest{}, bad("a UD send needs an address handle (wr.ud.ah)")
 	}
 	a, ok := verbs.AHDriverOf(wr.AH).(*ah)
 	if !ok || a.pd != q.pd {
-		return nil, bad("the address handle belongs to another protection domain")
+		return udDest{}, bad("the address handle belongs to another protection domain")
 	}
 	if mtu := q.hw.mtu.Bytes(); length > uint64(mtu) {
-		return nil, bad("UD message of %d bytes above the path MTU of %d", length, mtu)
+		return udDest{}, bad("UD message of %d bytes above the path MTU of %d", length, mtu)
 	}
-	d := &udDest{addr: a.attr.GRH.DGID.Addr(), sgid: int(a.attr.GRH.SGIDIndex), qpn: wr.RemoteQPN & 0xffffff, qkey: wr.RemoteQKey}
+	d := udDest{addr: a.attr.GRH.DGID.Addr(), sgid: int(a.attr.GRH.SGIDIndex), qpn: wr.RemoteQPN & 0xffffff, qkey: wr.RemoteQKey}
 	if d.addr.IsMulticast() {
 		d.qpn = multicastQPN
 	}
@@ -48,7 +48,7 @@ func (q *qp) checkUD(wr *verbs.SendWR, length uint64) (*udDest, error) {
 
 // buildUD builds the one packet of a UD send into the out batch.
 func (r *requester) buildUD(w *sendWQE) {
-	d := w.ud
+	d := &w.ud
 	qkey := d.qkey
 	switch {
 	case r.typ == verbs.QPTGSI:
