@@ -68,7 +68,13 @@ type agent struct {
 	stats     agentStats
 	issued    uint64        // MADs handed to send
 	finished  uint64        // of those, sent (or dropped)
-	sentCh    chan struct{} // closed and replaced when finished grows
+	sentCh    chan struct{} // made by flush to wait on, closed when finished grows
+	sendWR    [1]verbs.SendWR
+	sendSGE   [1]verbs.SGE
+
+	// The receive loop's own (and start's, before the loop runs).
+	recvWR  [1]verbs.RecvWR
+	recvSGE [1]verbs.SGE
 
 	dead   bool // released: the receive loop must not use QP1 any more
 	cancel context.CancelFunc
@@ -150,7 +156,7 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a = &agent{dev: dev, ctx: ctx, sentCh: make(chan struct{}), ahs: map[ahKey]*verbs.AH{}, conns: map[uint32]*ID{},
+	a = &agent{dev: dev, ctx: ctx, ahs: map[ahKey]*verbs.AH{}, conns: map[uint32]*ID{},
 		remotes: map[remoteKey]*ID{}, qpns: map[remoteKey]*ID{}, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -244,7 +250,9 @@ func (a *agent) free() {
 const sendWRBit = 1 << 32
 
 func (a *agent) postRecv(slot int) error {
-	return a.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(slot), SGList: []verbs.SGE{a.mr.SGE(slot*recvSlotLen, recvSlotLen)}}})
+	a.recvSGE[0] = a.mr.SGE(slot*recvSlotLen, recvSlotLen)
+	a.recvWR[0] = verbs.RecvWR{WRID: uint64(slot), SGList: a.recvSGE[:]}
+	return a.qp.PostRecv(a.recvWR[:])
 }
 
 func (a *agent) sendSlot(i int) []byte {
@@ -404,10 +412,10 @@ func (a *agent) post(b []byte, dst netip.Addr, sgid int) {
 	slot := a.sendFree[len(a.sendFree)-1]
 	a.sendFree = a.sendFree[:len(a.sendFree)-1]
 	copy(a.sendSlot(slot), b)
-	wr := verbs.SendWR{WRID: sendWRBit | uint64(slot), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{a.mr.SGE(agentRecvs*recvSlotLen+slot*mad.MADLen, mad.MADLen)},
-		AH:     ah, RemoteQPN: 1, RemoteQKey: mad.QP1QKey}
-	if err := a.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+	a.sendSGE[0] = a.mr.SGE(agentRecvs*recvSlotLen+slot*mad.MADLen, mad.MADLen)
+	a.sendWR[0] = verbs.SendWR{WRID: sendWRBit | uint64(slot), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+		SGList: a.sendSGE[:], AH: ah, RemoteQPN: 1, RemoteQKey: mad.QP1QKey}
+	if err := a.qp.PostSend(a.sendWR[:]); err != nil {
 		a.sendFree = append(a.sendFree, slot)
 		a.stats.Dropped++
 		a.sent()
@@ -420,26 +428,36 @@ func (a *agent) post(b []byte, dst netip.Addr, sgid int) {
 // with cm.mu held.
 func (a *agent) sent() {
 	a.finished++
-	close(a.sentCh)
-	a.sentCh = make(chan struct{})
+	if a.sentCh != nil {
+		close(a.sentCh)
+		a.sentCh = nil
+	}
 }
 
 // flush waits, at most d, until the first n MADs handed to send have
 // left: so that a program that exits right after Disconnect or Destroy
 // still tells its peer. Called without cm.mu.
 func (a *agent) flush(n uint64, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
+	var timeout <-chan time.Time // made when there is something to wait for: mostly the MADs left already
 	for {
 		cm.mu.Lock()
-		done, ch := a.finished >= n, a.sentCh
+		done := a.finished >= n
+		if !done && a.sentCh == nil {
+			a.sentCh = make(chan struct{})
+		}
+		ch := a.sentCh
 		cm.mu.Unlock()
 		if done {
 			return
 		}
+		if timeout == nil {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			timeout = t.C
+		}
 		select {
 		case <-ch:
-		case <-t.C:
+		case <-timeout:
 			return
 		}
 	}

@@ -85,10 +85,15 @@ func (p *Path) decode(b []byte) {
 }
 
 func (p *Path) check(f *fields, name string, off int) {
-	f.fit(name+".FlowLabel", off+pathFlowLabel, uint64(p.FlowLabel), 20)
-	f.fit(name+".PacketRate", off+pathPacketRate, uint64(p.PacketRate), 6)
-	f.fit(name+".SL", off+pathSL, uint64(p.SL), 4)
-	f.fit(name+".LocalACKTimeout", off+pathACKTimeout, uint64(p.LocalACKTimeout), 5)
+	fit := func(field string, at int, v uint64, bits uint) {
+		if v>>bits != 0 { // the field's name is built only for the error
+			f.fit(name+field, off+at, v, bits)
+		}
+	}
+	fit(".FlowLabel", pathFlowLabel, uint64(p.FlowLabel), 20)
+	fit(".PacketRate", pathPacketRate, uint64(p.PacketRate), 6)
+	fit(".SL", pathSL, uint64(p.SL), 4)
+	fit(".LocalACKTimeout", pathACKTimeout, uint64(p.LocalACKTimeout), 5)
 }
 
 // encode writes the path to b, whose bytes are zero.
