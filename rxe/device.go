@@ -81,7 +81,9 @@ func (d *device) Open(events verbs.EventSink) (verbs.ContextDriver, error) {
 		// raises IBV_EVENT_PORT_ACTIVE on Linux.
 		events.Event(verbs.EventPortActive, 0, 1)
 	}
-	return &devctx{dev: d, hw: d.hw, events: events}, nil
+	c := &devctx{dev: d, hw: d.hw, events: events}
+	c.onEmptyPoll, c.onWait = c.pollProgress, c.pollWait
+	return c, nil
 }
 
 func (d *device) release() {
@@ -586,6 +588,10 @@ type devctx struct {
 
 	manual atomic.Bool // verbs.ProgressManual: posts and polls drive the device
 
+	// pollProgress and pollWait as func values, made once: every CQ of
+	// the context gets them (hookCQ).
+	onEmptyPoll, onWait func()
+
 	mu        sync.Mutex
 	closed    bool
 	xrcdOpens []*xrcdOpen // XRC domains opened here and not closed
@@ -676,10 +682,15 @@ func (c *devctx) QueryPKey(port uint8, index int) (uint16, error) {
 // CreateCQ implements verbs.ContextDriver (ibv_create_cq): a software CQ
 // the device's QPs push completions into.
 func (c *devctx) CreateCQ(cqe int, notify func()) (verbs.CQDriver, error) {
-	cq := swcq.New(cqe, notify)
-	cq.SetOnEmptyPoll(c.pollProgress)
-	cq.SetOnWait(c.pollWait)
-	return cq, nil
+	return c.hookCQ(swcq.New(cqe, notify)), nil
+}
+
+// hookCQ gives a CQ of the context what its empty polls and its waits do
+// (pollProgress, pollWait).
+func (c *devctx) hookCQ(cq *swcq.CQ) *swcq.CQ {
+	cq.SetOnEmptyPoll(c.onEmptyPoll)
+	cq.SetOnWait(c.onWait)
+	return cq
 }
 
 // pollProgress is what an empty CQ poll does: under manual progress, it

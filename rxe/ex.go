@@ -45,8 +45,7 @@ func (c *devctx) CreateCQEx(attr *verbs.CQInitAttrEx, notify func()) (verbs.CQEx
 	if attr.WCFlags&(verbs.WCExWithCompletionTimestamp|verbs.WCExWithCompletionTimestampWallclock) != 0 {
 		cq = swcq.NewStamped(attr.CQE, notify)
 	}
-	cq.SetOnEmptyPoll(c.pollProgress)
-	return cq, nil
+	return c.hookCQ(cq), nil
 }
 
 // PostSendBatch implements verbs.BatchPoster: it checks every request as
