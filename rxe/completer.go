@@ -14,9 +14,10 @@ import (
 // retransmit timer, the RNR wait and the retry budgets, and rewinds the
 // send queue when a request must go again (Linux rxe's rxe_completer).
 type completer struct {
-	sq   *sendQueue
-	host engineHost
-	attr *ownerAttr
+	sq    *sendQueue
+	host  engineHost
+	stats tally
+	attr  *ownerAttr
 
 	retries    int // transport retries left
 	rnrRetries int // RNR retries left
@@ -33,7 +34,7 @@ type completer struct {
 // reset drops the completer's state and gives it full retry budgets (the
 // QP went to RESET, or SQ_PSN was set).
 func (c *completer) reset() {
-	*c = completer{sq: c.sq, host: c.host, attr: c.attr, retries: c.attr.retryCnt, rnrRetries: c.attr.rnrRetry}
+	*c = completer{sq: c.sq, host: c.host, stats: c.stats, attr: c.attr, retries: c.attr.retryCnt, rnrRetries: c.attr.rnrRetry}
 }
 
 // deadline returns when the completer must next see the time: the end of
@@ -85,7 +86,7 @@ func (c *completer) complete(p *wire.Packet, now time.Time) {
 		case wire.KindACK:
 			c.ackThrough(psn, now)
 		case wire.KindRNRNAK:
-			c.host.count(verbs.CounterRcvdRNRErr, 1)
+			c.stats.add(verbs.CounterRcvdRNRErr, 1)
 			c.ackThrough(psn.Add(0xffffff), now) // everything before psn
 			if c.rnrRetries == 0 && c.attr.rnrRetry != 7 {
 				c.failAt(psn, verbs.WCRNRRetryExcErr)
@@ -106,7 +107,7 @@ func (c *completer) complete(p *wire.Packet, now time.Time) {
 			c.ackThrough(psn.Add(0xffffff), now)
 			switch syn {
 			case wire.NAKPSNSequenceError:
-				c.host.count(verbs.CounterRcvdSeqErr, 1)
+				c.stats.add(verbs.CounterRcvdSeqErr, 1)
 				// A repeated NAK for the PSN we went back to is the
 				// responder asking again (renakAfter), not a new
 				// error: resend without spending a retry. The
@@ -117,7 +118,7 @@ func (c *completer) complete(p *wire.Packet, now time.Time) {
 					return
 				}
 				c.nakPSN, c.nakSet = psn, true
-				c.host.count(verbs.CounterCompleterRetryErr, 1)
+				c.stats.add(verbs.CounterCompleterRetryErr, 1)
 				s.rewind(psn)
 			case wire.NAKRemoteAccessError:
 				c.failAt(psn, verbs.WCRemAccessErr)
@@ -205,7 +206,7 @@ func (c *completer) resendFrom(psn wire.PSN) {
 		c.failAt(psn, verbs.WCRetryExcErr)
 		return
 	}
-	c.host.count(verbs.CounterCompleterRetryErr, 1)
+	c.stats.add(verbs.CounterCompleterRetryErr, 1)
 	c.readGap, c.gapSet, c.gapSeen = psn, true, 0
 	c.sq.rewind(psn)
 }
@@ -299,9 +300,9 @@ func (c *completer) madeProgress(now time.Time) {
 func (c *completer) failAt(psn wire.PSN, status verbs.WCStatus) {
 	switch status {
 	case verbs.WCRetryExcErr:
-		c.host.count(verbs.CounterRetryExceededErr, 1)
+		c.stats.add(verbs.CounterRetryExceededErr, 1)
 	case verbs.WCRNRRetryExcErr:
-		c.host.count(verbs.CounterRetryRNRExceededErr, 1)
+		c.stats.add(verbs.CounterRetryRNRExceededErr, 1)
 	}
 	if w := c.sq.wqeAt(psn); w != nil {
 		w.done, w.status = true, status
@@ -335,6 +336,6 @@ func (c *completer) onTimer(now time.Time) {
 		return
 	}
 	c.retryAt = now.Add(c.attr.timeout)
-	c.host.count(verbs.CounterCompleterRetryErr, 1)
+	c.stats.add(verbs.CounterCompleterRetryErr, 1)
 	s.rewind(s.una)
 }

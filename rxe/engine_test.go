@@ -19,10 +19,11 @@ import (
 // fakeHost is an engineHost: it keeps the packets built, gives SGEs as
 // offsets into mem, and counts.
 type fakeHost struct {
-	attr   *ownerAttr
-	out    []link.Packet
-	mem    []byte
-	counts [verbs.NumCounters]uint64
+	attr      *ownerAttr
+	out       []link.Packet
+	mem       []byte
+	counts    counters // the QP's; the device's are devCounts
+	devCounts counters
 }
 
 func (h *fakeHost) queueOutTo(addr netip.Addr, sgid int) *link.Packet {
@@ -41,8 +42,6 @@ func (h *fakeHost) resolve(sges []verbs.SGE, write bool, segs [][]byte) ([][]byt
 }
 
 func (h *fakeHost) localOp(*verbs.SendWR) verbs.WCStatus { return verbs.WCSuccess }
-
-func (h *fakeHost) count(k verbs.Counter, n uint64) { h.counts[k] += n }
 
 func (h *fakeHost) toError() { h.attr.state = verbs.QPSErr }
 
@@ -85,8 +84,9 @@ func newSendRig(t *testing.T) *sendRig {
 		timeout: timeoutAt14, retryCnt: 2, rnrRetry: 2, maxRdAtomic: 4, maxDestRd: 4,
 	}}
 	s.host = fakeHost{attr: &s.attr, mem: make([]byte, 1<<20)}
-	s.req = requester{sq: &s.sq, comp: &s.comp, host: &s.host, attr: &s.attr, typ: verbs.QPTRC, qpn: 0x11}
-	s.comp = completer{sq: &s.sq, host: &s.host, attr: &s.attr}
+	stats := tally{&s.host.counts, &s.host.devCounts}
+	s.req = requester{sq: &s.sq, comp: &s.comp, host: &s.host, stats: stats, attr: &s.attr, typ: verbs.QPTRC, qpn: 0x11}
+	s.comp = completer{sq: &s.sq, host: &s.host, stats: stats, attr: &s.attr}
 	s.sq.reset(rigPSN)
 	s.req.reset()
 	s.comp.reset()
@@ -171,7 +171,7 @@ func TestCompleterRetransmitsAtTheDeadlineNotBefore(t *testing.T) {
 	if !w.done || w.status != verbs.WCRetryExcErr || s.attr.state != verbs.QPSErr {
 		t.Fatalf("after the last timeout: done %v, status %s, QP %s; want RETRY_EXC_ERR and ERR", w.done, w.status, s.attr.state)
 	}
-	if got := s.host.counts[verbs.CounterCompleterRetryErr]; got != 2 {
+	if got := s.host.counts[verbs.CounterCompleterRetryErr].Load(); got != 2 {
 		t.Fatalf("completer_retry_err %d, want 2", got)
 	}
 }
@@ -348,7 +348,7 @@ func newRecvRig(t *testing.T) *recvRig {
 	}}
 	s.host.attr = &s.attr
 	s.host.mem = make([]byte, 1<<20)
-	s.resp = responder{host: &s.host, attr: &s.attr, typ: verbs.QPTRC, qpn: 0x22}
+	s.resp = responder{host: &s.host, stats: tally{&s.host.counts, &s.host.devCounts}, attr: &s.attr, typ: verbs.QPTRC, qpn: 0x22}
 	s.resp.reset(rigPSN)
 	return s
 }

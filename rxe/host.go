@@ -8,8 +8,7 @@ import (
 
 // A QP is the host of its engine's parts: what the requester, completer
 // and responder need of it (engineHost, responderHost) is here, beside
-// queueOutTo, count, toError, kick and event, which the QP also uses
-// itself.
+// queueOutTo, toError, kick and event, which the QP also uses itself.
 
 // resolve implements engineHost: memory of the QP's PD.
 func (q *qp) resolve(sges []verbs.SGE, write bool, segs [][]byte) ([][]byte, bool) {

@@ -217,9 +217,10 @@ func (q *qp) start() error {
 			break
 		}
 	}
-	q.req = requester{sq: &q.sq, comp: &q.comp, host: q, attr: &q.st, typ: q.typ, qpn: q.num}
-	q.comp = completer{sq: &q.sq, host: q, attr: &q.st}
-	q.resp = responder{host: q, attr: &q.st, typ: q.typ, qpn: q.num}
+	stats := tally{&q.stats, &h.dev.stats}
+	q.req = requester{sq: &q.sq, comp: &q.comp, host: q, stats: stats, attr: &q.st, typ: q.typ, qpn: q.num}
+	q.comp = completer{sq: &q.sq, host: q, stats: stats, attr: &q.st}
+	q.resp = responder{host: q, stats: stats, attr: &q.st, typ: q.typ, qpn: q.num}
 	h.qps[q.num] = q
 	h.mu.Unlock()
 	go q.run()

@@ -20,8 +20,8 @@ import (
 // its step, and owns the rest.
 
 // engineHost is what the requester and the completer need of their QP:
-// the out batch, local memory, counters and the move to ERR. A *qp is
-// one; the send side's unit tests use a fake.
+// the out batch, local memory and the move to ERR. A *qp is one; the
+// send side's unit tests use a fake.
 type engineHost interface {
 	// queueOutTo returns a packet buffer of the out batch to build
 	// into, for addr from the link of GID index sgid.
@@ -32,11 +32,19 @@ type engineHost interface {
 	// localOp carries out a BIND_MW or LOCAL_INV work request and
 	// returns its completion status.
 	localOp(wr *verbs.SendWR) verbs.WCStatus
-	// count adds n to the QP's counter k.
-	count(k verbs.Counter, n uint64)
 	// toError moves the QP to ERR; the attributes the parts share say
 	// so at once.
 	toError()
+}
+
+// tally is where the engine's parts count (verbs.Counter): the QP's
+// counters and its device's. A value, not a method of the host, so that
+// counting stays an inlined pair of atomic adds on the packet path.
+type tally struct{ qp, dev *counters }
+
+func (t tally) add(k verbs.Counter, n uint64) {
+	t.qp[k].Add(n)
+	t.dev[k].Add(n)
 }
 
 // sendWQE is a send work request on its way through the requester.
@@ -193,6 +201,7 @@ type requester struct {
 	sq    *sendQueue
 	comp  *completer // keeps the retransmit timer and the RNR wait
 	host  engineHost
+	stats tally
 	attr  *ownerAttr
 	typ   verbs.QPType
 	qpn   uint32
@@ -314,7 +323,7 @@ func (r *requester) start(w *sendWQE, mtu uint64) bool {
 	w.started = true
 	switch w.wr.Opcode {
 	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead:
-		r.host.count(verbs.CounterRDMASends, 1)
+		r.stats.add(verbs.CounterRDMASends, 1)
 	}
 	return true
 }

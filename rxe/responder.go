@@ -52,10 +52,11 @@ type responderHost interface {
 // executes them in PSN order against local memory and receive WQEs, and
 // builds the acknowledgements, NAKs and READ and atomic responses.
 type responder struct {
-	host responderHost
-	attr *ownerAttr
-	typ  verbs.QPType
-	qpn  uint32
+	host  responderHost
+	stats tally
+	attr  *ownerAttr
+	typ   verbs.QPType
+	qpn   uint32
 
 	epsn       wire.PSN // expected PSN
 	msn        uint32   // messages completed
@@ -133,7 +134,7 @@ func (r *responder) reset(psn wire.PSN) {
 // clear drops all the responder's state (the QP went to RESET).
 func (r *responder) clear() {
 	clear(r.res)
-	*r = responder{host: r.host, attr: r.attr, typ: r.typ, qpn: r.qpn, res: r.res}
+	*r = responder{host: r.host, stats: r.stats, attr: r.attr, typ: r.typ, qpn: r.qpn, res: r.res}
 }
 
 // abortMessage drops the message in progress (its receive WQE was flushed).
@@ -188,7 +189,7 @@ func (r *responder) respond(p *wire.Packet, now time.Time) {
 			// come since that the NAK must have been lost.
 			r.nakSeqSeen++
 		}
-		r.host.count(verbs.CounterOutOfSeqRequest, 1)
+		r.stats.add(verbs.CounterOutOfSeqRequest, 1)
 		if !r.nakSeq || r.nakSeqSeen >= renakAfter {
 			r.nakSeq, r.nakSeqSeen = true, 0
 			r.sendAck(r.epsn, wire.NAKPSNSequenceError)
@@ -196,7 +197,7 @@ func (r *responder) respond(p *wire.Packet, now time.Time) {
 		return
 	case d < 0:
 		if reliableType(r.typ) {
-			r.host.count(verbs.CounterDuplicateRequest, 1)
+			r.stats.add(verbs.CounterDuplicateRequest, 1)
 			r.duplicate(p, psn)
 		}
 		return
@@ -218,7 +219,7 @@ func (r *responder) respond(p *wire.Packet, now time.Time) {
 	// answered by their responses, which carry the AETH.
 	if p.BTH.AckReq() && reliableType(r.typ) && (p.OpCode().IsSend() || p.OpCode().IsWrite()) {
 		if r.ack {
-			r.host.count(verbs.CounterAckDeferred, 1) // folded into this one
+			r.stats.add(verbs.CounterAckDeferred, 1) // folded into this one
 		}
 		r.ack, r.ackPSN, r.ackSyn = true, psn, wire.SyndromeACKUnlimited
 	}
@@ -326,7 +327,7 @@ func (r *responder) execute(p *wire.Packet) (wire.Syndrome, bool) {
 			}
 		}
 		if op.IsFirst() {
-			r.host.count(verbs.CounterRDMARecvs, 1)
+			r.stats.add(verbs.CounterRDMARecvs, 1)
 			reth := p.RETH
 			n := uint64(reth.DMALen())
 			buf, ok := r.remoteMemory(reth.RKey(), reth.VA(), n, verbs.AccessRemoteWrite)
@@ -356,7 +357,7 @@ func (r *responder) execute(p *wire.Packet) (wire.Syndrome, bool) {
 			}
 		}
 	case rcOp(op) == wire.RCReadRequest:
-		r.host.count(verbs.CounterRDMARecvs, 1)
+		r.stats.add(verbs.CounterRDMARecvs, 1)
 		reth := p.RETH
 		n := uint64(reth.DMALen())
 		buf, ok := r.remoteMemory(reth.RKey(), reth.VA(), n, verbs.AccessRemoteRead)
@@ -630,7 +631,7 @@ func (r *responder) flushAck(now time.Time, polled, fresh bool) {
 // rnrNAK refuses a packet for want of a receive WQE.
 func (r *responder) rnrNAK(psn wire.PSN) (wire.Syndrome, bool) {
 	if reliableType(r.typ) {
-		r.host.count(verbs.CounterSendRNRErr, 1)
+		r.stats.add(verbs.CounterSendRNRErr, 1)
 		r.sendAck(psn, wire.RNRNAKSyndrome(r.attr.minRNR))
 	} else {
 		// UC drops the message; the sender never knows.
