@@ -59,7 +59,8 @@ type Link interface {
 	// longer than MaxPacket, to an address of the wrong family, refused by
 	// the kernel) is counted in Stats.SendErrors, and Send returns the
 	// first such error once it has tried the rest. After Close it returns
-	// net.ErrClosed.
+	// net.ErrClosed. Send keeps neither pkts nor their buffers once it
+	// returns: the caller may reuse them at once.
 	Send(pkts []Packet) error
 
 	// Recv blocks until at least one packet has arrived, fills pkts[:n]
