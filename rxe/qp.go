@@ -775,7 +775,7 @@ func (q *qp) sendOut() {
 }
 
 // armTimer makes sure the owner's timer fires by the next deadline: the
-// requester's (retransmission, the end of an RNR wait) or a held ACK's. It
+// completer's (retransmission, the end of an RNR wait) or a held ACK's. It
 // moves the timer only to an earlier time. A deadline that went away or
 // moved later (every ACK moves the retransmit deadline) leaves the timer
 // as it is, to fire early into a step that finds nothing due and sets it

@@ -618,7 +618,7 @@ func (r *responder) flushAck(now time.Time, polled, fresh bool) {
 	case r.held && !fresh && now.Before(r.until):
 		return // nothing new, and not yet due
 	case !r.held && polled && fresh && !r.unanswered:
-		// unanswered until the QP sends a request (buildRequest): a
+		// unanswered until the QP sends a request (qp.sendSide): a
 		// program that did not answer the last time is not waited for.
 		r.held, r.until, r.unanswered = true, now.Add(ackHold), true
 		r.host.holdAck()
