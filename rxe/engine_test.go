@@ -115,15 +115,22 @@ func (s *sendRig) step(now time.Time) []*wire.Packet {
 func (s *sendRig) answer(op wire.OpCode, psn wire.PSN, syn wire.Syndrome, payload []byte, now time.Time) {
 	s.t.Helper()
 	h := wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: psn}, Syndrome: syn}
-	b, err := wire.AppendPacket(nil, &h, payload)
+	s.comp.complete(parsed(s.t, &h, payload), now)
+}
+
+// parsed builds the packet of h and payload and parses it, as the
+// device's receive path hands a packet to the engine.
+func parsed(t *testing.T, h *wire.Headers, payload []byte) *wire.Packet {
+	t.Helper()
+	b, err := wire.AppendPacket(nil, h, payload)
 	if err != nil {
-		s.t.Fatal(err)
+		t.Fatal(err)
 	}
-	var p wire.Packet
+	p := new(wire.Packet)
 	if err := p.Decode(b); err != nil {
-		s.t.Fatal(err)
+		t.Fatal(err)
 	}
-	s.comp.complete(&p, now)
+	return p
 }
 
 // psns lists the packets' opcodes and PSNs, relative to rigPSN.
@@ -363,15 +370,7 @@ func (s *recvRig) step(now time.Time, polled bool, hs ...wire.Headers) []*wire.P
 		if hs[i].BTH.OpCode.IsSend() || hs[i].BTH.OpCode.IsWrite() {
 			n = 8
 		}
-		b, err := wire.AppendPacket(nil, &hs[i], make([]byte, n))
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		var p wire.Packet
-		if err := p.Decode(b); err != nil {
-			s.t.Fatal(err)
-		}
-		s.resp.respond(&p, now)
+		s.resp.respond(parsed(s.t, &hs[i], make([]byte, n)), now)
 	}
 	s.resp.endStep(now, polled, len(hs) > 0)
 	return s.host.takeOut(s.t)
