@@ -209,11 +209,9 @@ func (r *responder) respond(p *wire.Packet, now time.Time) {
 		}
 		r.dropping = false
 	}
-	syn, ok := r.execute(p)
-	if !ok {
+	if !r.execute(p) {
 		return // RNR NAK or error NAK already sent; epsn unchanged
 	}
-	_ = syn
 	r.nakSeq = false
 	// SENDs and WRITEs are acknowledged when asked; READs and atomics are
 	// answered by their responses, which carry the AETH.
@@ -245,7 +243,7 @@ func (r *responder) ucResync(p *wire.Packet, psn wire.PSN) {
 
 // execute carries out an in-order request. It returns false if the packet
 // was refused (RNR or an error) and epsn must not advance.
-func (r *responder) execute(p *wire.Packet) (wire.Syndrome, bool) {
+func (r *responder) execute(p *wire.Packet) bool {
 	op := p.OpCode()
 	psn := p.BTH.PSN()
 	mtu := r.attr.mtu
@@ -398,7 +396,7 @@ func (r *responder) execute(p *wire.Packet) (wire.Syndrome, bool) {
 	default:
 		return r.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "opcode "+op.String())
 	}
-	return wire.SyndromeACKUnlimited, true
+	return true
 }
 
 // remember stores a READ or atomic in the responder resources.
@@ -628,8 +626,9 @@ func (r *responder) flushAck(now time.Time, polled, fresh bool) {
 	r.sendAck(r.ackPSN, r.ackSyn)
 }
 
-// rnrNAK refuses a packet for want of a receive WQE.
-func (r *responder) rnrNAK(psn wire.PSN) (wire.Syndrome, bool) {
+// rnrNAK refuses a packet for want of a receive WQE. It returns false,
+// execute's answer for a refused packet.
+func (r *responder) rnrNAK(psn wire.PSN) bool {
 	if reliableType(r.typ) {
 		r.stats.add(verbs.CounterSendRNRErr, 1)
 		r.sendAck(psn, wire.RNRNAKSyndrome(r.attr.minRNR))
@@ -638,12 +637,14 @@ func (r *responder) rnrNAK(psn wire.PSN) (wire.Syndrome, bool) {
 		r.dropping = true
 		r.epsn = psn.Add(1)
 	}
-	return 0, false
+	return false
 }
 
 // fatalNAK refuses a packet with an error NAK and moves the QP to ERR, as
-// rxe does for the responder's class B, C and D errors on RC.
-func (r *responder) fatalNAK(psn wire.PSN, syn wire.Syndrome, ev verbs.EventType, why string) (wire.Syndrome, bool) {
+// rxe does for the responder's class B, C and D errors on RC. why names
+// the check that failed, for the reader of the call. It returns false,
+// execute's answer for a refused packet.
+func (r *responder) fatalNAK(psn wire.PSN, syn wire.Syndrome, ev verbs.EventType, why string) bool {
 	if !reliableType(r.typ) {
 		// UC: the message is silently dropped; a receive WQE it had
 		// taken stays for the next message.
@@ -653,11 +654,10 @@ func (r *responder) fatalNAK(psn wire.PSN, syn wire.Syndrome, ev verbs.EventType
 		r.recv, r.segs = nil, nil
 		r.inMsg, r.dropping = false, true
 		r.epsn = psn.Add(1)
-		return 0, false
+		return false
 	}
-	_ = why
 	r.sendAck(psn, syn)
 	r.host.event(ev)
 	r.host.toError()
-	return syn, false
+	return false
 }
