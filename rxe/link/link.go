@@ -54,7 +54,8 @@ type Link interface {
 
 	// Send computes the ICRC of each packet and sends them all. Delivery
 	// is unreliable: a packet may be lost without an error. Send blocks
-	// only while the network pushes back (a full socket buffer). It tries
+	// only while the network pushes back (a full socket buffer), and
+	// never if the link is a SendQueue. It tries
 	// every packet; a packet that cannot be sent (shorter than MinPacket,
 	// longer than MaxPacket, to an address of the wrong family, refused by
 	// the kernel) is counted in Stats.SendErrors, and Send returns the
@@ -97,6 +98,19 @@ type TryReceiver interface {
 	Held() bool
 }
 
+// SendQueue is a Link whose Send never waits for the network: the
+// packets the network has no room for wait in the link, in order, and a
+// goroutine of the link's sends them as room comes. A device stops
+// building requests while anything waits, and goes on when told the
+// queue is empty.
+type SendQueue interface {
+	// Queued returns how many bytes wait in the link to be sent.
+	Queued() int
+	// OnQueueEmpty sets f to be called, on a goroutine of the link's,
+	// each time the queue empties; nil removes it. f must not block.
+	OnQueueEmpty(f func())
+}
+
 // Joiner is a Link that can receive what is sent to an IP multicast group:
 // JoinGroup returns a link that receives the group's packets (LocalAddr is
 // the group) until it is closed. Packets to a group are sent through the
@@ -113,8 +127,12 @@ type Stats struct {
 	SendErrors uint64
 	// Dropped counts packets this link sent that the network lost on the
 	// way: on a Mem, by fault injection, the Filter, or for want of a link
-	// at the destination address.
+	// at the destination address; on a UDP link, for want of room in its
+	// send queue.
 	Dropped uint64
+	// Queued counts packets that waited in the link's send queue
+	// (SendQueue) because the network had no room for them at once.
+	Queued uint64
 
 	// Received counts packets Recv returned.
 	Received uint64
@@ -146,7 +164,7 @@ type Stats struct {
 // add returns the sums of s's and o's counters.
 func (s Stats) add(o Stats) Stats {
 	return Stats{
-		Sent: s.Sent + o.Sent, SendErrors: s.SendErrors + o.SendErrors, Dropped: s.Dropped + o.Dropped,
+		Sent: s.Sent + o.Sent, SendErrors: s.SendErrors + o.SendErrors, Dropped: s.Dropped + o.Dropped, Queued: s.Queued + o.Queued,
 		Received: s.Received + o.Received, BadICRC: s.BadICRC + o.BadICRC, Short: s.Short + o.Short,
 		Truncated: s.Truncated + o.Truncated, Overflow: s.Overflow + o.Overflow,
 		Unreachable: s.Unreachable + o.Unreachable,
@@ -156,7 +174,7 @@ func (s Stats) add(o Stats) Stats {
 
 // counters are the live counters behind Stats.
 type counters struct {
-	sent, sendErrors, dropped                     atomic.Uint64
+	sent, sendErrors, dropped, queued             atomic.Uint64
 	received, badICRC, short, truncated, overflow atomic.Uint64
 	unreachable                                   atomic.Uint64
 }
@@ -167,6 +185,7 @@ func (c *counters) snapshot() Stats {
 		Sent:        c.sent.Load(),
 		SendErrors:  c.sendErrors.Load(),
 		Dropped:     c.dropped.Load(),
+		Queued:      c.queued.Load(),
 		Received:    c.received.Load(),
 		BadICRC:     c.badICRC.Load(),
 		Short:       c.short.Load(),

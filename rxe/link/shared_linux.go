@@ -278,6 +278,13 @@ func (s *Shared) Send(pkts []Packet) error {
 	return s.send.Send(pkts)
 }
 
+// Queued implements SendQueue: what waits to be sent on the socket Send
+// uses.
+func (s *Shared) Queued() int { return s.send.Queued() }
+
+// OnQueueEmpty implements SendQueue.
+func (s *Shared) OnQueueEmpty(f func()) { s.send.OnQueueEmpty(f) }
+
 // Recv implements Link.Recv: the port's packets while this process leads,
 // those the leader forwards to it otherwise.
 func (s *Shared) Recv(pkts []Packet) (int, error) {
@@ -867,4 +874,7 @@ func (s *Shared) hasFollowers() bool {
 	return false
 }
 
-var _ Link = (*Shared)(nil)
+var (
+	_ Link      = (*Shared)(nil)
+	_ SendQueue = (*Shared)(nil)
+)

@@ -81,9 +81,13 @@ type UDP struct {
 	reporter    sync.WaitGroup
 	idSolver    wire.IPv4IDSolver // used by Recv and TryRecv, one goroutine at a time
 
-	// sendMu guards the sender's preallocated batch, and serialises Send.
-	sendMu sync.Mutex
-	sender sender
+	// sendMu guards the sender's preallocated batch and the send queue,
+	// and serialises Send. The drainer, which sends the queue, has a
+	// batch of its own (udp_queue_linux.go).
+	sendMu  sync.Mutex
+	sender  sender
+	queue   sendQueue
+	drainer sender
 
 	// recvMu guards the receiver's preallocated batch, and serialises
 	// Recv and TryRecv.
@@ -189,9 +193,7 @@ func (u *UDP) Send(pkts []Packet) error {
 	if u.closed.Load() {
 		return net.ErrClosed
 	}
-	u.sendMu.Lock()
-	defer u.sendMu.Unlock()
-	return u.send(pkts)
+	return u.transmit(pkts)
 }
 
 // Recv implements Link.Recv.

@@ -91,9 +91,12 @@ func (u *UDP) init(_ *UDPOptions, gso, gro bool) error {
 	}
 	u.sock, u.conn = raw, nil
 	u.receiver.init(raw, gro && enableGRO(raw))
-	u.sender.init(raw, gso && gsoSupported(raw))
-	u.receiver.drain, u.sender.drain = u.drainErrors, u.drainErrors
+	gso = gso && gsoSupported(raw)
+	u.sender.init(raw, gso, false)
+	u.drainer.init(raw, gso, true)
+	u.receiver.drain, u.sender.drain, u.drainer.drain = u.drainErrors, u.drainErrors, u.drainErrors
 	u.startReporter()
+	u.startDrainer()
 	return nil
 }
 

@@ -31,9 +31,13 @@ func (u *UDP) init(opt *UDPOptions, _, _ bool) error {
 	return nil
 }
 
-// send implements Send, one packet per system call. Called with sendMu
-// held.
-func (u *UDP) send(pkts []Packet) error {
+// sendQueue is empty here: Send waits for the network.
+type sendQueue struct{}
+
+// transmit implements Send, one packet per system call.
+func (u *UDP) transmit(pkts []Packet) error {
+	u.sendMu.Lock()
+	defer u.sendMu.Unlock()
 	var firstErr error
 	for i := range pkts {
 		p := &pkts[i]

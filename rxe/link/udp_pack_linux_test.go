@@ -62,7 +62,7 @@ func TestUDPPackGroupsRunsForGSO(t *testing.T) {
 			}
 			var err error
 			checked := 0
-			next := u.pack(pkts, 0, 0, &checked, &err)
+			next := u.pack(&u.sender, pkts, 0, 0, &checked, &err)
 			if want := cmpOr(tc.next, len(pkts)); next != want {
 				t.Errorf("pack took %d packets, want %d", next, want)
 			}
@@ -75,7 +75,7 @@ func TestUDPPackGroupsRunsForGSO(t *testing.T) {
 			}
 			// Packing again from the start, as the GSO fallback does,
 			// counts no bad packet twice.
-			u.pack(pkts, 0, len(pkts), &checked, &err)
+			u.pack(&u.sender, pkts, 0, len(pkts), &checked, &err)
 			want := uint64(0)
 			if bad {
 				want = 1

@@ -26,6 +26,11 @@ type sender struct {
 	drain   func(fd uintptr) int  // reads the error queue, returning how many it read
 	gso     bool                  // whether to build GSO messages
 	drained bool                  // the error queue was read during this write
+	wait    bool                  // write waits for room; otherwise it stops, setting full
+	full    bool                  // the socket had no room for message off
+
+	// sendmmsg is the system call (a seam: tests push back with it).
+	sendmmsg func(fd uintptr, hdrs *mmsghdr, n int) (int, syscall.Errno)
 
 	n    int           // messages packed
 	off  int           // messages sent
@@ -44,24 +49,37 @@ type sender struct {
 	dst                           [batchSize]netip.Addr
 }
 
-func (s *sender) init(raw syscall.RawConn, gso bool) {
+func (s *sender) init(raw syscall.RawConn, gso, wait bool) {
 	s.raw = raw
 	s.writeFn = s.write
 	s.gso = gso
+	s.wait = wait
+	s.sendmmsg = sendmmsg
+}
+
+// sendmmsg sends up to n messages from hdrs, without blocking.
+func sendmmsg(fd uintptr, hdrs *mmsghdr, n int) (int, syscall.Errno) {
+	r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(hdrs)), uintptr(n), 0, 0, 0)
+	return int(r), e
 }
 
 // write is the RawConn.Write callback: sendmmsg until every packed message is
 // sent, an error stops it (left in s.err, at message s.off) or the socket
-// buffer is full (it returns false to wait for room). Like receiver.read
-// it does not tell the scheduler: the socket does not block.
+// buffer is full (it returns false to wait for room if s.wait, and sets
+// s.full otherwise). Like receiver.read it does not tell the scheduler:
+// the socket does not block.
 func (s *sender) write(fd uintptr) bool {
 	s.drained = false
 	for s.off < s.n {
-		n, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&s.hdrs[s.off])), uintptr(s.n-s.off), 0, 0, 0)
+		n, e := s.sendmmsg(fd, &s.hdrs[s.off], s.n-s.off)
 		switch {
 		case e == unix.EINTR:
 			continue
 		case e == unix.EAGAIN || e == 0 && n == 0:
+			if !s.wait {
+				s.full = true
+				return true
+			}
 			return false
 		case netError(e) && s.drain != nil && !s.drained && s.drain(fd) > 0:
 			// The error was an earlier packet's ICMP error, pending on
@@ -73,7 +91,7 @@ func (s *sender) write(fd uintptr) bool {
 			s.err = e
 			return true
 		}
-		for range int(n) {
+		for range n {
 			s.sent += s.count[s.off]
 			s.off++
 		}
@@ -81,23 +99,29 @@ func (s *sender) write(fd uintptr) bool {
 	return true
 }
 
-// send implements Send with sendmmsg. Called with sendMu held.
-func (u *UDP) send(pkts []Packet) error {
-	s := &u.sender
+// send sends pkts with sendmmsg through s. If the socket has no room and
+// s does not wait, it returns the index of the first packet left unsent
+// and the index of the first packet not yet checked (those between were,
+// and the bad ones among them counted); otherwise both are len(pkts).
+// Called with s's lock held: sendMu for u.sender, the drainer alone for
+// u.drainer.
+func (u *UDP) send(s *sender, pkts []Packet) (rest, checked int, err error) {
 	var firstErr error
-	next := 0    // the first packet not yet packed
-	plain := 0   // packets before this index go one per message
-	checked := 0 // packets before this index have been checked
+	next := 0  // the first packet not yet packed
+	plain := 0 // packets before this index go one per message
 	// Let go of the caller's buffers once sent.
 	defer clear(s.iovs[:])
 	for next < len(pkts) {
-		next = u.pack(pkts, next, plain, &checked, &firstErr)
+		next = u.pack(s, pkts, next, plain, &checked, &firstErr)
 		for s.off < s.n {
-			s.sent, s.err = 0, 0
+			s.sent, s.err, s.full = 0, 0, false
 			err := s.raw.Write(s.writeFn)
 			u.stats.sent.Add(uint64(s.sent))
 			if err != nil {
-				return closedError(err)
+				return len(pkts), len(pkts), closedError(err)
+			}
+			if s.full {
+				return s.first[s.off], checked, firstErr
 			}
 			if s.err == 0 {
 				continue
@@ -123,16 +147,15 @@ func (u *UDP) send(pkts []Packet) error {
 			s.off++
 		}
 	}
-	return firstErr
+	return len(pkts), len(pkts), firstErr
 }
 
-// pack fills the batch with messages for pkts[next:], computing each
+// pack fills s's batch with messages for pkts[next:], computing each
 // packet's ICRC, and returns the index of the first packet left for the next
 // batch. Packets before plain are sent one per message; the others are
 // grouped into GSO messages when s.gso allows. Bad packets are skipped, and
 // those from index checked on are counted and reported in firstErr.
-func (u *UDP) pack(pkts []Packet, next, plain int, checked *int, firstErr *error) int {
-	s := &u.sender
+func (u *UDP) pack(s *sender, pkts []Packet, next, plain int, checked *int, firstErr *error) int {
 	s.n, s.off = 0, 0
 	iov := 0
 	open := -1 // the message a packet of the same size may join, or -1
