@@ -127,6 +127,8 @@ type hw struct {
 
 	// readers are the links' readers, one for each of links.
 	readers []linkReader
+	// rooms are the links' send queues, one for each of links (room.go).
+	rooms []linkRoom
 
 	// held lists the QPs that held an ACK for their program's answer
 	// (flushAck); nheld is its length, for the polls to check cheaply.
@@ -208,6 +210,7 @@ func (h *hw) startLinks(links []link.Link) {
 			n.SetUnreachable(h.unreachable)
 		}
 	}
+	h.watchRooms(links)
 	h.readers = make([]linkReader, len(links))
 	for i := range links {
 		h.readers[i].batch = newReceiveBatch(h)

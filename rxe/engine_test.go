@@ -364,7 +364,7 @@ func newRecvRig(t *testing.T) *recvRig {
 // CQ poller's step if polled, and returns what it sent.
 func (s *recvRig) step(now time.Time, polled bool, hs ...wire.Headers) []*wire.Packet {
 	s.t.Helper()
-	s.resp.beginStep(now, len(hs) > 0)
+	s.resp.beginStep(now, len(hs) > 0, true)
 	for i := range hs {
 		n := 0
 		if hs[i].BTH.OpCode.IsSend() || hs[i].BTH.OpCode.IsWrite() {

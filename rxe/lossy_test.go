@@ -17,6 +17,16 @@ import (
 // memPair connects two devices over an in-memory network with faults.
 func memPair(t testing.TB, seed uint64, f link.Faults, o pairOpts) (*end, *end, *link.Network) {
 	t.Helper()
+	n, la, lb := memLinks(t, seed)
+	n.SetFaults(f)
+	a, b := newPair(t, la, lb, o)
+	return a, b, n
+}
+
+// memLinks returns an in-memory network and two links on it, at 10.0.0.1
+// and 10.0.0.2.
+func memLinks(t testing.TB, seed uint64) (*link.Network, *link.Mem, *link.Mem) {
+	t.Helper()
 	n := link.NewNetwork(seed)
 	la, err := n.Attach(netip.MustParseAddr("10.0.0.1"))
 	if err != nil {
@@ -26,9 +36,7 @@ func memPair(t testing.TB, seed uint64, f link.Faults, o pairOpts) (*end, *end, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.SetFaults(f)
-	a, b := newPair(t, la, lb, o)
-	return a, b, n
+	return n, la, lb
 }
 
 // lossyCase is one network condition of the reliability tests.

@@ -587,7 +587,8 @@ func (q *qp) step(now time.Time, polled bool) {
 		q.comp.reset()
 		q.drainedSent = false
 	}
-	q.resp.beginStep(now, len(q.work) > 0 && !pend.reset)
+	room := q.hw.sendRoom(q)
+	q.resp.beginStep(now, len(q.work) > 0 && !pend.reset, room)
 	rcvd := uint64(0) // counted once per step: two atomic adds, not two per packet
 	for i := range q.work {
 		p := &q.work[i]
@@ -613,7 +614,7 @@ func (q *qp) step(now time.Time, polled bool) {
 		if pend.flush {
 			q.flush()
 		}
-		q.sendSide(now)
+		q.sendSide(now, room)
 		if q.st.state == verbs.QPSErr {
 			q.flush() // a local error just now: flush what is left
 		}
@@ -628,11 +629,14 @@ func (q *qp) step(now time.Time, polled bool) {
 // sendSide runs the send side of a step: the completer's timer, the
 // requester, and the completions both leave. Retiring first frees room
 // under max_rd_atomic for the requester; retiring after completes what
-// finished as it went out (UC, UD, local operations, local errors).
-func (q *qp) sendSide(now time.Time) {
+// finished as it went out (UC, UD, local operations, local errors). The
+// requester builds nothing while the link has no room (hw.sendRoom).
+func (q *qp) sendSide(now time.Time, room bool) {
 	q.comp.onTimer(now)
 	q.retire()
-	q.req.sendMore(now)
+	if room {
+		q.req.sendMore(now)
+	}
 	if q.req.takeBuilt() {
 		q.resp.unanswered = false // the program answers: its ACKs may wait for it
 	}

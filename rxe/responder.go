@@ -89,9 +89,11 @@ type responder struct {
 	resN int
 
 	// READ responses being sent, and how many packets of them went in
-	// this step (pumpReads keeps it under maxReadBurst).
-	reads []readJob
-	burst int
+	// this step (pumpReads keeps it under maxReadBurst). While the
+	// link's send queue holds packets (noRoom), they wait.
+	reads  []readJob
+	burst  int
+	noRoom bool
 
 	// The acknowledgement to send after this batch of packets; held
 	// (until at the latest) by a step a poller ran (flushAck).
@@ -494,6 +496,9 @@ func (r *responder) sendReadResponse(psn wire.PSN, buf []byte, mtu int) {
 // pumpReads sends queued READ response packets, as many as the step's
 // maxReadBurst allows.
 func (r *responder) pumpReads() {
+	if r.noRoom {
+		return // the QP is kicked when the link has room
+	}
 	r.sendReads(maxReadBurst - r.burst)
 }
 
@@ -567,11 +572,13 @@ func (r *responder) sendAck(psn wire.PSN, syn wire.Syndrome) {
 }
 
 // beginStep readies the responder for a step of its QP; fresh says the
-// step takes in packets. An ACK held from the last step goes before what
-// they bring: its PSN comes first, and READ responses they start must not
-// be drained ahead of it (sendAck).
-func (r *responder) beginStep(now time.Time, fresh bool) {
-	r.burst = 0
+// step takes in packets, room that the link has room for READ responses
+// (otherwise they wait, and the QP is stepped again once it has). An ACK
+// held from the last step goes before what they bring: its PSN comes
+// first, and READ responses they start must not be drained ahead of it
+// (sendAck).
+func (r *responder) beginStep(now time.Time, fresh, room bool) {
+	r.burst, r.noRoom = 0, !room
 	if r.held && fresh {
 		r.flushAck(now, false, true)
 	}

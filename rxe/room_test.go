@@ -1,0 +1,153 @@
+package rxe
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/rxe/wire"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// queueLink is a link whose network has no room while shut: Send copies
+// the packets into a queue, as the UDP link does when its socket's
+// buffer is full, and open sends them on and says the queue emptied.
+type queueLink struct {
+	link.Link
+	mu    sync.Mutex
+	shut  bool
+	q     []link.Packet
+	bytes atomic.Int64
+	empty atomic.Pointer[func()]
+}
+
+var _ link.SendQueue = (*queueLink)(nil)
+
+func (l *queueLink) Send(pkts []link.Packet) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.shut && len(l.q) == 0 {
+		return l.Link.Send(pkts)
+	}
+	for _, p := range pkts {
+		l.q = append(l.q, link.Packet{Buf: bytes.Clone(p.Buf), Addr: p.Addr})
+		l.bytes.Add(int64(len(p.Buf)))
+	}
+	return nil
+}
+
+func (l *queueLink) Queued() int { return int(l.bytes.Load()) }
+
+func (l *queueLink) OnQueueEmpty(f func()) { l.empty.Store(&f) }
+
+// open lets the queue go, and later packets straight through.
+func (l *queueLink) open() int {
+	l.mu.Lock()
+	q := l.q
+	l.q, l.shut = nil, false
+	l.Link.Send(q)
+	l.bytes.Store(0)
+	l.mu.Unlock()
+	if f := l.empty.Load(); f != nil {
+		(*f)()
+	}
+	return len(q)
+}
+
+// cpuTime returns the CPU time the process has used.
+func cpuTime(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestQPsWaitForRoomOnTheLink posts 64 RDMA WRITEs of 64 KiB while the
+// link has no room (its send queue holds packets) and checks what the
+// requester queues meanwhile:
+//   - "new requests": the queue held a packet before the posts, and the
+//     requester builds nothing until the link says the queue emptied;
+//     then everything completes at once (no timer is running to wake
+//     it: nothing was sent).
+//   - "retransmissions": the requester sent one window before the link
+//     filled; the retransmit timer (16.8 ms) fires a dozen times while
+//     the link stays full, and resends nothing into the queue.
+//   - "READ responses": the peer READs the memory instead, and the
+//     responder sends no response until the queue empties.
+//
+// Nothing spins meanwhile, and the data lands byte exact.
+func TestQPsWaitForRoomOnTheLink(t *testing.T) {
+	const size, count = 64 << 10, 64
+	for _, tc := range []struct {
+		name      string
+		read      bool // b READs a's memory; otherwise a WRITEs it to b
+		queued    bool // a packet waits in the queue before the posts
+		timeout   uint8
+		wantFirst int // requests or responses queued while the link is full, at most
+	}{
+		{"new requests", false, true, 20, 0},
+		{"retransmissions", false, false, 12, maxUnackedPSN},
+		{"READ responses", true, true, 20, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, la, lb := memLinks(t, 7)
+			ql := &queueLink{Link: la}
+			a, b := newPair(t, ql, lb, pairOpts{bufSize: 2 * size * count, mtu: verbs.MTU4096, sendWR: count, recvWR: count, timeout: tc.timeout, rdAtomic: 16})
+			for i := range a.buf {
+				a.buf[i] = byte(i * 7)
+			}
+			ql.mu.Lock()
+			ql.shut = true
+			ql.mu.Unlock()
+			if tc.queued {
+				dummy := make([]byte, link.MinPacket)
+				ql.Send([]link.Packet{{Buf: dummy, Addr: lb.LocalAddr()}})
+			}
+			poster := a // the data goes from a's first half to b's second
+			for i := range count {
+				wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+					SGList: []verbs.SGE{a.mr.SGE(i*size, size)}, RemoteAddr: b.mr.Addr() + uint64(count*size+i*size), RKey: b.mr.RKey()}
+				if tc.read {
+					poster = b
+					wr.Opcode = verbs.WRRDMARead
+					wr.SGList = []verbs.SGE{b.mr.SGE(count*size+i*size, size)}
+					wr.RemoteAddr, wr.RKey = a.mr.Addr()+uint64(i*size), a.mr.RKey()
+				}
+				if err := poster.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+			cpu0 := cpuTime(t)
+			time.Sleep(200 * time.Millisecond)
+			if used := cpuTime(t) - cpu0; used > 100*time.Millisecond {
+				t.Errorf("the process used %v of CPU in 200 ms while the link had no room: something spins", used)
+			}
+			requests := 0
+			ql.mu.Lock()
+			for _, p := range ql.q {
+				if pk, err := wire.Parse(p.Buf); err == nil && pk.BTH.DestQP() == b.qp.Num() && pk.OpCode() != wire.RCAcknowledge {
+					requests++
+				}
+			}
+			ql.mu.Unlock()
+			if requests > tc.wantFirst {
+				t.Fatalf("%d requests queued while the link had no room; want at most %d", requests, tc.wantFirst)
+			}
+			ql.open()
+			for _, wc := range poster.wait(count, 2*time.Second) {
+				if wc.Status != verbs.WCSuccess {
+					t.Fatalf("completion %d: %s", wc.WRID, wc.Status)
+				}
+			}
+			if !bytes.Equal(b.buf[count*size:], a.buf[:count*size]) {
+				t.Fatal("the written memory differs from the source")
+			}
+		})
+	}
+}
