@@ -11,9 +11,10 @@
 //     Linux it reads and writes batches with recvmmsg and sendmmsg through
 //     the Go netpoller, sends runs of equal-sized packets to one peer as a
 //     single UDP GSO send, and reads runs the kernel has coalesced as single
-//     UDP GRO datagrams (see below). Its Send never waits: what the
-//     socket has no room for waits in the link's send queue ([SendQueue]),
-//     and a goroutine of the link's sends it as room comes.
+//     UDP GRO datagrams (see below). There its Send never waits: what
+//     the socket has no room for waits in the link's send queue
+//     ([SendQueue]), and a goroutine of the link's sends it as room
+//     comes.
 //   - [Mem], for tests: a link attached to an in-memory [Network] that can
 //     drop, duplicate, reorder, delay and corrupt packets, deterministically
 //     from a seed.

@@ -59,9 +59,10 @@ type Link interface {
 	// every packet; a packet that cannot be sent (shorter than MinPacket,
 	// longer than MaxPacket, to an address of the wrong family, refused by
 	// the kernel) is counted in Stats.SendErrors, and Send returns the
-	// first such error once it has tried the rest. After Close it returns
-	// net.ErrClosed. Send keeps neither pkts nor their buffers once it
-	// returns: the caller may reuse them at once.
+	// first such error once it has tried the rest (of a packet a
+	// SendQueue sends later, the error is only counted). After Close it
+	// returns net.ErrClosed. Send keeps neither pkts nor their buffers
+	// once it returns: the caller may reuse them at once.
 	Send(pkts []Packet) error
 
 	// Recv blocks until at least one packet has arrived, fills pkts[:n]

@@ -88,6 +88,7 @@ type UDP struct {
 	sender  sender
 	queue   sendQueue
 	drainer sender
+	noGSO   atomic.Bool // the device cannot checksum GSO sends (EIO): send without
 
 	// recvMu guards the receiver's preallocated batch, and serialises
 	// Recv and TryRecv.

@@ -15,15 +15,20 @@ import (
 // building requests, and when it may go on.
 //
 // Over loopback the kernel never pushes back (a datagram's buffer is
-// freed as it is delivered); over a NIC whose queue fills, it does.
+// freed as it is delivered); over a NIC it does while the socket's sent
+// packets wait for the NIC's queue. (A full queue discipline is another
+// matter: the kernel drops the packet, and reports ENOBUFS, a send error.)
+// Close drops what is still queued, as a NIC reset would.
 
 var _ SendQueue = (*UDP)(nil)
 
 // maxQueued is the most bytes the send queue holds. A packet that would
 // take it past that is dropped and counted in Stats.Dropped: the network
-// lost it, and RC's retransmission recovers it. A device that stops its
-// requesters while anything is queued keeps far below: what still comes
-// is acknowledgements and responses, bounded by its peers' windows.
+// lost it, and RC's retransmission recovers it. A device keeps below it
+// by stopping its QPs' requests and READ responses while anything is
+// queued: each QP looks again after every out batch (rxe/room.go), so
+// what reaches the queue after it fills is about a batch per QP then
+// running, and acknowledgements.
 const maxQueued = DefaultSocketBuffer
 
 // sendQueue holds the packets Send could not hand to the socket.
@@ -141,12 +146,20 @@ func (u *UDP) drain() bool {
 		}
 		q.head += len(batch)
 		emptied := q.head == len(q.pkts)
-		if emptied {
+		switch {
+		case emptied:
 			q.pkts, q.head = q.pkts[:0], 0
 			if len(q.free) > 2*batchSize {
 				clear(q.free[2*batchSize:])
 				q.free = q.free[:2*batchSize] // keep a few; let a burst's go
 			}
+		case q.head >= batchSize && q.head > len(q.pkts)/2:
+			// The queue has not emptied for a while: move what
+			// waits to the front, so that the slice holds what
+			// waits and not all that went meanwhile.
+			n := copy(q.pkts, q.pkts[q.head:])
+			clear(q.pkts[n:])
+			q.pkts, q.head = q.pkts[:n], 0
 		}
 		q.bytes.Add(-int64(n))
 		u.sendMu.Unlock()

@@ -135,7 +135,7 @@ func (u *UDP) send(s *sender, pkts []Packet) (rest, checked int, err error) {
 				// checksum GSO sends: give GSO up for good, as
 				// quic-go does.
 				if s.err == unix.EIO {
-					s.gso = false
+					u.noGSO.Store(true) // for the drainer too
 				}
 				next, plain = s.first[m], s.end[m]
 				break
@@ -153,7 +153,8 @@ func (u *UDP) send(s *sender, pkts []Packet) (rest, checked int, err error) {
 // pack fills s's batch with messages for pkts[next:], computing each
 // packet's ICRC, and returns the index of the first packet left for the next
 // batch. Packets before plain are sent one per message; the others are
-// grouped into GSO messages when s.gso allows. Bad packets are skipped, and
+// grouped into GSO messages when s.gso allows, and the device has not
+// refused one (noGSO). Bad packets are skipped, and
 // those from index checked on are counted and reported in firstErr.
 func (u *UDP) pack(s *sender, pkts []Packet, next, plain int, checked *int, firstErr *error) int {
 	s.n, s.off = 0, 0
@@ -206,7 +207,7 @@ func (u *UDP) pack(s *sender, pkts []Packet, next, plain int, checked *int, firs
 		h.Flags = 0
 		iov++
 		open = -1
-		if s.gso && i >= plain {
+		if s.gso && i >= plain && !u.noGSO.Load() {
 			open = m
 		}
 	}
