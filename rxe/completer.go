@@ -317,6 +317,21 @@ func (c *completer) failAt(psn wire.PSN, status verbs.WCStatus) {
 	c.host.toError()
 }
 
+// noRoom is the completer's part of a step whose link has no room
+// (hw.sendRoom): the requester sends nothing, so a retransmit timeout that
+// falls due now is put off by a timeout, spending no retry (the request
+// could not have gone), and an RNR wait that is over ends, its resend
+// left for when the link has room. Neither leaves a deadline behind that
+// is already due.
+func (c *completer) noRoom(now time.Time) {
+	if c.rnrPending && !now.Before(c.rnrUntil) {
+		c.rnrPending = false
+	}
+	if !c.retryAt.IsZero() && !now.Before(c.retryAt) {
+		c.retryAt = now.Add(c.attr.timeout)
+	}
+}
+
 // onTimer handles the retransmit timer at now: resend from the oldest
 // unacknowledged PSN once it is due, or fail with RETRY_EXC_ERR when
 // retries run out.

@@ -24,6 +24,7 @@ type fakeHost struct {
 	mem       []byte
 	counts    counters // the QP's; the device's are devCounts
 	devCounts counters
+	full      bool // hasRoom says no
 }
 
 func (h *fakeHost) queueOutTo(addr netip.Addr, sgid int) *link.Packet {
@@ -44,6 +45,8 @@ func (h *fakeHost) resolve(sges []verbs.SGE, write bool, segs [][]byte) ([][]byt
 func (h *fakeHost) localOp(*verbs.SendWR) verbs.WCStatus { return verbs.WCSuccess }
 
 func (h *fakeHost) toError() { h.attr.state = verbs.QPSErr }
+
+func (h *fakeHost) hasRoom() bool { return !h.full }
 
 // takeOut empties the out batch and returns its packets, decoded.
 func (h *fakeHost) takeOut(t *testing.T) []*wire.Packet {
@@ -248,6 +251,30 @@ func TestRequesterWindowAndACKRequests(t *testing.T) {
 	}
 }
 
+// The requester looks at the link's room after each out batch and stops
+// once it has none; a retransmit timeout that falls due meanwhile is put
+// off, spending no retry, since the request could not go.
+func TestRequesterStopsWhenTheLinkFillsUp(t *testing.T) {
+	s := newSendRig(t)
+	t0 := time.Unix(1000, 0)
+	s.post(verbs.WRRDMAWrite, 200*rigMTU)
+	s.host.full = true // fills as the first batch goes
+	if ps := s.step(t0); len(ps) != sendBatch {
+		t.Fatalf("sent %d packets, want one batch, %d, before the link filled", len(ps), sendBatch)
+	}
+	due := t0.Add(s.attr.timeout)
+	s.comp.noRoom(due)
+	if s.comp.retries != s.attr.retryCnt || s.comp.deadline() != due.Add(s.attr.timeout) {
+		t.Fatalf("timeout with no room: %d retries left (want %d), deadline %v after (want %v)",
+			s.comp.retries, s.attr.retryCnt, s.comp.deadline().Sub(due), s.attr.timeout)
+	}
+	s.host.full = false
+	ps := s.step(due)
+	if len(ps) != sendBatch || ps[0].BTH.PSN() != rigPSN.Add(sendBatch) {
+		t.Fatalf("with room again: sent%s; want the next %d from %d", psns(ps), sendBatch, sendBatch)
+	}
+}
+
 // A PSN sequence error NAK sends everything again from its PSN (go-back-N)
 // and spends a retry; the same NAK again is the responder asking again,
 // which spends none.
@@ -342,10 +369,11 @@ func (h *fakeRespHost) peerMemory(_ *srq, rkey uint32, va, n uint64, _ verbs.Acc
 
 // recvRig is a responder as a QP holds it.
 type recvRig struct {
-	t    *testing.T
-	attr ownerAttr
-	host fakeRespHost
-	resp responder
+	t      *testing.T
+	attr   ownerAttr
+	host   fakeRespHost
+	resp   responder
+	noRoom bool // the link has no room (hw.sendRoom) in the next steps
 }
 
 func newRecvRig(t *testing.T) *recvRig {
@@ -364,7 +392,7 @@ func newRecvRig(t *testing.T) *recvRig {
 // CQ poller's step if polled, and returns what it sent.
 func (s *recvRig) step(now time.Time, polled bool, hs ...wire.Headers) []*wire.Packet {
 	s.t.Helper()
-	s.resp.beginStep(now, len(hs) > 0, true)
+	s.resp.beginStep(now, len(hs) > 0, !s.noRoom)
 	for i := range hs {
 		n := 0
 		if hs[i].BTH.OpCode.IsSend() || hs[i].BTH.OpCode.IsWrite() {
@@ -426,6 +454,58 @@ func TestResponderPacesALongREADResponse(t *testing.T) {
 	ps = s.step(t0, false)
 	if len(ps) != npkts-maxReadBurst || ps[len(ps)-1].OpCode() != wire.RCReadResponseLast || s.host.kicks != kicks {
 		t.Fatalf("second step: %d packets ending %s, %d more kicks; want %d ending RC_RDMA_READ_RESPONSE_LAST, none", len(ps), ps[len(ps)-1].OpCode(), s.host.kicks-kicks, npkts-maxReadBurst)
+	}
+}
+
+// A long READ response stops after the out batch in which the link
+// filled up, and waits for the link's room (no kick).
+func TestResponderStopsREADResponsesWhenTheLinkFillsUp(t *testing.T) {
+	s := newRecvRig(t)
+	const npkts = 200
+	read := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCReadRequest, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: rigPSN, AckReq: true},
+		RETH: wire.RETHFields{VA: 0, RKey: 7, DMALen: npkts * rigMTU}}
+	t0 := time.Unix(1000, 0)
+	s.host.full = true // fills as the first batch goes
+	if ps := s.step(t0, false, read); len(ps) != sendBatch || s.host.kicks != 0 {
+		t.Fatalf("sent %d packets and kicked %d times; want one batch, %d, and no kick", len(ps), s.host.kicks, sendBatch)
+	}
+	s.host.full = false
+	if ps := s.step(t0, false); len(ps) != npkts-sendBatch || ps[len(ps)-1].OpCode() != wire.RCReadResponseLast {
+		t.Fatalf("with room again: %d packets, want the other %d", len(ps), npkts-sendBatch)
+	}
+}
+
+// An ACK made while READ responses are queued goes behind them, as they
+// go: not while the link has no room, and a later ACK replaces one that
+// has not gone yet.
+func TestResponderQueuesAnACKBehindREADResponses(t *testing.T) {
+	s := newRecvRig(t)
+	const npkts = maxReadBurst + 88
+	read := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCReadRequest, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: rigPSN, AckReq: true},
+		RETH: wire.RETHFields{VA: 0, RKey: 7, DMALen: npkts * rigMTU}}
+	write := func(k uint32) wire.Headers {
+		return wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCWriteOnly, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: rigPSN.Add(k), AckReq: true},
+			RETH: wire.RETHFields{VA: 0, RKey: 7, DMALen: 8}}
+	}
+	t0 := time.Unix(1000, 0)
+	if ps := s.step(t0, false, read); len(ps) != maxReadBurst {
+		t.Fatalf("first step: %d packets, want %d", len(ps), maxReadBurst)
+	}
+	s.noRoom = true
+	for k := uint32(npkts); k < npkts+2; k++ {
+		if ps := s.step(t0, false, write(k)); len(ps) != 0 {
+			t.Fatalf("WRITE at %d with no room on the link: sent %d packets, want none (the first %s)", k, len(ps), ps[0].OpCode())
+		}
+	}
+	s.noRoom = false
+	ps := s.step(t0, false)
+	if len(ps) != npkts-maxReadBurst+1 {
+		t.Fatalf("once the link has room: %d packets, want the other %d responses and one ACK", len(ps), npkts-maxReadBurst)
+	}
+	last := ps[len(ps)-1]
+	if ps[len(ps)-2].OpCode() != wire.RCReadResponseLast || last.OpCode() != wire.RCAcknowledge || last.BTH.PSN() != rigPSN.Add(npkts+1) {
+		t.Fatalf("once the link has room: … %s, %s@%d; want … RC_RDMA_READ_RESPONSE_LAST, RC_ACKNOWLEDGE@%d",
+			ps[len(ps)-2].OpCode(), last.OpCode(), last.BTH.PSN().Diff(rigPSN), npkts+1)
 	}
 }
 

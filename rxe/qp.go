@@ -632,7 +632,11 @@ func (q *qp) step(now time.Time, polled bool) {
 // finished as it went out (UC, UD, local operations, local errors). The
 // requester builds nothing while the link has no room (hw.sendRoom).
 func (q *qp) sendSide(now time.Time, room bool) {
-	q.comp.onTimer(now)
+	if room {
+		q.comp.onTimer(now)
+	} else {
+		q.comp.noRoom(now)
+	}
 	q.retire()
 	if room {
 		q.req.sendMore(now)
@@ -745,6 +749,10 @@ func (q *qp) queueOutTo(addr netip.Addr, sgid int) *link.Packet {
 	p.Addr = addr
 	return p
 }
+
+// hasRoom reports whether the QP's links have room for more packets now
+// (hw.sendRoom); if not, the QP is kicked once they have.
+func (q *qp) hasRoom() bool { return q.hw.sendRoom(q) }
 
 // outLen is how many packets the out batch holds.
 func (q *qp) outLen() int {

@@ -35,6 +35,9 @@ type engineHost interface {
 	// toError moves the QP to ERR; the attributes the parts share say
 	// so at once.
 	toError()
+	// hasRoom reports whether the link has room for more packets now
+	// (hw.sendRoom); if not, the QP is stepped again once it has.
+	hasRoom() bool
 }
 
 // tally is where the engine's parts count (verbs.Counter): the QP's
@@ -225,6 +228,11 @@ func (r *requester) sending() bool {
 	return r.attr.state == verbs.QPSRTS || r.attr.state == verbs.QPSSQD
 }
 
+// roomCheckEvery is how many packets the requester, or the responder's
+// READ responses, build between looks at whether the link still has room:
+// an out batch.
+const roomCheckEvery = sendBatch
+
 // sendMore builds, at now, what the window, fences and max_rd_atomic
 // allow.
 func (r *requester) sendMore(now time.Time) {
@@ -233,6 +241,7 @@ func (r *requester) sendMore(now time.Time) {
 		return
 	}
 	mtu := uint64(r.attr.mtu)
+	built := 0
 	for s.next < len(s.wqes) {
 		if !r.sending() {
 			return // a local error moved the QP to ERR: send nothing more
@@ -262,7 +271,11 @@ func (r *requester) sendMore(now time.Time) {
 			if psn.Diff(s.una) >= maxUnackedPSN {
 				return // window full
 			}
+			if built > 0 && built%roomCheckEvery == 0 && !r.host.hasRoom() {
+				return // the link filled up meanwhile
+			}
 			r.build(w, mtu, now)
+			built++
 		}
 		s.next++
 	}

@@ -456,12 +456,19 @@ func (r *responder) duplicate(p *wire.Packet, psn wire.PSN) {
 }
 
 // readJob is a READ response being sent: the packets from psn on carry
-// buf, k packets of which have gone.
+// buf, k packets of which have gone. Or, if ack, an acknowledgement that
+// waits behind READ responses (sendAck): one packet, an ACK or NAK with
+// syn, or an ATOMIC ACKNOWLEDGE of orig if atomic.
 type readJob struct {
 	psn   wire.PSN
 	buf   []byte
 	npkts int
 	k     int
+
+	ack    bool
+	atomic bool
+	syn    wire.Syndrome
+	orig   uint64
 }
 
 // maxReadBurst is the most READ response packets the responder sends in
@@ -499,17 +506,29 @@ func (r *responder) pumpReads() {
 	if r.noRoom {
 		return // the QP is kicked when the link has room
 	}
-	r.sendReads(maxReadBurst - r.burst)
+	r.sendReads(maxReadBurst-r.burst, false)
 }
 
-// sendReads sends up to budget queued READ response packets.
-func (r *responder) sendReads(budget int) {
+// sendReads sends up to budget queued READ response packets, stopping
+// early if the link fills up, unless all.
+func (r *responder) sendReads(budget int, all bool) {
 	mtu := r.attr.mtu
 	racesync.Sync()
 	start := budget
-	for len(r.reads) > 0 && budget > 0 {
+	for len(r.reads) > 0 && budget > 0 && (all || !r.noRoom) {
 		j := &r.reads[0]
+		if j.ack {
+			r.ackNow(j.psn, j.syn, j.atomic, j.orig)
+			budget--
+			r.reads[0] = readJob{}
+			r.reads = r.reads[1:]
+			continue
+		}
 		for ; j.k < j.npkts && budget > 0; j.k, budget = j.k+1, budget-1 {
+			if sent := start - budget; !all && sent > 0 && sent%roomCheckEvery == 0 && !r.host.hasRoom() {
+				r.noRoom = true // the link filled up meanwhile
+				break
+			}
 			h := wire.Headers{BTH: wire.BTHFields{PKey: wire.DefaultPKey, DestQP: r.attr.destQP, PSN: j.psn.Add(uint32(j.k))},
 				Syndrome: wire.SyndromeACKUnlimited, MSN: r.msn}
 			switch {
@@ -538,35 +557,62 @@ func (r *responder) sendReads(budget int) {
 	}
 	r.burst += start - budget
 	racesync.Sync()
-	if len(r.reads) > 0 {
+	if len(r.reads) > 0 && !r.noRoom {
 		r.host.kick() // more to send: come back after other work
 	}
 }
 
-// drainReads sends every queued READ response packet now. Responses go
-// out in PSN order, so an acknowledgement of a later request must not
-// overtake the rest of an earlier READ's response (the requester would
-// take it to mean that response was lost).
-func (r *responder) drainReads() {
-	if len(r.reads) > 0 {
-		r.sendReads(1 << 30)
-	}
-}
+// Responses go out in PSN order: an acknowledgement of a later request
+// must not overtake the rest of an earlier READ's response (the requester
+// would take it to mean that response was lost). So an acknowledgement
+// made while READ responses are queued waits behind them, in the same
+// queue, and goes as they do: within the step's budget, and once the link
+// has room.
 
-// sendAtomicAck sends an ATOMIC ACKNOWLEDGE.
+// sendAtomicAck sends an ATOMIC ACKNOWLEDGE, after any READ response
+// still queued.
 func (r *responder) sendAtomicAck(psn wire.PSN, orig uint64) {
-	r.drainReads()
-	h := wire.Headers{BTH: wire.BTHFields{OpCode: opcodeFor(r.typ, wire.RCAtomicAcknowledge), PKey: wire.DefaultPKey, DestQP: r.attr.destQP, PSN: psn},
-		Syndrome: wire.SyndromeACKUnlimited, MSN: r.msn, OrigData: orig}
-	out := r.out()
-	out.Buf, _ = wire.AppendPacket(out.Buf, &h, nil)
+	if len(r.reads) > 0 {
+		r.reads = append(r.reads, readJob{psn: psn, npkts: 1, ack: true, atomic: true, orig: orig})
+		return
+	}
+	r.ackNow(psn, 0, true, orig)
 }
 
-// sendAck sends an ACK or NAK now, after any READ response still queued.
+// sendAck sends an ACK or NAK, after any READ response still queued. An
+// ACK queued behind them and not yet sent is replaced by a later one,
+// which says more.
 func (r *responder) sendAck(psn wire.PSN, syn wire.Syndrome) {
-	r.drainReads()
+	if n := len(r.reads); n > 0 {
+		if last := &r.reads[n-1]; last.ack && !last.atomic && last.syn.Kind() == wire.KindACK && syn.Kind() == wire.KindACK {
+			last.psn, last.syn = psn, syn
+			return
+		}
+		r.reads = append(r.reads, readJob{psn: psn, npkts: 1, ack: true, syn: syn})
+		return
+	}
+	r.ackNow(psn, syn, false, 0)
+}
+
+// sendFatalNAK sends a NAK that ends the connection: at once, after every
+// READ response still queued, since the QP goes to ERR and sends nothing
+// after it.
+func (r *responder) sendFatalNAK(psn wire.PSN, syn wire.Syndrome) {
+	if len(r.reads) > 0 {
+		r.sendReads(1<<30, true)
+	}
+	r.ackNow(psn, syn, false, 0)
+}
+
+// ackNow builds an acknowledgement into the out batch: an ATOMIC
+// ACKNOWLEDGE of orig if atomic, else an ACK or NAK with syn.
+func (r *responder) ackNow(psn wire.PSN, syn wire.Syndrome, atomic bool, orig uint64) {
 	h := wire.Headers{BTH: wire.BTHFields{OpCode: opcodeFor(r.typ, wire.RCAcknowledge), PKey: wire.DefaultPKey, DestQP: r.attr.destQP, PSN: psn},
 		Syndrome: syn, MSN: r.msn}
+	if atomic {
+		h.BTH.OpCode = opcodeFor(r.typ, wire.RCAtomicAcknowledge)
+		h.Syndrome, h.OrigData = wire.SyndromeACKUnlimited, orig
+	}
 	out := r.out()
 	out.Buf, _ = wire.AppendPacket(out.Buf, &h, nil)
 }
@@ -663,7 +709,7 @@ func (r *responder) fatalNAK(psn wire.PSN, syn wire.Syndrome, ev verbs.EventType
 		r.epsn = psn.Add(1)
 		return false
 	}
-	r.sendAck(psn, syn)
+	r.sendFatalNAK(psn, syn)
 	r.host.event(ev)
 	r.host.toError()
 	return false

@@ -10,8 +10,11 @@ import (
 // packets at once keeps them in its send queue (link.SendQueue) and sends
 // them as room comes. So that the queue does not grow without bound,
 // while it holds anything the QPs build no new requests and send no READ
-// responses; acknowledgements, which the peers' windows bound, still go.
-// A QP that found no room waits to be kicked when the queue empties.
+// responses, looking again after each out batch; acknowledgements, which
+// the peers' windows bound, still go, but for those that wait behind READ
+// responses (responder.sendAck). The retransmit timer does not spend
+// retries meanwhile (completer.noRoom). A QP that found no room waits to
+// be kicked when the queue empties.
 
 // linkRoom is the device's view of one link's send queue.
 type linkRoom struct {

@@ -75,8 +75,10 @@ func cpuTime(t *testing.T) time.Duration {
 //     then everything completes at once (no timer is running to wake
 //     it: nothing was sent).
 //   - "retransmissions": the requester sent one window before the link
-//     filled; the retransmit timer (16.8 ms) fires a dozen times while
-//     the link stays full, and resends nothing into the queue.
+//     filled; the retransmit timer (16.8 ms) falls due a dozen times
+//     while the link stays full, resends nothing into the queue and
+//     spends none of its 3 retries: a request that could not go was not
+//     lost.
 //   - "READ responses": the peer READs the memory instead, and the
 //     responder sends no response until the queue empties.
 //
@@ -88,16 +90,17 @@ func TestQPsWaitForRoomOnTheLink(t *testing.T) {
 		read      bool // b READs a's memory; otherwise a WRITEs it to b
 		queued    bool // a packet waits in the queue before the posts
 		timeout   uint8
+		retry     uint8
 		wantFirst int // requests or responses queued while the link is full, at most
 	}{
-		{"new requests", false, true, 20, 0},
-		{"retransmissions", false, false, 12, maxUnackedPSN},
-		{"READ responses", true, true, 20, 0},
+		{"new requests", false, true, 20, 7, 0},
+		{"retransmissions", false, false, 12, 3, maxUnackedPSN},
+		{"READ responses", true, true, 20, 7, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, la, lb := memLinks(t, 7)
 			ql := &queueLink{Link: la}
-			a, b := newPair(t, ql, lb, pairOpts{bufSize: 2 * size * count, mtu: verbs.MTU4096, sendWR: count, recvWR: count, timeout: tc.timeout, rdAtomic: 16})
+			a, b := newPair(t, ql, lb, pairOpts{bufSize: 2 * size * count, mtu: verbs.MTU4096, sendWR: count, recvWR: count, timeout: tc.timeout, retry: tc.retry, rdAtomic: 16})
 			for i := range a.buf {
 				a.buf[i] = byte(i * 7)
 			}
