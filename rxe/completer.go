@@ -29,6 +29,7 @@ type completer struct {
 	gapSeen    int      // out-of-order responses since asking again from readGap
 	nakPSN     wire.PSN // the PSN of the last sequence error NAK
 	nakSet     bool
+	putOffs    int // timeouts put off in a row for want of room (noRoom)
 }
 
 // reset drops the completer's state and gives it full retry budgets (the
@@ -287,6 +288,7 @@ func (c *completer) ackThrough(a wire.PSN, now time.Time) {
 
 // madeProgress resets the retry budget and restarts the retransmit timer.
 func (c *completer) madeProgress(now time.Time) {
+	c.putOffs = 0
 	c.retries = c.attr.retryCnt
 	c.rnrRetries = c.attr.rnrRetry
 	if c.sq.una == c.sq.psn || c.attr.timeout == 0 {
@@ -317,17 +319,26 @@ func (c *completer) failAt(psn wire.PSN, status verbs.WCStatus) {
 	c.host.toError()
 }
 
+// maxPutOffs is how many timeouts in a row noRoom puts off before it takes
+// one as it comes: a link full for that long is as good as down.
+const maxPutOffs = 8
+
 // noRoom is the completer's part of a step whose link has no room
 // (hw.sendRoom): the requester sends nothing, so a retransmit timeout that
 // falls due now is put off by a timeout, spending no retry (the request
-// could not have gone), and an RNR wait that is over ends, its resend
-// left for when the link has room. Neither leaves a deadline behind that
-// is already due.
+// could not have gone), up to maxPutOffs in a row, and an RNR wait that is
+// over ends, its resend left for when the link has room. Neither leaves a
+// deadline behind that is already due.
 func (c *completer) noRoom(now time.Time) {
 	if c.rnrPending && !now.Before(c.rnrUntil) {
 		c.rnrPending = false
 	}
 	if !c.retryAt.IsZero() && !now.Before(c.retryAt) {
+		if c.putOffs >= maxPutOffs {
+			c.onTimer(now)
+			return
+		}
+		c.putOffs++
 		c.retryAt = now.Add(c.attr.timeout)
 	}
 }

@@ -483,7 +483,7 @@ func (h *hw) releaseHeld() {
 		select {
 		case <-q.done:
 		default:
-			q.sendHeldAck(h.clock.now())
+			q.sendHeldAck(h.clock.now(), false)
 		}
 		q.stepMu.Unlock()
 	}

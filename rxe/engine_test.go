@@ -24,10 +24,12 @@ type fakeHost struct {
 	mem       []byte
 	counts    counters // the QP's; the device's are devCounts
 	devCounts counters
-	full      bool // hasRoom says no
+	roomFor   int // hasRoom says no once this many packets were built (0: never)
+	built     int
 }
 
 func (h *fakeHost) queueOutTo(addr netip.Addr, sgid int) *link.Packet {
+	h.built++
 	h.out = append(h.out, link.Packet{Addr: addr, Buf: make([]byte, 0, maxPacket)})
 	return &h.out[len(h.out)-1]
 }
@@ -46,7 +48,7 @@ func (h *fakeHost) localOp(*verbs.SendWR) verbs.WCStatus { return verbs.WCSucces
 
 func (h *fakeHost) toError() { h.attr.state = verbs.QPSErr }
 
-func (h *fakeHost) hasRoom() bool { return !h.full }
+func (h *fakeHost) hasRoom() bool { return h.roomFor == 0 || h.built < h.roomFor }
 
 // takeOut empties the out batch and returns its packets, decoded.
 func (h *fakeHost) takeOut(t *testing.T) []*wire.Packet {
@@ -258,20 +260,32 @@ func TestRequesterStopsWhenTheLinkFillsUp(t *testing.T) {
 	s := newSendRig(t)
 	t0 := time.Unix(1000, 0)
 	s.post(verbs.WRRDMAWrite, 200*rigMTU)
-	s.host.full = true // fills as the first batch goes
+	s.host.roomFor = sendBatch // the first batch fills the link
 	if ps := s.step(t0); len(ps) != sendBatch {
 		t.Fatalf("sent %d packets, want one batch, %d, before the link filled", len(ps), sendBatch)
 	}
-	due := t0.Add(s.attr.timeout)
-	s.comp.noRoom(due)
-	if s.comp.retries != s.attr.retryCnt || s.comp.deadline() != due.Add(s.attr.timeout) {
-		t.Fatalf("timeout with no room: %d retries left (want %d), deadline %v after (want %v)",
-			s.comp.retries, s.attr.retryCnt, s.comp.deadline().Sub(due), s.attr.timeout)
+	due := t0
+	for i := range maxPutOffs {
+		due = due.Add(s.attr.timeout)
+		s.comp.noRoom(due.Add(-time.Microsecond))
+		if s.comp.deadline() != due {
+			t.Fatalf("timeout %d, 1 µs before it: deadline moved by %v", i+1, s.comp.deadline().Sub(due))
+		}
+		s.comp.noRoom(due)
+		if s.comp.retries != s.attr.retryCnt || s.comp.deadline() != due.Add(s.attr.timeout) {
+			t.Fatalf("timeout %d with no room: %d retries left (want %d), deadline %v after it (want %v)",
+				i+1, s.comp.retries, s.attr.retryCnt, s.comp.deadline().Sub(due), s.attr.timeout)
+		}
 	}
-	s.host.full = false
+	due = due.Add(s.attr.timeout)
+	s.comp.noRoom(due)
+	if s.comp.retries != s.attr.retryCnt-1 {
+		t.Fatalf("timeout %d with no room: %d retries left, want one spent: a link full that long is down", maxPutOffs+1, s.comp.retries)
+	}
+	s.host.roomFor = 0
 	ps := s.step(due)
-	if len(ps) != sendBatch || ps[0].BTH.PSN() != rigPSN.Add(sendBatch) {
-		t.Fatalf("with room again: sent%s; want the next %d from %d", psns(ps), sendBatch, sendBatch)
+	if len(ps) != maxUnackedPSN || ps[0].BTH.PSN() != rigPSN {
+		t.Fatalf("with room again: sent%s; want the window again from 0", psns(ps))
 	}
 }
 
@@ -457,21 +471,28 @@ func TestResponderPacesALongREADResponse(t *testing.T) {
 	}
 }
 
-// A long READ response stops after the out batch in which the link
-// filled up, and waits for the link's room (no kick).
+// READ responses stop after the out batch in which the link filled up,
+// whether they are one long READ's or several short ones', and wait for
+// the link's room (no kick).
 func TestResponderStopsREADResponsesWhenTheLinkFillsUp(t *testing.T) {
-	s := newRecvRig(t)
 	const npkts = 200
-	read := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCReadRequest, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: rigPSN, AckReq: true},
-		RETH: wire.RETHFields{VA: 0, RKey: 7, DMALen: npkts * rigMTU}}
-	t0 := time.Unix(1000, 0)
-	s.host.full = true // fills as the first batch goes
-	if ps := s.step(t0, false, read); len(ps) != sendBatch || s.host.kicks != 0 {
-		t.Fatalf("sent %d packets and kicked %d times; want one batch, %d, and no kick", len(ps), s.host.kicks, sendBatch)
-	}
-	s.host.full = false
-	if ps := s.step(t0, false); len(ps) != npkts-sendBatch || ps[len(ps)-1].OpCode() != wire.RCReadResponseLast {
-		t.Fatalf("with room again: %d packets, want the other %d", len(ps), npkts-sendBatch)
+	for _, reads := range []int{1, 8} {
+		s := newRecvRig(t)
+		var hs []wire.Headers
+		per := uint32(npkts / reads)
+		for k := range uint32(reads) {
+			hs = append(hs, wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCReadRequest, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: rigPSN.Add(k * per), AckReq: true},
+				RETH: wire.RETHFields{VA: 0, RKey: 7, DMALen: per * rigMTU}})
+		}
+		t0 := time.Unix(1000, 0)
+		s.host.roomFor = sendBatch // the first batch fills the link
+		if ps := s.step(t0, false, hs...); len(ps) != sendBatch || s.host.kicks != 0 {
+			t.Fatalf("%d READs: sent %d packets and kicked %d times; want one batch, %d, and no kick", reads, len(ps), s.host.kicks, sendBatch)
+		}
+		s.host.roomFor = 0
+		if ps := s.step(t0, false); len(ps) != npkts-sendBatch || ps[len(ps)-1].OpCode() != wire.RCReadResponseLast {
+			t.Fatalf("%d READs, with room again: %d packets, want the other %d", reads, len(ps), npkts-sendBatch)
+		}
 	}
 }
 
@@ -506,6 +527,39 @@ func TestResponderQueuesAnACKBehindREADResponses(t *testing.T) {
 	if ps[len(ps)-2].OpCode() != wire.RCReadResponseLast || last.OpCode() != wire.RCAcknowledge || last.BTH.PSN() != rigPSN.Add(npkts+1) {
 		t.Fatalf("once the link has room: … %s, %s@%d; want … RC_RDMA_READ_RESPONSE_LAST, RC_ACKNOWLEDGE@%d",
 			ps[len(ps)-2].OpCode(), last.OpCode(), last.BTH.PSN().Diff(rigPSN), npkts+1)
+	}
+}
+
+// An ACK a polled step held while READ responses were queued goes at once
+// behind all of them when the QP goes to RESET or ERR or is destroyed
+// (final), and behind them as they go otherwise.
+func TestResponderSendsAHeldACKBehindREADResponses(t *testing.T) {
+	const npkts = 2*maxReadBurst + 88
+	read := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCReadRequest, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: rigPSN, AckReq: true},
+		RETH: wire.RETHFields{VA: 0, RKey: 7, DMALen: npkts * rigMTU}}
+	write := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCWriteOnly, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: rigPSN.Add(npkts), AckReq: true},
+		RETH: wire.RETHFields{VA: 0, RKey: 7, DMALen: 8}}
+	for _, final := range []bool{true, false} {
+		s := newRecvRig(t)
+		s.host.mem = make([]byte, npkts*rigMTU)
+		t0 := time.Unix(1000, 0)
+		s.step(t0, false, read)
+		if ps := s.step(t0, true, write); len(ps) != maxReadBurst || !s.resp.held {
+			t.Fatalf("the WRITE's polled step: %d packets, ACK held %v; want %d responses and the ACK held", len(ps), s.resp.held, maxReadBurst)
+		}
+		s.resp.flushHeld(t0, final)
+		ps := s.host.takeOut(t)
+		if !final {
+			if len(ps) != 0 {
+				t.Fatalf("not final: sent %d packets, want none yet", len(ps))
+			}
+			ps = s.step(t0, false) // the ACK was queued: it goes as they do
+		}
+		last := ps[len(ps)-1]
+		if len(ps) != npkts-2*maxReadBurst+1 || last.OpCode() != wire.RCAcknowledge || last.BTH.PSN() != rigPSN.Add(npkts) {
+			t.Fatalf("final %v: %d packets ending %s@%d; want the other %d responses, then RC_ACKNOWLEDGE@%d",
+				final, len(ps), last.OpCode(), last.BTH.PSN().Diff(rigPSN), npkts-2*maxReadBurst, npkts)
+		}
 	}
 }
 

@@ -528,7 +528,7 @@ func (q *qp) run() {
 			defer q.stepMu.Unlock()
 			// The program saw the data; the peer still waits for
 			// the ACK that says so.
-			q.sendHeldAck(q.hw.clock.now())
+			q.sendHeldAck(q.hw.clock.now(), true)
 			q.mu.Lock()
 			inbox := q.inbox
 			q.inbox = nil
@@ -561,7 +561,7 @@ func (q *qp) step(now time.Time, polled bool) {
 		// An ACK held from the last step is owed for what came before
 		// the RESET or ERR: it goes now, with the attributes it was
 		// made under.
-		q.sendHeldAck(now)
+		q.sendHeldAck(now, true)
 	}
 	q.snapshot()
 	q.work, q.inbox = q.inbox, q.work[:0]
@@ -648,11 +648,12 @@ func (q *qp) sendSide(now time.Time, room bool) {
 	q.checkDrained()
 }
 
-// sendHeldAck sends the ACK a polled step held, if there is one, at once
-// and alone (stepMu held).
-func (q *qp) sendHeldAck(now time.Time) {
+// sendHeldAck sends the ACK a polled step held, if there is one (stepMu
+// held): at once if final (RESET, ERR, Destroy: nothing goes after it),
+// otherwise as any ACK goes (responder.flushHeld).
+func (q *qp) sendHeldAck(now time.Time, final bool) {
 	if q.resp.held {
-		q.resp.flushAck(now, false, true)
+		q.resp.flushHeld(now, final)
 		q.sendOut()
 	}
 }
@@ -750,9 +751,13 @@ func (q *qp) queueOutTo(addr netip.Addr, sgid int) *link.Packet {
 	return p
 }
 
-// hasRoom reports whether the QP's links have room for more packets now
-// (hw.sendRoom); if not, the QP is kicked once they have.
-func (q *qp) hasRoom() bool { return q.hw.sendRoom(q) }
+// hasRoom sends what the step has built so far and reports whether the
+// QP's links still have room for more (hw.sendRoom); if not, the QP is
+// kicked once they have.
+func (q *qp) hasRoom() bool {
+	q.flushOut()
+	return q.hw.sendRoom(q)
+}
 
 // outLen is how many packets the out batch holds.
 func (q *qp) outLen() int {

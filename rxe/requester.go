@@ -35,8 +35,9 @@ type engineHost interface {
 	// toError moves the QP to ERR; the attributes the parts share say
 	// so at once.
 	toError()
-	// hasRoom reports whether the link has room for more packets now
-	// (hw.sendRoom); if not, the QP is stepped again once it has.
+	// hasRoom sends the packets built so far and reports whether the
+	// link still has room for more (hw.sendRoom); if not, the QP is
+	// stepped again once it has.
 	hasRoom() bool
 }
 

@@ -91,9 +91,10 @@ type responder struct {
 	// READ responses being sent, and how many packets of them went in
 	// this step (pumpReads keeps it under maxReadBurst). While the
 	// link's send queue holds packets (noRoom), they wait.
-	reads  []readJob
-	burst  int
-	noRoom bool
+	reads     []readJob
+	burst     int
+	noRoom    bool
+	sinceRoom int // READ response packets since the last look at the room
 
 	// The acknowledgement to send after this batch of packets; held
 	// (until at the latest) by a step a poller ran (flushAck).
@@ -468,6 +469,7 @@ type readJob struct {
 	ack    bool
 	atomic bool
 	syn    wire.Syndrome
+	msn    uint32 // the MSN when it was made
 	orig   uint64
 }
 
@@ -518,16 +520,20 @@ func (r *responder) sendReads(budget int, all bool) {
 	for len(r.reads) > 0 && budget > 0 && (all || !r.noRoom) {
 		j := &r.reads[0]
 		if j.ack {
-			r.ackNow(j.psn, j.syn, j.atomic, j.orig)
+			r.ackNow(j.psn, j.syn, j.msn, j.atomic, j.orig)
 			budget--
 			r.reads[0] = readJob{}
 			r.reads = r.reads[1:]
 			continue
 		}
 		for ; j.k < j.npkts && budget > 0; j.k, budget = j.k+1, budget-1 {
-			if sent := start - budget; !all && sent > 0 && sent%roomCheckEvery == 0 && !r.host.hasRoom() {
-				r.noRoom = true // the link filled up meanwhile
-				break
+			if r.sinceRoom++; !all && r.sinceRoom > roomCheckEvery {
+				r.sinceRoom = 1
+				if !r.host.hasRoom() {
+					r.sinceRoom = 0
+					r.noRoom = true // the link filled up meanwhile
+					break
+				}
 			}
 			h := wire.Headers{BTH: wire.BTHFields{PKey: wire.DefaultPKey, DestQP: r.attr.destQP, PSN: j.psn.Add(uint32(j.k))},
 				Syndrome: wire.SyndromeACKUnlimited, MSN: r.msn}
@@ -573,42 +579,47 @@ func (r *responder) sendReads(budget int, all bool) {
 // still queued.
 func (r *responder) sendAtomicAck(psn wire.PSN, orig uint64) {
 	if len(r.reads) > 0 {
-		r.reads = append(r.reads, readJob{psn: psn, npkts: 1, ack: true, atomic: true, orig: orig})
+		r.reads = append(r.reads, readJob{psn: psn, npkts: 1, ack: true, atomic: true, msn: r.msn, orig: orig})
 		return
 	}
-	r.ackNow(psn, 0, true, orig)
+	r.ackNow(psn, 0, r.msn, true, orig)
 }
 
 // sendAck sends an ACK or NAK, after any READ response still queued. An
 // ACK queued behind them and not yet sent is replaced by a later one,
-// which says more.
+// which says more, and a NAK by the same NAK.
 func (r *responder) sendAck(psn wire.PSN, syn wire.Syndrome) {
 	if n := len(r.reads); n > 0 {
-		if last := &r.reads[n-1]; last.ack && !last.atomic && last.syn.Kind() == wire.KindACK && syn.Kind() == wire.KindACK {
-			last.psn, last.syn = psn, syn
-			return
+		last := &r.reads[n-1]
+		switch {
+		case last.ack && !last.atomic && last.syn.Kind() == wire.KindACK && syn.Kind() == wire.KindACK:
+			last.psn, last.syn, last.msn = psn, syn, r.msn
+		case last.ack && !last.atomic && last.psn == psn && last.syn == syn:
+		default:
+			r.reads = append(r.reads, readJob{psn: psn, npkts: 1, ack: true, syn: syn, msn: r.msn})
 		}
-		r.reads = append(r.reads, readJob{psn: psn, npkts: 1, ack: true, syn: syn})
 		return
 	}
-	r.ackNow(psn, syn, false, 0)
+	r.ackNow(psn, syn, r.msn, false, 0)
 }
 
-// sendFatalNAK sends a NAK that ends the connection: at once, after every
-// READ response still queued, since the QP goes to ERR and sends nothing
-// after it.
-func (r *responder) sendFatalNAK(psn wire.PSN, syn wire.Syndrome) {
+// sendAckNow sends an ACK or NAK at once, after every READ response still
+// queued, whatever the step's budget and the link's room: for a NAK that
+// ends the connection, and an ACK held when the QP goes to RESET or ERR
+// or is destroyed, after which the QP sends nothing. (What the link's
+// send queue has no room for is lost, and the peer's retries end it.)
+func (r *responder) sendAckNow(psn wire.PSN, syn wire.Syndrome) {
 	if len(r.reads) > 0 {
 		r.sendReads(1<<30, true)
 	}
-	r.ackNow(psn, syn, false, 0)
+	r.ackNow(psn, syn, r.msn, false, 0)
 }
 
-// ackNow builds an acknowledgement into the out batch: an ATOMIC
-// ACKNOWLEDGE of orig if atomic, else an ACK or NAK with syn.
-func (r *responder) ackNow(psn wire.PSN, syn wire.Syndrome, atomic bool, orig uint64) {
+// ackNow builds an acknowledgement carrying msn into the out batch: an
+// ATOMIC ACKNOWLEDGE of orig if atomic, else an ACK or NAK with syn.
+func (r *responder) ackNow(psn wire.PSN, syn wire.Syndrome, msn uint32, atomic bool, orig uint64) {
 	h := wire.Headers{BTH: wire.BTHFields{OpCode: opcodeFor(r.typ, wire.RCAcknowledge), PKey: wire.DefaultPKey, DestQP: r.attr.destQP, PSN: psn},
-		Syndrome: syn, MSN: r.msn}
+		Syndrome: syn, MSN: msn}
 	if atomic {
 		h.BTH.OpCode = opcodeFor(r.typ, wire.RCAtomicAcknowledge)
 		h.Syndrome, h.OrigData = wire.SyndromeACKUnlimited, orig
@@ -624,7 +635,7 @@ func (r *responder) ackNow(psn wire.PSN, syn wire.Syndrome, atomic bool, orig ui
 // first, and READ responses they start must not be drained ahead of it
 // (sendAck).
 func (r *responder) beginStep(now time.Time, fresh, room bool) {
-	r.burst, r.noRoom = 0, !room
+	r.burst, r.noRoom, r.sinceRoom = 0, !room, 0
 	if r.held && fresh {
 		r.flushAck(now, false, true)
 	}
@@ -679,6 +690,21 @@ func (r *responder) flushAck(now time.Time, polled, fresh bool) {
 	r.sendAck(r.ackPSN, r.ackSyn)
 }
 
+// flushHeld sends the ACK a polled step held: at once if final (the QP
+// goes to RESET or ERR or is destroyed, and sends nothing after it),
+// otherwise as any ACK goes, behind READ responses still queued.
+func (r *responder) flushHeld(now time.Time, final bool) {
+	if !r.held {
+		return
+	}
+	if final {
+		r.ack, r.held = false, false
+		r.sendAckNow(r.ackPSN, r.ackSyn)
+		return
+	}
+	r.flushAck(now, false, true)
+}
+
 // rnrNAK refuses a packet for want of a receive WQE. It returns false,
 // execute's answer for a refused packet.
 func (r *responder) rnrNAK(psn wire.PSN) bool {
@@ -709,7 +735,7 @@ func (r *responder) fatalNAK(psn wire.PSN, syn wire.Syndrome, ev verbs.EventType
 		r.epsn = psn.Add(1)
 		return false
 	}
-	r.sendFatalNAK(psn, syn)
+	r.sendAckNow(psn, syn)
 	r.host.event(ev)
 	r.host.toError()
 	return false

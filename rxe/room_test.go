@@ -74,8 +74,8 @@ func cpuTime(t *testing.T) time.Duration {
 //     requester builds nothing until the link says the queue emptied;
 //     then everything completes at once (no timer is running to wake
 //     it: nothing was sent).
-//   - "retransmissions": the requester sent one window before the link
-//     filled; the retransmit timer (16.8 ms) falls due a dozen times
+//   - "retransmissions": the requester sent one out batch before it saw
+//     the link fill; the retransmit timer (67 ms) falls due three times
 //     while the link stays full, resends nothing into the queue and
 //     spends none of its 3 retries: a request that could not go was not
 //     lost.
@@ -94,7 +94,7 @@ func TestQPsWaitForRoomOnTheLink(t *testing.T) {
 		wantFirst int // requests or responses queued while the link is full, at most
 	}{
 		{"new requests", false, true, 20, 7, 0},
-		{"retransmissions", false, false, 12, 3, maxUnackedPSN},
+		{"retransmissions", false, false, 14, 3, sendBatch},
 		{"READ responses", true, true, 20, 7, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -52,6 +52,9 @@ func PushBack(u *UDP, room func(drainer bool, n int) int) {
 	u.sendMu.Unlock()
 }
 
+// BatchSize is the most packets one sendmmsg call sends.
+const BatchSize = batchSize
+
 // QueueSlots returns the length of u's send queue's slice: the packets
 // waiting, and those sent that it has not let go of yet.
 func QueueSlots(u *UDP) int {
