@@ -29,12 +29,7 @@ type completer struct {
 	gapSeen    int      // out-of-order responses since asking again from readGap
 	nakPSN     wire.PSN // the PSN of the last sequence error NAK
 	nakSet     bool
-	nakGot     int      // sequence error NAKs of nakPSN received
-	nakBehind  int      // packets after nakPSN sent before nakPSN last went
-	nakAhead   int      // packets after nakPSN sent since nakPSN last went
-	nakGoing   bool     // gone back to nakPSN, which has not gone again yet
-	lastSent   wire.PSN // the PSN of the last request sent
-	putOffs    int      // timeouts put off in a row for want of room (noRoom)
+	putOffs    int // timeouts put off in a row for want of room (noRoom)
 }
 
 // reset drops the completer's state and gives it full retry budgets (the
@@ -65,49 +60,12 @@ func (c *completer) rnrWait(now time.Time) bool {
 	return false
 }
 
-// sent starts the retransmit timer, if it is not running, for the request
-// of PSN psn the requester sent at now, and counts it for staleNAK.
-func (c *completer) sent(psn wire.PSN, now time.Time) {
+// sent starts the retransmit timer, if it is not running, for a request
+// the requester sent at now.
+func (c *completer) sent(now time.Time) {
 	if c.retryAt.IsZero() && c.attr.timeout > 0 {
 		c.retryAt = now.Add(c.attr.timeout)
 	}
-	c.lastSent = psn
-	if c.nakSet {
-		d := psn.Diff(c.nakPSN)
-		if d == 0 || c.nakGoing {
-			// nakPSN goes again (or, for a READ half answered, the
-			// rest of it): what went after its last copy is behind it.
-			c.nakBehind += c.nakAhead
-			c.nakAhead, c.nakGoing = 0, false
-		}
-		if d > 0 {
-			c.nakAhead++
-		}
-	}
-}
-
-// staleNAK reports whether the n-th sequence error NAK of nakPSN is one
-// the responder sent before the latest copy of nakPSN reached it, so that
-// going back again would only send twice what is on its way.
-//
-// The responder NAKs the first request it takes out of sequence and then
-// again after every renakAfter more (in case the NAK was lost). Every
-// request the requester sent after nakPSN and before nakPSN last went
-// reaches the responder out of sequence, and so brings up to
-// 1 + (k-1)/renakAfter NAKs of k such requests. The answers to the old
-// window come in after the requester went back and resent part of it:
-// without this count each would send that part again. A NAK beyond the
-// count means the latest copy of nakPSN was lost too, and the requester
-// goes back once more. Requests lost on the way bring fewer NAKs than
-// counted, so a NAK of a lost copy may be taken for stale; the next one
-// (renakAfter requests on) or the retransmit timer then goes back.
-// Linux rxe's responder NAKs once, which the count takes as it is.
-func (c *completer) staleNAK(n int) bool {
-	if c.nakGoing {
-		return true // nakPSN is about to go again anyway
-	}
-	k := c.nakBehind
-	return k > 0 && n <= 1+(k-1)/renakAfter
 }
 
 // complete handles an acknowledgement or a READ or atomic response.
@@ -156,20 +114,11 @@ func (c *completer) complete(p *wire.Packet, now time.Time) {
 				// error: resend without spending a retry. The
 				// retransmit timer still bounds a peer that makes no
 				// progress.
-				if c.nakSet && c.nakPSN == psn {
-					c.nakGot++
-					if c.staleNAK(c.nakGot) {
-						return
-					}
-				} else {
-					if !c.useRetry() {
-						c.failAt(psn, verbs.WCRetryExcErr)
-						return
-					}
-					c.nakPSN, c.nakSet, c.nakGot = psn, true, 1
-					c.nakBehind, c.nakAhead = 0, max(0, int(c.lastSent.Diff(psn)))
+				if !(c.nakSet && c.nakPSN == psn) && !c.useRetry() {
+					c.failAt(psn, verbs.WCRetryExcErr)
+					return
 				}
-				c.nakGoing = true
+				c.nakPSN, c.nakSet = psn, true
 				c.stats.add(verbs.CounterCompleterRetryErr, 1)
 				s.rewind(psn)
 			case wire.NAKRemoteAccessError:
@@ -331,9 +280,6 @@ func (c *completer) ackThrough(a wire.PSN, now time.Time) {
 	if newUna.Diff(s.una) > 0 {
 		s.una = newUna
 		advanced = true
-		if c.nakSet && newUna.Diff(c.nakPSN) > 0 {
-			c.nakSet = false // that error is behind us: no NAK of it can count
-		}
 	}
 	if advanced {
 		c.madeProgress(now)

@@ -314,68 +314,6 @@ func TestCompleterGoesBackOnASequenceNAK(t *testing.T) {
 	}
 }
 
-// The responder NAKs a gap again after every renakAfter requests out of
-// sequence. Those NAKs answer the window sent before the requester went
-// back, and arrive while it is resending: the completer counts them and
-// does not go back again for them, only for a NAK beyond them, which says
-// the resent request was lost too.
-func TestCompleterDoesNotGoBackAgainForNAKsOfTheOldWindow(t *testing.T) {
-	s := newSendRig(t)
-	t0 := time.Unix(1000, 0)
-	const p, total = 10, 100 // NAKed PSN; packets of the WRITE
-	s.post(verbs.WRRDMAWrite, total*rigMTU)
-	if n := len(s.step(t0)); n != total {
-		t.Fatalf("sent %d packets, want %d", n, total)
-	}
-	// Requests p+1 to total-1 reach the responder out of sequence: it
-	// NAKs the first and then after every renakAfter more.
-	behind := total - p - 1
-	naks := 1 + (behind-1)/renakAfter
-	if naks < 3 {
-		t.Fatalf("the test wants at least 3 NAKs of the old window, has %d", naks)
-	}
-	nak := func() { s.answer(wire.RCAcknowledge, rigPSN.Add(p), wire.NAKPSNSequenceError, nil, t0) }
-	nak()
-	nak() // before the requester resent: it is going back already
-	resent := s.step(t0)
-	if len(resent) != total-p || resent[0].BTH.PSN() != rigPSN.Add(p) {
-		t.Fatalf("after the NAK: sent%s", psns(resent))
-	}
-	for k := 3; k <= naks; k++ {
-		nak()
-		expectPSNs(t, s.step(t0), "", fmt.Sprintf("NAK %d of %d from the old window", k, naks))
-	}
-	if got := s.host.counts[verbs.CounterCompleterRetryErr].Load(); got != 1 {
-		t.Errorf("completer_retry_err %d, want 1", got)
-	}
-	// One more: the resent PSN p was lost as well.
-	nak()
-	again := s.step(t0)
-	if len(again) != total-p || again[0].BTH.PSN() != rigPSN.Add(p) {
-		t.Fatalf("after a NAK beyond the old window's: sent%s", psns(again))
-	}
-	// The resent window brought up to 1 + (total-p-2)/renakAfter more
-	// NAKs of the same loss; they are stale too.
-	more := 1 + (behind+behind-1)/renakAfter - naks - 1
-	for k := 1; k <= more; k++ {
-		nak()
-		expectPSNs(t, s.step(t0), "", fmt.Sprintf("NAK %d of the resent window", k))
-	}
-	nak()
-	if again := s.step(t0); len(again) != total-p {
-		t.Fatalf("after a NAK beyond both windows': sent%s", psns(again))
-	}
-	if s.comp.retries != 1 {
-		t.Errorf("retries left %d, want 1: only the first NAK of a gap spends one", s.comp.retries)
-	}
-	// Once an ACK covers p, the gap is closed and a later NAK is news.
-	s.answer(wire.RCAcknowledge, rigPSN.Add(p+20), wire.SyndromeACKUnlimited, nil, t0)
-	s.answer(wire.RCAcknowledge, rigPSN.Add(p+30), wire.NAKPSNSequenceError, nil, t0)
-	if again := s.step(t0); len(again) != total-p-30 || again[0].BTH.PSN() != rigPSN.Add(p+30) {
-		t.Fatalf("after a NAK of a new gap: sent%s", psns(again))
-	}
-}
-
 // A gap in a READ's responses asks again, once, for the rest from the
 // first missing packet, with the RETH moved on to it.
 func TestCompleterAsksAgainFromAReadResponseGap(t *testing.T) {

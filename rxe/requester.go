@@ -411,7 +411,7 @@ func (r *requester) build(w *sendWQE, mtu uint64, now time.Time) {
 		r.sq.una = w.lastPSN().Add(1)
 	}
 	if reliable {
-		r.comp.sent(h.BTH.PSN, now)
+		r.comp.sent(now)
 	}
 }
 
