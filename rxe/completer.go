@@ -29,7 +29,26 @@ type completer struct {
 	gapSeen    int      // out-of-order responses since asking again from readGap
 	nakPSN     wire.PSN // the PSN of the last sequence error NAK
 	nakSet     bool
-	putOffs    int // timeouts put off in a row for want of room (noRoom)
+	nakGot     int      // sequence error NAKs of nakPSN received
+	nakBehind  int      // request packets after nakPSN sent before its latest copy
+	nakAhead   int      // request packets after nakPSN sent since its latest copy
+	nakGoing   bool     // gone back to nakPSN, which has not gone again yet
+	lastSent   wire.PSN // the PSN of the last request sent
+	putOffs    int      // timeouts put off in a row for want of room (noRoom)
+
+	// The round trip, measured from a request's first copy to the
+	// first ACK or NAK that covers it, on requests that went once
+	// (Karn's rule). A sample is long when the ACK was asked for further
+	// on, or came after a loss; the shortest drives the early go-back
+	// (see quickAfter).
+	minRTT  time.Duration // the shortest measured; 0 until measured
+	rttPSN  wire.PSN      // the request being timed, if rttSet
+	rttAt   time.Time
+	rttSet  bool
+	hiSent  wire.PSN // the highest PSN sent, if sentAny
+	sentAny bool
+	quickAt time.Time // go back at una then, if nothing has come
+	quicks  int       // early go-backs since the last progress
 }
 
 // reset drops the completer's state and gives it full retry budgets (the
@@ -39,12 +58,72 @@ func (c *completer) reset() {
 }
 
 // deadline returns when the completer must next see the time: the end of
-// an RNR wait, or the retransmit timer (zero: neither).
+// an RNR wait, the early go-back or the retransmit timer (zero: none).
 func (c *completer) deadline() time.Time {
 	if c.rnrPending {
 		return c.rnrUntil
 	}
+	if !c.quickAt.IsZero() && (c.retryAt.IsZero() || c.quickAt.Before(c.retryAt)) {
+		return c.quickAt
+	}
 	return c.retryAt
+}
+
+// Early go-back. The retransmit timer is set by the program for the worst
+// case (4.096 µs × 2^timeout, 67 ms for timeout 14), and a requester
+// whose window is full and whose last ACKs or NAKs were lost waits it
+// out, sending nothing: after lost ACKs, or when staleNAK took the NAK of
+// a lost resend for stale. So, like a NIC's adaptive retransmission but
+// only while a gap a NAK reported is open, the completer also goes back
+// at una after quickAfter() in which it neither sent nor heard anything,
+// without spending a retry: at most maxQuicks
+// times until the transport makes progress again, each waiting twice as
+// long as the last, after which only the timer, and its retry count,
+// decide. Requests sent twice are duplicates, which the responder
+// acknowledges and drops.
+const maxQuicks = 3
+
+// quickAfter is how long the completer waits in silence before it goes
+// back early: an eighth of the retransmit timeout, or 4 times the
+// shortest round trip measured if that is longer (a slow peer); doubled
+// for each early go-back since the last progress. It is 0 (never) when
+// the timeout is infinite, until the peer has answered once (before that
+// only the timer decides), and when 4 round trips take more than half the
+// timeout (the timer comes soon enough).
+func (c *completer) quickAfter() time.Duration {
+	if c.attr.timeout == 0 || c.minRTT == 0 {
+		return 0
+	}
+	d := max(c.attr.timeout/8, 4*c.minRTT)
+	if d > c.attr.timeout/2 {
+		return 0
+	}
+	return d << c.quicks
+}
+
+// armQuick starts the early go-back's wait afresh at now. It waits only
+// while a gap a sequence error NAK reported is open (nakSet), which is
+// when NAKs may be taken for stale: a path that is only slow never goes
+// back early.
+func (c *completer) armQuick(now time.Time) {
+	if d := c.quickAfter(); d > 0 && c.nakSet {
+		c.quickAt = now.Add(d)
+	} else {
+		c.quickAt = time.Time{}
+	}
+}
+
+// backstop reports whether the early go-back can still come, should the
+// answers stop: staleNAK's mistakes rely on it.
+func (c *completer) backstop() bool { return c.quickAfter() > 0 && c.quicks < maxQuicks }
+
+// goBack makes the requester send again from psn. A request being timed
+// that goes again no longer measures a round trip (Karn's rule).
+func (c *completer) goBack(psn wire.PSN) {
+	if c.rttSet && c.rttPSN.Diff(psn) >= 0 {
+		c.rttSet = false
+	}
+	c.sq.rewind(psn)
 }
 
 // rnrWait reports whether the requester must still wait, at now, after
@@ -60,12 +139,58 @@ func (c *completer) rnrWait(now time.Time) bool {
 	return false
 }
 
-// sent starts the retransmit timer, if it is not running, for a request
-// the requester sent at now.
-func (c *completer) sent(now time.Time) {
+// sent starts the retransmit timer, if it is not running, for the request
+// of PSN psn the requester sent at now, and times it if it is the first
+// copy of its PSN and none is being timed.
+func (c *completer) sent(psn wire.PSN, now time.Time) {
 	if c.retryAt.IsZero() && c.attr.timeout > 0 {
 		c.retryAt = now.Add(c.attr.timeout)
 	}
+	first := !c.sentAny || psn.Diff(c.hiSent) > 0
+	if first {
+		c.hiSent, c.sentAny = psn, true
+	}
+	if first && !c.rttSet {
+		c.rttPSN, c.rttAt, c.rttSet = psn, now, true
+	}
+	c.armQuick(now)
+	c.lastSent = psn
+	if c.nakSet {
+		d := psn.Diff(c.nakPSN)
+		if d == 0 || c.nakGoing {
+			// nakPSN goes again (or the requester went back
+			// further): what went after its last copy is behind it.
+			c.nakBehind += c.nakAhead
+			c.nakAhead, c.nakGoing = 0, false
+		}
+		if d > 0 {
+			c.nakAhead++
+		}
+	}
+}
+
+// staleNAK reports whether the n-th sequence error NAK of nakPSN is one
+// the responder sent before the latest copy of nakPSN reached it, so that
+// going back again would only send twice what is on its way.
+//
+// The responder NAKs the first request it takes out of sequence and then
+// again after every renakAfter more (in case the NAK was lost). Every
+// request the requester sent after nakPSN and before nakPSN last went
+// reaches the responder out of sequence, and so brings up to
+// 1 + (k-1)/renakAfter NAKs of k such requests. The answers to the old
+// window come in after the requester went back and resent part of it:
+// without this count each would send that part again. A NAK beyond the
+// count means the latest copy of nakPSN was lost too, and the requester
+// goes back once more. Requests and NAKs lost on the way make the count
+// too high, so a NAK of a lost copy may be taken for stale: the next one,
+// renakAfter requests on, then goes back; or, if the window is full and
+// none comes, the early go-back (quickAfter). With nothing more to send,
+// or no early go-back left (an infinite timeout, or maxQuicks spent), the
+// caller goes back anyway. Linux rxe's responder NAKs once, which the
+// count takes as it is.
+func (c *completer) staleNAK(n int) bool {
+	k := c.nakBehind
+	return k > 0 && n <= 1+(k-1)/renakAfter
 }
 
 // complete handles an acknowledgement or a READ or atomic response.
@@ -80,6 +205,7 @@ func (c *completer) complete(p *wire.Packet, now time.Time) {
 	if psn.Diff(s.una) < 0 && !p.OpCode().IsReadResponse() || psn.Diff(s.psn) >= 0 {
 		return
 	}
+	c.armQuick(now) // the responder is there
 	op := rcOp(p.OpCode())
 	if op == wire.RCAcknowledge {
 		syn := p.AETH.Syndrome()
@@ -103,7 +229,7 @@ func (c *completer) complete(p *wire.Packet, now time.Time) {
 			// request goes again after the RNR wait.
 			c.retries = c.attr.retryCnt
 			c.retryAt = time.Time{}
-			s.rewind(psn)
+			c.goBack(psn)
 		case wire.KindNAK:
 			c.ackThrough(psn.Add(0xffffff), now)
 			switch syn {
@@ -111,16 +237,27 @@ func (c *completer) complete(p *wire.Packet, now time.Time) {
 				c.stats.add(verbs.CounterRcvdSeqErr, 1)
 				// A repeated NAK for the PSN we went back to is the
 				// responder asking again (renakAfter), not a new
-				// error: resend without spending a retry. The
-				// retransmit timer still bounds a peer that makes no
-				// progress.
-				if !(c.nakSet && c.nakPSN == psn) && !c.useRetry() {
-					c.failAt(psn, verbs.WCRetryExcErr)
-					return
+				// error, and spends no retry; the retransmit timer
+				// still bounds a peer that makes no progress. It
+				// goes back again only if it is not one of those the
+				// old window brought (staleNAK), and not while that
+				// PSN has yet to go again anyway.
+				if c.nakSet && c.nakPSN == psn {
+					c.nakGot++
+					if c.nakGoing || c.staleNAK(c.nakGot) && s.more() && c.backstop() {
+						return
+					}
+				} else {
+					if !c.useRetry() {
+						c.failAt(psn, verbs.WCRetryExcErr)
+						return
+					}
+					c.nakPSN, c.nakSet, c.nakGot = psn, true, 1
+					c.nakBehind, c.nakAhead = 0, s.sentAfter(psn, c.lastSent)
 				}
-				c.nakPSN, c.nakSet = psn, true
+				c.nakGoing = true
 				c.stats.add(verbs.CounterCompleterRetryErr, 1)
-				s.rewind(psn)
+				c.goBack(psn)
 			case wire.NAKRemoteAccessError:
 				c.failAt(psn, verbs.WCRemAccessErr)
 			case wire.NAKRemoteOperational:
@@ -209,7 +346,7 @@ func (c *completer) resendFrom(psn wire.PSN) {
 	}
 	c.stats.add(verbs.CounterCompleterRetryErr, 1)
 	c.readGap, c.gapSet, c.gapSeen = psn, true, 0
-	c.sq.rewind(psn)
+	c.goBack(psn)
 }
 
 // useRetry spends one transport retry; false when none are left. A
@@ -280,17 +417,35 @@ func (c *completer) ackThrough(a wire.PSN, now time.Time) {
 	if newUna.Diff(s.una) > 0 {
 		s.una = newUna
 		advanced = true
+		if c.nakSet && newUna.Diff(c.nakPSN) > 0 {
+			c.nakSet = false // that gap is closed: no NAK of it can come
+			c.quickAt = time.Time{}
+		}
+	}
+	if c.rttSet && a.Diff(c.rttPSN) >= 0 {
+		if rtt := now.Sub(c.rttAt); c.minRTT == 0 || rtt < c.minRTT {
+			first := c.minRTT == 0
+			c.minRTT = max(rtt, time.Microsecond)
+			if first {
+				c.armQuick(now) // the first answer makes the early go-back possible
+			}
+		}
+		c.rttSet = false
 	}
 	if advanced {
 		c.madeProgress(now)
 	}
 }
 
-// madeProgress resets the retry budget and restarts the retransmit timer.
+// madeProgress resets the retry budget, restarts the retransmit timer and
+// allows early go-backs again.
 func (c *completer) madeProgress(now time.Time) {
-	c.putOffs = 0
+	c.putOffs, c.quicks = 0, 0
 	c.retries = c.attr.retryCnt
 	c.rnrRetries = c.attr.rnrRetry
+	if c.sq.una == c.sq.psn {
+		c.quickAt = time.Time{}
+	}
 	if c.sq.una == c.sq.psn || c.attr.timeout == 0 {
 		c.retryAt = time.Time{}
 	} else {
@@ -326,12 +481,16 @@ const maxPutOffs = 8
 // noRoom is the completer's part of a step whose link has no room
 // (hw.sendRoom): the requester sends nothing, so a retransmit timeout that
 // falls due now is put off by a timeout, spending no retry (the request
-// could not have gone), up to maxPutOffs in a row, and an RNR wait that is
-// over ends, its resend left for when the link has room. Neither leaves a
-// deadline behind that is already due.
+// could not have gone), up to maxPutOffs in a row, an early go-back that
+// falls due waits afresh (nothing could go: no silence), and an RNR wait
+// that is over ends, its resend left for when the link has room. None
+// leaves a deadline behind that is already due.
 func (c *completer) noRoom(now time.Time) {
 	if c.rnrPending && !now.Before(c.rnrUntil) {
 		c.rnrPending = false
+	}
+	if !c.quickAt.IsZero() && !now.Before(c.quickAt) {
+		c.armQuick(now) // nothing could go: not a silence
 	}
 	if !c.retryAt.IsZero() && !now.Before(c.retryAt) {
 		if c.putOffs >= maxPutOffs {
@@ -345,15 +504,24 @@ func (c *completer) noRoom(now time.Time) {
 
 // onTimer handles the retransmit timer at now: resend from the oldest
 // unacknowledged PSN once it is due, or fail with RETRY_EXC_ERR when
-// retries run out.
+// retries run out; and, before that, the early go-back (quickAfter).
 func (c *completer) onTimer(now time.Time) {
 	s := c.sq
 	if !s.inited || c.rnrPending {
 		return // waiting out an RNR NAK: not a lost packet
 	}
-	if c.retryAt.IsZero() || now.Before(c.retryAt) || s.una == s.psn {
-		if s.una == s.psn {
-			c.retryAt = time.Time{}
+	if s.una == s.psn {
+		c.retryAt, c.quickAt = time.Time{}, time.Time{}
+		return
+	}
+	if c.retryAt.IsZero() || now.Before(c.retryAt) {
+		if !c.quickAt.IsZero() && !now.Before(c.quickAt) {
+			c.quickAt = time.Time{}
+			if c.quicks < maxQuicks {
+				c.quicks++
+				c.stats.add(verbs.CounterCompleterRetryErr, 1)
+				c.goBack(s.una)
+			}
 		}
 		return
 	}
@@ -363,5 +531,5 @@ func (c *completer) onTimer(now time.Time) {
 	}
 	c.retryAt = now.Add(c.attr.timeout)
 	c.stats.add(verbs.CounterCompleterRetryErr, 1)
-	s.rewind(s.una)
+	c.goBack(s.una)
 }

@@ -314,6 +314,224 @@ func TestCompleterGoesBackOnASequenceNAK(t *testing.T) {
 	}
 }
 
+// The responder NAKs a gap again after every renakAfter requests out of
+// sequence. Those NAKs answer the window sent before the requester went
+// back, and arrive while it is resending: the completer counts them and
+// does not go back again for them, only for a NAK beyond them, which says
+// the resent request was lost too.
+func TestCompleterDoesNotGoBackAgainForNAKsOfTheOldWindow(t *testing.T) {
+	s := newSendRig(t)
+	t0 := time.Unix(1000, 0)
+	const p = 10 // the NAKed PSN
+	s.post(verbs.WRRDMAWrite, 100*rigMTU)
+	s.post(verbs.WRRDMAWrite, 200*rigMTU) // more than the window: there is always more to send
+	if n := len(s.step(t0)); n != maxUnackedPSN {
+		t.Fatalf("sent %d packets, want the window, %d", n, maxUnackedPSN)
+	}
+	// Requests p+1 on reach the responder out of sequence: it NAKs the
+	// first and then after every renakAfter more.
+	renaks := func(k int) int { return 1 + (k-1)/renakAfter }
+	behind := maxUnackedPSN - p - 1
+	naks := renaks(behind)
+	if naks < 3 {
+		t.Fatalf("the test wants at least 3 NAKs of the old window, has %d", naks)
+	}
+	nak := func(psn uint32) { s.answer(wire.RCAcknowledge, rigPSN.Add(psn), wire.NAKPSNSequenceError, nil, t0) }
+	goesBack := func(psn uint32, when string) {
+		t.Helper()
+		ps := s.step(t0)
+		if len(ps) == 0 || ps[0].BTH.PSN() != rigPSN.Add(psn) {
+			t.Fatalf("%s: sent%s, want a resend from %d", when, psns(ps), psn)
+		}
+	}
+	nak(p)
+	nak(p) // before the requester resent: it is going back already
+	goesBack(p, "after the NAK")
+	for k := 3; k <= naks; k++ {
+		nak(p)
+		expectPSNs(t, s.step(t0), "", fmt.Sprintf("NAK %d of %d from the old window", k, naks))
+	}
+	if got := s.host.counts[verbs.CounterCompleterRetryErr].Load(); got != 1 {
+		t.Errorf("completer_retry_err %d, want 1", got)
+	}
+	// One more: the resent PSN p was lost as well.
+	nak(p)
+	goesBack(p, "after a NAK beyond the old window's")
+	// The resent window's requests, out of sequence too, bring more NAKs
+	// of the same gap, counted on from the old window's: stale as well.
+	total := behind + maxUnackedPSN - 1
+	for k := naks + 2; k <= renaks(total); k++ {
+		nak(p)
+		expectPSNs(t, s.step(t0), "", fmt.Sprintf("NAK %d, of the resent window", k))
+	}
+	nak(p)
+	goesBack(p, "after a NAK beyond both windows'")
+	if s.comp.retries != 1 {
+		t.Errorf("retries left %d, want 1: only the first NAK of a gap spends one", s.comp.retries)
+	}
+	// Once an ACK covers p, a NAK of a later PSN is a new gap.
+	s.answer(wire.RCAcknowledge, rigPSN.Add(p+20), wire.SyndromeACKUnlimited, nil, t0)
+	nak(p + 30)
+	goesBack(p+30, "after a NAK of a new gap")
+}
+
+// A READ request is one packet, however many PSNs its responses take:
+// the completer counts the responder's NAKs by packets.
+func TestCompleterCountsAREADAsOneRequestForNAKs(t *testing.T) {
+	s := newSendRig(t)
+	t0 := time.Unix(1000, 0)
+	// A first SEND, answered: the peer is there (see quickAfter).
+	s.post(verbs.WRSend, 8)
+	s.step(t0)
+	s.answer(wire.RCAcknowledge, rigPSN, wire.SyndromeACKUnlimited, nil, t0.Add(100*time.Microsecond))
+	s.post(verbs.WRSend, 8)
+	s.post(verbs.WRRDMARead, 64*rigMTU)
+	for range 60 {
+		s.post(verbs.WRSend, 8)
+	}
+	s.post(verbs.WRRDMAWrite, 100*rigMTU)
+	ps := s.step(t0)
+	// PSN 1 is lost; 1 READ, 60 SENDs and 3 WRITE packets come after it,
+	// which bring 2 NAKs.
+	if len(ps) != 1+1+60+3 {
+		t.Fatalf("sent %d packets, want 65", len(ps))
+	}
+	nak := func() { s.answer(wire.RCAcknowledge, rigPSN.Add(1), wire.NAKPSNSequenceError, nil, t0) }
+	nak()
+	if ps := s.step(t0); len(ps) != 65 {
+		t.Fatalf("after the NAK: sent %d packets, want 65", len(ps))
+	}
+	nak()
+	expectPSNs(t, s.step(t0), "", "the old window's second NAK")
+	nak()
+	if ps := s.step(t0); len(ps) != 65 {
+		t.Fatalf("after a third NAK (the resent PSN 1 was lost): sent %d packets, want 65", len(ps))
+	}
+}
+
+// When the requester has nothing more to send, no later request would
+// bring a NAK the count could trust: a NAK it takes for stale goes back
+// anyway, so that a lost copy waits for no timer.
+func TestCompleterGoesBackForAStaleNAKWithNothingMoreToSend(t *testing.T) {
+	s := newSendRig(t)
+	t0 := time.Unix(1000, 0)
+	s.post(verbs.WRRDMAWrite, 100*rigMTU)
+	s.step(t0)
+	for k := 1; k <= 2; k++ {
+		s.answer(wire.RCAcknowledge, rigPSN.Add(10), wire.NAKPSNSequenceError, nil, t0)
+		if ps := s.step(t0); len(ps) != 90 || ps[0].BTH.PSN() != rigPSN.Add(10) {
+			t.Fatalf("NAK %d: sent%s", k, psns(ps))
+		}
+	}
+}
+
+// A requester recovering from a gap a NAK reported that neither sends nor
+// hears anything for quickAfter() goes back at una, spending no retry,
+// waiting twice as long each time, at most maxQuicks times before the
+// transport makes progress again; then only the retransmit timer goes
+// back. Without a gap open it never goes back early.
+func TestCompleterGoesBackEarlyWhenTheAnswersStop(t *testing.T) {
+	s := newSendRig(t)
+	t0 := time.Unix(1000, 0)
+	s.post(verbs.WRRDMAWrite, 300*rigMTU)
+	if n := len(s.step(t0)); n != maxUnackedPSN {
+		t.Fatalf("sent %d packets, want the window", n)
+	}
+	// 100 µs on, the responder NAKs PSN 64, a fast round trip for the
+	// first 64: the early go-back waits an eighth of the timeout.
+	t1 := t0.Add(100 * time.Microsecond)
+	s.answer(wire.RCAcknowledge, rigPSN.Add(maxPktPerAck), wire.NAKPSNSequenceError, nil, t1)
+	wait := s.attr.timeout / 8
+	if d := s.comp.quickAfter(); d != wait {
+		t.Fatalf("quickAfter %v, want %v", d, wait)
+	}
+	if n := len(s.step(t1)); n != maxUnackedPSN {
+		t.Fatalf("after the NAK: sent %d packets, want the window from %d", n, maxPktPerAck)
+	}
+	retries := s.comp.retries // the NAK spent one
+	at := t1
+	for k := 1; k <= maxQuicks; k++ {
+		if d := s.comp.deadline(); !d.Equal(at.Add(wait)) {
+			t.Fatalf("early go-back %d: deadline %v after the last send, want %v", k, d.Sub(at), wait)
+		}
+		expectPSNs(t, s.step(at.Add(wait-time.Nanosecond)), "", fmt.Sprintf("just before early go-back %d", k))
+		at = at.Add(wait)
+		ps := s.step(at)
+		if len(ps) != maxUnackedPSN || ps[0].BTH.PSN() != rigPSN.Add(maxPktPerAck) {
+			t.Fatalf("early go-back %d: sent%s, want the window from %d", k, psns(ps), maxPktPerAck)
+		}
+		wait *= 2
+	}
+	if s.comp.retries != retries {
+		t.Fatalf("early go-backs spent retries: %d left, want %d", s.comp.retries, retries)
+	}
+	// The retransmit timer, started by the NAK's progress, still runs,
+	// and nothing goes before it.
+	due := t1.Add(s.attr.timeout)
+	expectPSNs(t, s.step(due.Add(-time.Nanosecond)), "", "after maxQuicks early go-backs")
+	ps := s.step(due)
+	if len(ps) != maxUnackedPSN || s.comp.retries != retries-1 {
+		t.Fatalf("at the timeout: sent %d packets, %d retries left", len(ps), s.comp.retries)
+	}
+	// An ACK that closes the gap ends early go-backs; a new gap allows
+	// them again, at the first wait.
+	t2 := due.Add(time.Millisecond)
+	s.answer(wire.RCAcknowledge, rigPSN.Add(2*maxPktPerAck-1), wire.SyndromeACKUnlimited, nil, t2)
+	s.step(t2)
+	if d := s.comp.deadline(); !d.Equal(t2.Add(s.attr.timeout)) {
+		t.Fatalf("gap closed: deadline %v on, want the retransmit timer", d.Sub(t2))
+	}
+	s.answer(wire.RCAcknowledge, rigPSN.Add(3*maxPktPerAck), wire.NAKPSNSequenceError, nil, t2)
+	s.step(t2)
+	if ps := s.step(t2.Add(s.attr.timeout / 8)); len(ps) == 0 || ps[0].BTH.PSN() != rigPSN.Add(3*maxPktPerAck) {
+		t.Fatalf("new gap: early go-back sent%s", psns(ps))
+	}
+}
+
+// A peer whose round trip is slow gets 4 of them before the early go-back.
+func TestCompleterWaitsLongerForASlowPeer(t *testing.T) {
+	s := newSendRig(t)
+	t0 := time.Unix(1000, 0)
+	s.post(verbs.WRSend, 8)
+	s.step(t0)
+	rtt := s.attr.timeout / 16
+	s.answer(wire.RCAcknowledge, rigPSN, wire.SyndromeACKUnlimited, nil, t0.Add(rtt))
+	if d := s.comp.quickAfter(); d != 4*rtt {
+		t.Fatalf("quickAfter %v with a round trip of %v, want %v", d, rtt, 4*rtt)
+	}
+}
+
+// Without an early go-back, with an infinite timeout or with the early
+// go-backs spent, every NAK goes back, as nothing would make up for one
+// taken for stale wrongly.
+func TestCompleterWithoutAnEarlyGoBackGoesBackOnEveryNAK(t *testing.T) {
+	for _, spent := range []bool{false, true} {
+		s := newSendRig(t)
+		if !spent {
+			s.attr.timeout = 0
+		}
+		t0 := time.Unix(1000, 0)
+		s.post(verbs.WRRDMAWrite, 100*rigMTU)
+		s.post(verbs.WRRDMAWrite, 200*rigMTU)
+		s.step(t0)
+		s.answer(wire.RCAcknowledge, rigPSN, wire.SyndromeACKUnlimited, nil, t0.Add(time.Microsecond))
+		s.step(t0) // the window moved on by one
+		if spent {
+			s.comp.quicks = maxQuicks
+		} else {
+			expectPSNs(t, s.step(t0.Add(time.Hour)), "", "an hour on, with an infinite timeout")
+		}
+		// PSN 1 was lost (a NAK of a later one would make progress,
+		// which allows early go-backs again).
+		for k := 1; k <= 3; k++ {
+			s.answer(wire.RCAcknowledge, rigPSN.Add(1), wire.NAKPSNSequenceError, nil, t0)
+			if ps := s.step(t0); len(ps) == 0 || ps[0].BTH.PSN() != rigPSN.Add(1) {
+				t.Fatalf("early go-backs spent %v, NAK %d: sent%s", spent, k, psns(ps))
+			}
+		}
+	}
+}
+
 // A gap in a READ's responses asks again, once, for the rest from the
 // first missing packet, with the RETH moved on to it.
 func TestCompleterAsksAgainFromAReadResponseGap(t *testing.T) {

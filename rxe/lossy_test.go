@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/rxe/wire"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -353,5 +355,60 @@ func TestSetProgressRefusesUnknownModes(t *testing.T) {
 		if err := a.ctx.SetProgress(p); err != nil {
 			t.Fatalf("SetProgress(%s) = %v", p, err)
 		}
+	}
+}
+
+// One request lost in a long WRITE: the responder NAKs the gap once, then
+// again after every renakAfter requests out of sequence, while the rest of
+// the window arrives. The requester goes back once, for the first NAK,
+// and sends nothing twice that had arrived: the later NAKs answer the
+// window it had already sent. A one-way delay makes sure the whole window
+// goes before the first NAK is back.
+func TestOneLossCostsOneGoBack(t *testing.T) {
+	var first atomic.Int64 // PSN of the WRITE's first packet, plus 1
+	var dropped atomic.Bool
+	const lose = 10 // which packet of the WRITE is lost
+	f := link.Faults{Delay: 2 * time.Millisecond, Filter: func(p []byte, from, to netip.Addr) bool {
+		var pkt wire.Packet
+		if pkt.Decode(p) != nil {
+			return true
+		}
+		psn := pkt.BTH.PSN()
+		if pkt.OpCode() == wire.RCWriteFirst {
+			first.CompareAndSwap(0, int64(psn)+1)
+		}
+		if at := first.Load(); at != 0 && psn == wire.PSN(at-1).Add(lose) && dropped.CompareAndSwap(false, true) {
+			return false
+		}
+		return true
+	}}
+	// A long retransmit timeout: on a loaded machine the timer would go
+	// back too, which is not what this test is about.
+	const size = 1 << 20
+	a, b, _ := memPair(t, 17, f, pairOpts{mtu: verbs.MTU4096, timeout: 18, bufSize: size})
+	fill(a.buf, 3)
+	err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(0, size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wc := a.wait(1, 5*time.Second); wc[0].Status != verbs.WCSuccess {
+		t.Fatalf("completion %+v", wc[0])
+	}
+	if !dropped.Load() || !bytes.Equal(a.buf, b.buf) {
+		t.Fatalf("dropped %v, data equal %v", dropped.Load(), bytes.Equal(a.buf, b.buf))
+	}
+	ca, _ := a.qp.QueryCounters()
+	cb, _ := b.qp.QueryCounters()
+	// The whole window went: maxUnackedPSN-lose-1 requests out of sequence.
+	want := 1 + (maxUnackedPSN-lose-2)/renakAfter
+	if got := ca[verbs.CounterRcvdSeqErr]; got != uint64(want) {
+		t.Errorf("rcvd_seq_err %d, want %d", got, want)
+	}
+	if got := ca[verbs.CounterCompleterRetryErr]; got != 1 {
+		t.Errorf("completer_retry_err %d, want 1", got)
+	}
+	if got := cb[verbs.CounterDuplicateRequest]; got != 0 {
+		t.Errorf("duplicate_request %d, want 0: the requester sent again what had arrived", got)
 	}
 }

@@ -159,6 +159,43 @@ func (s *sendQueue) rewind(psn wire.PSN) {
 	}
 }
 
+// sentAfter counts the request packets of the current pass with PSNs
+// after psn, up to last. A READ or atomic request is one packet, however
+// many PSNs its responses take.
+func (s *sendQueue) sentAfter(psn, last wire.PSN) int {
+	n := 0
+	for _, w := range s.wqes {
+		if !w.started {
+			break
+		}
+		if w.sent == 0 {
+			continue
+		}
+		if w.isReadOrAtomic() {
+			if w.firstPSN.Diff(psn) > 0 && w.firstPSN.Diff(last) <= 0 {
+				n++
+			}
+			continue
+		}
+		lo, hi := w.firstPSN, w.firstPSN.Add(w.sent-1)
+		if lo.Diff(psn) <= 0 {
+			lo = psn.Add(1)
+		}
+		if hi.Diff(last) > 0 {
+			hi = last
+		}
+		if d := hi.Diff(lo); d >= 0 {
+			n += int(d) + 1
+		}
+	}
+	return n
+}
+
+// more reports whether the requester has requests of the current pass
+// still to send (now, or once the window, a fence or max_rd_atomic lets
+// them).
+func (s *sendQueue) more() bool { return s.next < len(s.wqes) }
+
 // busy reports whether a request is in flight: started, not completed.
 func (s *sendQueue) busy() bool {
 	for _, w := range s.wqes {
@@ -411,7 +448,7 @@ func (r *requester) build(w *sendWQE, mtu uint64, now time.Time) {
 		r.sq.una = w.lastPSN().Add(1)
 	}
 	if reliable {
-		r.comp.sent(now)
+		r.comp.sent(h.BTH.PSN, now)
 	}
 }
 
