@@ -185,8 +185,9 @@ func (c *completer) sent(psn wire.PSN, now time.Time) {
 // too high, so a NAK of a lost copy may be taken for stale: the next one,
 // renakAfter requests on, then goes back; or, if the window is full and
 // none comes, the early go-back (quickAfter). With nothing more to send,
-// or no early go-back left (an infinite timeout, or maxQuicks spent), the
-// caller goes back anyway. Linux rxe's responder NAKs once, which the
+// or no early go-back left (see backstop: an infinite timeout, no round
+// trip measured yet, a peer so slow that 4 round trips pass half the
+// timeout, or maxQuicks spent), the caller goes back anyway. Linux rxe's responder NAKs once, which the
 // count takes as it is.
 func (c *completer) staleNAK(n int) bool {
 	k := c.nakBehind
