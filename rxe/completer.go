@@ -187,8 +187,8 @@ func (c *completer) sent(psn wire.PSN, now time.Time) {
 // none comes, the early go-back (quickAfter). With nothing more to send,
 // or no early go-back left (see backstop: an infinite timeout, no round
 // trip measured yet, a peer so slow that 4 round trips pass half the
-// timeout, or maxQuicks spent), the caller goes back anyway. Linux rxe's responder NAKs once, which the
-// count takes as it is.
+// timeout, or maxQuicks spent), the caller goes back anyway. Linux rxe's
+// responder NAKs once, which the count takes as it is.
 func (c *completer) staleNAK(n int) bool {
 	k := c.nakBehind
 	return k > 0 && n <= 1+(k-1)/renakAfter
