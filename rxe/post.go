@@ -251,15 +251,29 @@ func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
 }
 
 // PostRecv implements verbs.QPDriver (ibv_post_recv).
+//
+// A receive WQE needs no step of the QP: a message that found the queue
+// empty was refused (RC's RNR NAK has its sender try again; UC and UD
+// drop it), not kept waiting for one. Only a QP in ERR is stepped, to
+// flush what was posted.
 func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
-	err := q.postRecv(wrs)
-	q.poke()
+	flush, err := q.postRecv(wrs)
+	if flush {
+		q.poke()
+	}
 	return err
 }
 
-func (q *qp) postRecv(wrs []verbs.RecvWR) error {
+// postRecv queues wrs, reporting whether the QP must be stepped to flush
+// them (it is in ERR).
+func (q *qp) postRecv(wrs []verbs.RecvWR) (flush bool, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	defer func() {
+		if q.attr.QPState == verbs.QPSErr {
+			q.pending.flush, flush = true, true
+		}
+	}()
 	for i := range wrs {
 		wr := &wrs[i]
 		var err error
@@ -278,12 +292,9 @@ func (q *qp) postRecv(wrs []verbs.RecvWR) error {
 			err = verbs.Errorf("ibv_post_recv", verbs.ErrNoMemory, fmt.Sprintf("receive queue full (%d WRs)", q.cap.MaxRecvWR))
 		}
 		if err != nil {
-			return &verbs.WRError{Index: i, WRID: wr.WRID, Err: err}
+			return false, &verbs.WRError{Index: i, WRID: wr.WRID, Err: err}
 		}
 		q.rq.push(wr.WRID, wr.SGList)
 	}
-	if q.attr.QPState == verbs.QPSErr {
-		q.pending.flush = true
-	}
-	return nil
+	return false, nil
 }
