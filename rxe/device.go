@@ -136,6 +136,8 @@ type hw struct {
 	held   []*qp
 	nheld  atomic.Int32
 
+	pollNext atomic.Uint32 // the link a poll reads first (progress), turn by turn
+
 	atomicMu sync.Mutex // makes atomics atomic with respect to each other (IBV_ATOMIC_HCA)
 	bufs     sync.Pool  // *bufBox holding receive buffers of maxPacket bytes
 	outs     sync.Pool  // *outBatch, for steps that send (getOut)
@@ -442,7 +444,17 @@ func (h *hw) progress() {
 	if h.nheld.Load() > 0 {
 		h.releaseHeld()
 	}
-	for i, l := range links {
+	// The links are read in turn, from a different one each time, up to
+	// the first that has packets: the poller then looks at its CQ before
+	// the others are read, a system call less on the round trip's path
+	// (a device has a link per address: IPv4 and IPv6 on loopback).
+	start := 0
+	if len(links) > 1 {
+		start = int(h.pollNext.Add(1) % uint32(len(links)))
+	}
+	for k := range links {
+		i := (start + k) % len(links)
+		l := links[i]
 		tr, ok := l.(link.TryReceiver)
 		if !ok {
 			continue
@@ -451,8 +463,11 @@ func (h *hw) progress() {
 		if !readers[i].mu.TryLock() {
 			continue
 		}
-		h.readLink(i, l, tr, readers[i].batch, true)
+		n, _ := h.readLink(i, l, tr, readers[i].batch, true)
 		readers[i].mu.Unlock()
+		if n > 0 {
+			return
+		}
 	}
 }
 
