@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/rdmago/rxe/link"
@@ -52,6 +53,11 @@ type qp struct {
 	wake   chan struct{}
 	done   chan struct{}
 	exited chan struct{}
+	// owner says the owner goroutine was started, or that teardown took
+	// its place. It starts with the first kick or timer (ensureOwner):
+	// a QP that nobody has woken, such as one connected and idle, has
+	// no goroutine.
+	owner atomic.Bool
 
 	// stepMu is held by whoever runs step: the owner goroutine, or under
 	// manual progress a goroutine that posts or polls (see poke).
@@ -223,7 +229,6 @@ func (q *qp) start() error {
 	q.resp = responder{host: q, stats: stats, attr: &q.st, typ: q.typ, qpn: q.num}
 	h.qps[q.num] = q
 	h.mu.Unlock()
-	go q.run()
 	return nil
 }
 
@@ -275,18 +280,31 @@ func opcodeFor(t verbs.QPType, op wire.OpCode) wire.OpCode {
 func (q *qp) Num() uint32 { return q.num }
 
 // Modify implements verbs.QPDriver (ibv_modify_qp).
+//
+// A move that leaves work (see quietMove) is done by the calling goroutine
+// when nobody else is stepping the QP, as a post is under manual progress;
+// otherwise by the owner.
 func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	step, err := q.modify(attr, mask)
+	if step {
+		q.stepHere(false)
+	}
+	return err
+}
+
+// modify is Modify under q.mu; it reports whether the QP is to be stepped.
+func (q *qp) modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) (step bool, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
-		return verbs.Errorf("ibv_modify_qp", verbs.ErrClosed, "QP destroyed")
+		return false, verbs.Errorf("ibv_modify_qp", verbs.ErrClosed, "QP destroyed")
 	}
 	next, err := verbs.CheckModify(q.typ, q.attr.QPState, attr, mask)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := q.checkValues(attr, mask); err != nil {
-		return err
+		return false, err
 	}
 	a := &q.attr
 	if mask&verbs.QPAttrAccessFlags != 0 {
@@ -358,9 +376,22 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	case verbs.QPSErr:
 		q.pending.flush = true
 	}
+	prev := a.QPState
 	a.QPState = next
-	q.kick()
-	return nil
+	return !quietMove(prev, next) || q.sqDepth > 0, nil
+}
+
+// quietMove reports whether a QP with no send WQE outstanding that moves
+// from state prev to next leaves its owner nothing to do: the next step,
+// which a post or a packet brings, takes up the new attributes and PSNs.
+// That is connection setup (RESET, INIT, RTR, RTS), which then starts no
+// owner goroutine (ensureOwner). A move to RESET, ERR or SQD, or out of
+// SQD, SQE or ERR, has the owner step at once.
+func quietMove(prev, next verbs.QPState) bool {
+	setup := func(s verbs.QPState) bool {
+		return s == verbs.QPSReset || s == verbs.QPSInit || s == verbs.QPSRTR || s == verbs.QPSRTS
+	}
+	return setup(prev) && setup(next) && next != verbs.QPSReset
 }
 
 // checkValues checks attribute values as rxe does, beyond the mask rules.
@@ -448,11 +479,27 @@ func (q *qp) teardown() {
 	q.hw.mu.Unlock()
 	q.hw.leaveAll(q)
 	close(q.done)
+	if q.owner.CompareAndSwap(false, true) {
+		// No owner ever ran, and none will: its last work is done here.
+		q.stepMu.Lock()
+		q.stopOwner()
+		q.stepMu.Unlock()
+		return
+	}
 	<-q.exited
 }
 
-// kick wakes the owner; it never blocks.
+// ensureOwner starts the owner goroutine unless it was started (or the
+// QP torn down).
+func (q *qp) ensureOwner() {
+	if !q.owner.Load() && q.owner.CompareAndSwap(false, true) {
+		go q.run()
+	}
+}
+
+// kick wakes the owner, starting it if need be; it never blocks.
 func (q *qp) kick() {
+	q.ensureOwner()
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -526,19 +573,7 @@ func (q *qp) run() {
 		case <-q.done:
 			q.stepMu.Lock() // a poster or poller may be stepping
 			defer q.stepMu.Unlock()
-			// The program saw the data; the peer still waits for
-			// the ACK that says so.
-			q.sendHeldAck(q.hw.clock.now(), true)
-			q.mu.Lock()
-			inbox := q.inbox
-			q.inbox = nil
-			q.mu.Unlock()
-			for _, p := range inbox {
-				if p.buf != nil {
-					q.hw.putBuf(p.buf)
-				}
-			}
-			q.timer.stop()
+			q.stopOwner()
 			return
 		}
 		q.stepMu.Lock()
@@ -548,6 +583,24 @@ func (q *qp) run() {
 		q.step(q.hw.clock.now(), false)
 		q.stepMu.Unlock()
 	}
+}
+
+// stopOwner is the owner's last work, once the QP is destroyed (stepMu
+// held).
+func (q *qp) stopOwner() {
+	// The program saw the data; the peer still waits for the ACK that
+	// says so.
+	q.sendHeldAck(q.hw.clock.now(), true)
+	q.mu.Lock()
+	inbox := q.inbox
+	q.inbox = nil
+	q.mu.Unlock()
+	for _, p := range inbox {
+		if p.buf != nil {
+			q.hw.putBuf(p.buf)
+		}
+	}
+	q.timer.stop()
 }
 
 // step takes what arrived and was posted and does all the work it allows.
@@ -807,6 +860,7 @@ func (q *qp) armTimer(now time.Time) {
 		return
 	}
 	q.timerAt = d
+	q.ensureOwner() // the owner waits for the timer
 	q.timer.reset(max(d.Sub(now), time.Microsecond))
 }
 
