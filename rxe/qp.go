@@ -526,9 +526,13 @@ func (q *qp) deliver(p inPacket, wake bool) bool {
 // poke has the QP's new work done (what was posted or delivered): under
 // manual progress (verbs.ProgressManual) at once, on the calling
 // goroutine, unless the owner is at it already; otherwise by the owner.
-// The caller holds no lock of the QP's.
+// QP1 (GSI) is stepped at once too: it carries management datagrams one
+// at a time, each awaited (the connection manager's Disconnect waits for
+// its DREQ to leave), so the owner's wake-up would only add to the wait,
+// and the kernel's MAD layer, likewise, posts to the hardware from the
+// sender's thread. The caller holds no lock of the QP's.
 func (q *qp) poke() {
-	if !q.ctx.manual.Load() {
+	if !q.ctx.manual.Load() && q.typ != verbs.QPTGSI {
 		q.kick()
 		return
 	}

@@ -336,12 +336,18 @@ func TestGSIQPIsQP1AndTakesTheWellKnownQKey(t *testing.T) {
 	}
 	ah := a.ah(t, b)
 	a.send(t, ah, 1, testQKey, 0, 256) // not the GSI Q_Key: dropped
+	a.wait(1, 5*time.Second)
 	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(a.slot, 256)},
 		AH: ah, RemoteQPN: 1, RemoteQKey: testQKey}
 	if err := gsis[0].PostSend([]verbs.SendWR{wr}); err != nil {
 		t.Fatal(err)
 	}
-	a.wait(2, 5*time.Second)
+	// QP1 sends on the posting goroutine, under the default progress too:
+	// the MAD has left by the time PostSend returns.
+	if n := a.cq.Len(); n != 1 {
+		t.Fatalf("%d completions right after QP1's PostSend, want 1", n)
+	}
+	a.wait(1, 5*time.Second)
 	wc := b.wait(1, 5*time.Second)[0]
 	if wc.Status != verbs.WCSuccess || wc.SrcQP != 1 || wc.QPNum != 1 || wc.ByteLen != verbs.GRHLen+256 {
 		t.Fatalf("MAD receive %+v", wc)
