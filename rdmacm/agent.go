@@ -33,20 +33,27 @@ type portKey struct {
 
 // Sizes of QP1's queues and buffers.
 const (
-	agentRecvs   = 64
-	agentSends   = 64
-	recvSlotLen  = verbs.GRHLen + mad.MADLen
-	agentCQDepth = agentRecvs + agentSends
+	agentRecvs  = 64
+	agentSends  = 64
+	recvSlotLen = verbs.GRHLen + mad.MADLen
 )
 
 // agent is the connection manager of one device (the kernel's ib_cm agent
 // on a port): it owns QP1, sends and resends MADs, and hands each MAD it
 // receives to the connection or listener it is for.
+//
+// Its receive loop waits on QP1's receive CQ only. Send completions go to
+// a CQ of their own, which whoever needs them reaps under cm.mu: a MAD
+// that finds no free send slot, and flush. The software device sends a
+// MAD on the goroutine that posts it, so its completion is mostly there
+// by then and nobody waits; a goroutine waits for send completions only
+// while MADs are queued for a slot or a flush waits (reapLoop).
 type agent struct {
 	dev  *verbs.Device
 	ctx  *verbs.Context
 	pd   *verbs.PD
-	cq   *verbs.CQ
+	cq   *verbs.CQ // QP1's receives
+	scq  *verbs.CQ // QP1's sends
 	qp   *verbs.QP
 	mr   *verbs.MR
 	guid uint64
@@ -69,14 +76,19 @@ type agent struct {
 	issued    uint64        // MADs handed to send
 	finished  uint64        // of those, sent (or dropped)
 	sentCh    chan struct{} // made by flush to wait on, closed when finished grows
+	awaited   uint64        // the finished count the flushes wait for
+	reaping   bool          // a reapLoop runs
 	sendWR    [1]verbs.SendWR
 	sendSGE   [1]verbs.SGE
+	sendWCs   [8]verbs.WC
+	reapers   sync.WaitGroup
 
 	// The receive loop's own (and start's, before the loop runs).
 	recvWR  [1]verbs.RecvWR
 	recvSGE [1]verbs.SGE
 
 	dead   bool // released: the receive loop must not use QP1 any more
+	rctx   context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -144,8 +156,10 @@ func (a *agent) release() {
 		// The receive loop may be inside a handler waiting for cm.mu;
 		// let it finish before freeing what it uses.
 		<-a.done
+		a.reapers.Wait()
 		a.mr.Dereg()
 		a.cq.Destroy()
+		a.scq.Destroy()
 		a.pd.Dealloc()
 		a.ctx.Close()
 	}()
@@ -189,10 +203,13 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 	if a.pd, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	if a.cq, err = ctx.CreateCQ(agentCQDepth, nil, 0); err != nil {
+	if a.cq, err = ctx.CreateCQ(agentRecvs, nil, 0); err != nil {
 		return nil, err
 	}
-	a.qp, err = a.pd.CreateQP(&verbs.QPInitAttr{SendCQ: a.cq, RecvCQ: a.cq, QPType: verbs.QPTGSI,
+	if a.scq, err = ctx.CreateCQ(agentSends, nil, 0); err != nil {
+		return nil, err
+	}
+	a.qp, err = a.pd.CreateQP(&verbs.QPInitAttr{SendCQ: a.scq, RecvCQ: a.cq, QPType: verbs.QPTGSI,
 		Cap: verbs.QPCap{MaxSendWR: agentSends, MaxRecvWR: agentRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, fmt.Errorf("rdmacm: %s: creating QP1: %w", dev.Name(), err)
@@ -222,9 +239,8 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 	for i := agentSends - 1; i >= 0; i-- {
 		a.sendFree = append(a.sendFree, i)
 	}
-	rctx, cancel := context.WithCancel(context.Background())
-	a.cancel = cancel
-	go a.loop(rctx)
+	a.rctx, a.cancel = context.WithCancel(context.Background())
+	go a.loop(a.rctx)
 	return a, nil
 }
 
@@ -238,6 +254,9 @@ func (a *agent) free() {
 	}
 	if a.cq != nil {
 		a.cq.Destroy()
+	}
+	if a.scq != nil {
+		a.scq.Destroy()
 	}
 	if a.pd != nil {
 		a.pd.Dealloc()
@@ -273,10 +292,6 @@ func (a *agent) loop(ctx context.Context) {
 			return
 		}
 		for _, wc := range wcs[:n] {
-			if wc.WRID&sendWRBit != 0 {
-				a.sendDone(int(wc.WRID &^ sendWRBit))
-				continue
-			}
 			slot := int(wc.WRID)
 			if wc.Status == verbs.WCSuccess {
 				b := a.mr.Buf()[slot*recvSlotLen:]
@@ -292,19 +307,73 @@ func (a *agent) loop(ctx context.Context) {
 	}
 }
 
-// sendDone frees a send slot and sends the oldest queued MAD in it.
-func (a *agent) sendDone(slot int) {
-	cm.mu.Lock()
-	defer cm.mu.Unlock()
-	if a.dead {
+// reap takes QP1's send completions, freeing their slots and counting
+// their MADs as sent, and sends the MADs queued for those slots (the
+// reapLoop may be waiting for completions taken here). Called with cm.mu
+// held.
+func (a *agent) reap() {
+	a.takeSent()
+	a.pump()
+}
+
+// takeSent is reap without sending what is queued.
+func (a *agent) takeSent() {
+	for {
+		n, err := a.scq.Poll(a.sendWCs[:])
+		for _, wc := range a.sendWCs[:n] {
+			a.sendFree = append(a.sendFree, int(wc.WRID&^sendWRBit))
+			a.sent()
+		}
+		if err != nil || n < len(a.sendWCs) {
+			return
+		}
+	}
+}
+
+// pump sends the queued MADs in order as slots free up. MADs still queued
+// when every slot is taken are left to reapLoop. Called with cm.mu held.
+func (a *agent) pump() {
+	for len(a.sendQueue) > 0 {
+		if len(a.sendFree) == 0 {
+			a.takeSent()
+			if len(a.sendFree) == 0 {
+				a.startReaper()
+				return
+			}
+		}
+		q := a.sendQueue[0]
+		a.sendQueue[0] = queuedMAD{}
+		a.sendQueue = a.sendQueue[1:]
+		a.postSlot(q.b, q.dst, q.sgid)
+	}
+}
+
+// startReaper starts reapLoop unless it runs. Called with cm.mu held.
+func (a *agent) startReaper() {
+	if a.reaping || a.dead {
 		return
 	}
-	a.sendFree = append(a.sendFree, slot)
-	a.sent()
-	if len(a.sendQueue) > 0 {
-		q := a.sendQueue[0]
-		a.sendQueue = a.sendQueue[1:]
-		a.post(q.b, q.dst, q.sgid)
+	a.reaping = true
+	a.reapers.Add(1)
+	go a.reapLoop()
+}
+
+// reapLoop waits for send completions while MADs are queued for a slot
+// or a flush waits for MADs to leave, and ends when none are.
+func (a *agent) reapLoop() {
+	defer a.reapers.Done()
+	for {
+		err := a.scq.Wait(a.rctx)
+		cm.mu.Lock()
+		if err == nil && !a.dead {
+			a.reap()
+		}
+		if err != nil || a.dead || len(a.sendQueue) == 0 && a.finished >= a.awaited {
+			a.reaping = false
+			cm.mu.Unlock()
+			return
+		}
+		cm.mu.Unlock()
 	}
 }
 
@@ -393,16 +462,28 @@ func (a *agent) send(b []byte, dst netip.Addr, sgid int) {
 	a.post(b, dst, sgid)
 }
 
-// post is send for a MAD already counted in issued.
+// post is send for a MAD already counted in issued: at once in a free
+// slot, or after the MADs queued before it.
 func (a *agent) post(b []byte, dst netip.Addr, sgid int) {
 	if a.dead {
 		a.sent()
 		return
 	}
-	if len(a.sendFree) == 0 {
-		a.sendQueue = append(a.sendQueue, queuedMAD{b, dst, sgid})
-		return
+	if len(a.sendQueue) == 0 {
+		if len(a.sendFree) == 0 {
+			a.takeSent()
+		}
+		if len(a.sendFree) > 0 {
+			a.postSlot(b, dst, sgid)
+			return
+		}
 	}
+	a.sendQueue = append(a.sendQueue, queuedMAD{b, dst, sgid})
+	a.pump()
+}
+
+// postSlot posts a MAD in a free send slot.
+func (a *agent) postSlot(b []byte, dst netip.Addr, sgid int) {
 	ah, err := a.ah(dst, sgid)
 	if err != nil {
 		a.stats.Dropped++
@@ -441,9 +522,16 @@ func (a *agent) flush(n uint64, d time.Duration) {
 	var timeout <-chan time.Time // made when there is something to wait for: mostly the MADs left already
 	for {
 		cm.mu.Lock()
+		if a.finished < n && !a.dead {
+			a.reap()
+		}
 		done := a.finished >= n
-		if !done && a.sentCh == nil {
-			a.sentCh = make(chan struct{})
+		if !done {
+			a.awaited = max(a.awaited, n)
+			a.startReaper()
+			if a.sentCh == nil {
+				a.sentCh = make(chan struct{})
+			}
 		}
 		ch := a.sentCh
 		cm.mu.Unlock()

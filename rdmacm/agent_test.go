@@ -2,10 +2,15 @@ package rdmacm
 
 import (
 	"context"
+	"encoding/binary"
 	"net/netip"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/linktest"
+	"github.com/rdmago/rdmago/rdmacm/mad"
 	"github.com/rdmago/rdmago/rxe"
 	"github.com/rdmago/rdmago/rxe/link"
 	"github.com/rdmago/rdmago/verbs"
@@ -82,5 +87,91 @@ func TestAgentStopsWithItsLastID(t *testing.T) {
 	}
 	if agentOf(cliAddr) != nil || agentOf(srvAddr) != nil {
 		t.Fatal("agents still registered")
+	}
+}
+
+// TestAgentSendsMADsBeyondItsSendSlotsInOrder: while the link has no
+// room, QP1 sends nothing and its send slots fill; the MADs beyond them
+// wait in the agent's queue, and a goroutine waits for send completions
+// (reapLoop). Once the link has room again, every MAD leaves, in the order
+// given, and that goroutine ends.
+func TestAgentSendsMADsBeyondItsSendSlotsInOrder(t *testing.T) {
+	n := link.NewNetwork(3)
+	var mu sync.Mutex
+	var tids []uint64
+	n.SetFaults(link.Faults{Filter: func(p []byte, from, to netip.Addr) bool {
+		const tidAt = 12 + 8 + 8 // BTH, DETH, then the MAD header's TransactionID
+		if len(p) >= tidAt+8 && binary.BigEndian.Uint32(p[4:8])&0xffffff == 1 {
+			mu.Lock()
+			tids = append(tids, binary.BigEndian.Uint64(p[tidAt:]))
+			mu.Unlock()
+		}
+		return true
+	}})
+	inner, err := n.Attach(netip.MustParseAddr("10.8.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := linktest.NewShut(inner)
+	l.Shut()
+	dev, err := rxe.NewDevice(rxe.Config{Links: []link.Link{l}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer RegisterDevice(dev)()
+
+	const total = 3*agentSends + 5
+	dst := netip.MustParseAddr("10.8.0.2") // nobody there: the network drops them after the filter
+	cm.mu.Lock()
+	a, err := agentFor(dev)
+	if err != nil {
+		cm.mu.Unlock()
+		t.Fatal(err)
+	}
+	for i := range total {
+		a.send(marshal(uint64(i+1), &mad.DREQ{LocalCommID: uint32(i + 1), RemoteCommID: 7}), dst, 0)
+	}
+	queued, reaping := len(a.sendQueue), a.reaping
+	cm.mu.Unlock()
+	// The first MAD went into the link's queue, which QP1 then saw full:
+	// it holds the next agentSends, and the agent the rest.
+	if queued != total-agentSends-1 || !reaping {
+		t.Fatalf("with no room on the link: %d MADs queued (want %d), reapLoop running %v", queued, total-agentSends-1, reaping)
+	}
+
+	l.Open()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cm.mu.Lock()
+		a.reap() // completions stay in the CQ until a post or flush needs them
+		done := a.finished == a.issued && len(a.sendQueue) == 0 && !a.reaping
+		finished, issued := a.finished, a.issued
+		cm.mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d MADs sent after the link had room again", finished, issued)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	got := slices.Clone(tids)
+	mu.Unlock()
+	if len(got) != total {
+		t.Fatalf("%d MADs reached the network, want %d", len(got), total)
+	}
+	for i, tid := range got {
+		if tid != uint64(i+1) {
+			t.Fatalf("MAD %d on the network has transaction ID %d: out of order", i, tid)
+		}
+	}
+	cm.mu.Lock()
+	a.release()
+	cm.mu.Unlock()
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent did not stop")
 	}
 }

@@ -2,61 +2,15 @@ package rxe
 
 import (
 	"bytes"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/linktest"
 	"github.com/rdmago/rdmago/rxe/link"
 	"github.com/rdmago/rdmago/rxe/wire"
 	"github.com/rdmago/rdmago/verbs"
 )
-
-// queueLink is a link whose network has no room while shut: Send copies
-// the packets into a queue, as the UDP link does when its socket's
-// buffer is full, and open sends them on and says the queue emptied.
-type queueLink struct {
-	link.Link
-	mu    sync.Mutex
-	shut  bool
-	q     []link.Packet
-	bytes atomic.Int64
-	empty atomic.Pointer[func()]
-}
-
-var _ link.SendQueue = (*queueLink)(nil)
-
-func (l *queueLink) Send(pkts []link.Packet) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.shut && len(l.q) == 0 {
-		return l.Link.Send(pkts)
-	}
-	for _, p := range pkts {
-		l.q = append(l.q, link.Packet{Buf: bytes.Clone(p.Buf), Addr: p.Addr})
-		l.bytes.Add(int64(len(p.Buf)))
-	}
-	return nil
-}
-
-func (l *queueLink) Queued() int { return int(l.bytes.Load()) }
-
-func (l *queueLink) OnQueueEmpty(f func()) { l.empty.Store(&f) }
-
-// open lets the queue go, and later packets straight through.
-func (l *queueLink) open() int {
-	l.mu.Lock()
-	q := l.q
-	l.q, l.shut = nil, false
-	l.Link.Send(q)
-	l.bytes.Store(0)
-	l.mu.Unlock()
-	if f := l.empty.Load(); f != nil {
-		(*f)()
-	}
-	return len(q)
-}
 
 // cpuTime returns the CPU time the process has used.
 func cpuTime(t *testing.T) time.Duration {
@@ -99,14 +53,12 @@ func TestQPsWaitForRoomOnTheLink(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, la, lb := memLinks(t, 7)
-			ql := &queueLink{Link: la}
+			ql := linktest.NewShut(la)
 			a, b := newPair(t, ql, lb, pairOpts{bufSize: 2 * size * count, mtu: verbs.MTU4096, sendWR: count, recvWR: count, timeout: tc.timeout, retry: tc.retry, rdAtomic: 16})
 			for i := range a.buf {
 				a.buf[i] = byte(i * 7)
 			}
-			ql.mu.Lock()
-			ql.shut = true
-			ql.mu.Unlock()
+			ql.Shut()
 			if tc.queued {
 				dummy := make([]byte, link.MinPacket)
 				ql.Send([]link.Packet{{Buf: dummy, Addr: lb.LocalAddr()}})
@@ -132,17 +84,15 @@ func TestQPsWaitForRoomOnTheLink(t *testing.T) {
 				t.Errorf("the process used %v of CPU in 200 ms while the link had no room: something spins", used)
 			}
 			requests := 0
-			ql.mu.Lock()
-			for _, p := range ql.q {
+			for _, p := range ql.Queue() {
 				if pk, err := wire.Parse(p.Buf); err == nil && pk.BTH.DestQP() == b.qp.Num() && pk.OpCode() != wire.RCAcknowledge {
 					requests++
 				}
 			}
-			ql.mu.Unlock()
 			if requests > tc.wantFirst {
 				t.Fatalf("%d requests queued while the link had no room; want at most %d", requests, tc.wantFirst)
 			}
-			ql.open()
+			ql.Open()
 			for _, wc := range poster.wait(count, 2*time.Second) {
 				if wc.Status != verbs.WCSuccess {
 					t.Fatalf("completion %d: %s", wc.WRID, wc.Status)
