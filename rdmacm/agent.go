@@ -78,10 +78,12 @@ type agent struct {
 	sentCh    chan struct{} // made by flush to wait on, closed when finished grows
 	awaited   uint64        // the finished count the flushes wait for
 	reaping   bool          // a reapLoop runs
-	sendWR    [1]verbs.SendWR
-	sendSGE   [1]verbs.SGE
-	sendWCs   [8]verbs.WC
-	reapers   sync.WaitGroup
+	// stopReaper ends the reapLoop's wait, set while it waits.
+	stopReaper context.CancelFunc
+	sendWR     [1]verbs.SendWR
+	sendSGE    [1]verbs.SGE
+	sendWCs    [8]verbs.WC
+	reapers    sync.WaitGroup
 
 	// The receive loop's own (and start's, before the loop runs).
 	recvWR  [1]verbs.RecvWR
@@ -279,7 +281,7 @@ func (a *agent) sendSlot(i int) []byte {
 	return a.mr.Buf()[off : off+mad.MADLen]
 }
 
-// loop receives MADs and retires sends until the agent stops.
+// loop receives MADs until the agent stops.
 func (a *agent) loop(ctx context.Context) {
 	defer close(a.done)
 	wcs := make([]verbs.WC, 16)
@@ -316,7 +318,9 @@ func (a *agent) reap() {
 	a.pump()
 }
 
-// takeSent is reap without sending what is queued.
+// takeSent is reap without sending what is queued. Taking the
+// completions a waiting reapLoop was woken for would leave it waiting for
+// the next: if nothing is left for it to wait for, it is told to end.
 func (a *agent) takeSent() {
 	for {
 		n, err := a.scq.Poll(a.sendWCs[:])
@@ -325,9 +329,19 @@ func (a *agent) takeSent() {
 			a.sent()
 		}
 		if err != nil || n < len(a.sendWCs) {
-			return
+			break
 		}
 	}
+	if a.stopReaper != nil && !a.reaperNeeded() {
+		a.stopReaper()
+		a.stopReaper = nil
+	}
+}
+
+// reaperNeeded reports whether MADs wait for a send slot or a flush waits
+// for MADs to leave. Called with cm.mu held.
+func (a *agent) reaperNeeded() bool {
+	return len(a.sendQueue) > 0 || a.finished < a.awaited
 }
 
 // pump sends the queued MADs in order as slots free up. MADs still queued
@@ -362,19 +376,21 @@ func (a *agent) startReaper() {
 // or a flush waits for MADs to leave, and ends when none are.
 func (a *agent) reapLoop() {
 	defer a.reapers.Done()
-	for {
-		err := a.scq.Wait(a.rctx)
+	cm.mu.Lock()
+	for !a.dead && a.rctx.Err() == nil && a.reaperNeeded() {
+		ctx, cancel := context.WithCancel(a.rctx)
+		a.stopReaper = cancel // by takeSent, when another took what it waits for
+		cm.mu.Unlock()
+		err := a.scq.Wait(ctx)
+		cancel()
 		cm.mu.Lock()
+		a.stopReaper = nil
 		if err == nil && !a.dead {
 			a.reap()
 		}
-		if err != nil || a.dead || len(a.sendQueue) == 0 && a.finished >= a.awaited {
-			a.reaping = false
-			cm.mu.Unlock()
-			return
-		}
-		cm.mu.Unlock()
 	}
+	a.reaping = false
+	cm.mu.Unlock()
 }
 
 // receive handles one MAD from QP1's receive buffer (GRH area first).
