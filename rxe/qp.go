@@ -17,8 +17,8 @@ import (
 // qp implements verbs.QPDriver. Fields under mu are shared with the
 // goroutines that post, modify and query; the rest is the owner's: protocol
 // state, touched only by whoever runs step holding stepMu (the owner
-// goroutine, run, or a goroutine that delivered packets, posted or polled:
-// see stepHere).
+// goroutine, run, or a goroutine that delivered packets, posted, polled or
+// modified: see stepHere, poke and Modify; or teardown, once).
 type qp struct {
 	stats  counters // statistics (verbs.Counter), read by others
 	ctx    *devctx
@@ -59,8 +59,10 @@ type qp struct {
 	// no goroutine.
 	owner atomic.Bool
 
-	// stepMu is held by whoever runs step: the owner goroutine, or under
-	// manual progress a goroutine that posts or polls (see poke).
+	// stepMu is held by whoever runs step: the owner goroutine, the
+	// receive loop, a goroutine that polls (manual progress), posts
+	// (manual progress, or to QP1: see poke) or modifies (Modify), or
+	// teardown when no owner ran.
 	stepMu sync.Mutex
 
 	// Owner state.
@@ -180,8 +182,8 @@ func (p *pd) CreateQP(attr *verbs.QPInitAttr) (verbs.QPDriver, error) {
 	return q, nil
 }
 
-// start brings the device up, numbers the QP, enters it in the device's
-// table and starts its owner goroutine.
+// start brings the device up, numbers the QP and enters it in the
+// device's table. Its owner goroutine starts later, if ever (ensureOwner).
 func (q *qp) start() error {
 	h := q.hw
 	if err := h.up(); err != nil {
@@ -386,7 +388,8 @@ func (q *qp) modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) (step bool, err e
 // which a post or a packet brings, takes up the new attributes and PSNs.
 // That is connection setup (RESET, INIT, RTR, RTS), which then starts no
 // owner goroutine (ensureOwner). A move to RESET, ERR or SQD, or out of
-// SQD, SQE or ERR, has the owner step at once.
+// SQD, SQE or ERR, is stepped at once (by Modify's caller, or the owner
+// if someone else is stepping the QP).
 func quietMove(prev, next verbs.QPState) bool {
 	setup := func(s verbs.QPState) bool {
 		return s == verbs.QPSReset || s == verbs.QPSInit || s == verbs.QPSRTR || s == verbs.QPSRTS
