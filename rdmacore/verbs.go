@@ -50,6 +50,11 @@ func (provider) ForkInit() error {
 	return nil
 }
 
+// forkUnneeded reports whether the kernel copies DMA pages on fork, so
+// that ibv_fork_init has nothing to do and always succeeds
+// (ibv_is_fork_initialized returns IBV_FORK_UNNEEDED).
+func forkUnneeded() bool { return C.ibv_is_fork_initialized() == C.IBV_FORK_UNNEEDED }
+
 // ProviderName is the name RDMAGO_PROVIDER selects this provider by.
 const ProviderName = "rdmacore"
 
