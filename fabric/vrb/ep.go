@@ -223,31 +223,32 @@ type ep struct {
 	info *fabric.Info
 	ctx  any
 
-	mu      sync.Mutex
-	state   epState
-	eq      *fabric.EQ
-	comp    fabric.Completions
-	ch      *rdmacm.EventChannel
-	id      *rdmacm.ID
-	req     *connReq
-	cq      *verbs.CQ
-	qp      *verbs.QP
-	bounce  *verbs.MR // inject's registered staging buffer
-	ops     map[uint64]op
-	nextID  uint64
-	txOut   int // sends outstanding
-	rxOut   int
-	txSize  int
-	rxSize  int
-	inline  int
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	polls   atomic.Uint64
-	wc      [16]verbs.WC
-	started bool
-	ud      *udState // an FI_EP_DGRAM endpoint's; nil for FI_EP_MSG
-	probing bool     // a dead-peer probe is outstanding
-	lost    bool     // the peer stopped answering (see peerLost)
+	mu       sync.Mutex
+	state    epState
+	eq       *fabric.EQ
+	comp     fabric.Completions
+	ch       *rdmacm.EventChannel
+	id       *rdmacm.ID
+	req      *connReq
+	cq       *verbs.CQ
+	qp       *verbs.QP
+	bounce   *verbs.MR // inject's registered staging buffer
+	ops      map[uint64]op
+	nextID   uint64
+	txOut    int // sends outstanding
+	rxOut    int
+	txSize   int
+	rxSize   int
+	inline   int
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	polls    atomic.Uint64
+	wc       [16]verbs.WC
+	started  bool
+	ud       *udState // an FI_EP_DGRAM endpoint's; nil for FI_EP_MSG
+	probing  bool     // a dead-peer probe is outstanding
+	probeAge int      // looks since the outstanding probe was posted
+	lost     bool     // the peer stopped answering (see peerLost)
 }
 
 // Dead-peer detection. A connected QP learns that its peer vanished only
@@ -263,18 +264,27 @@ type ep struct {
 // µs << 19, 2.1 s) a dead peer is noticed within probeEvery + 3 × 2.1 s,
 // under 10 s. The QP then flushes what is posted (FI_ECANCELED
 // completions) and the EQ gets an FI_ETIMEDOUT error entry and
-// FI_SHUTDOWN.
+// FI_SHUTDOWN. A QP whose retries never run out (the passive side takes
+// the count from the active side's request, and C's provider asks for
+// 7) would never fail the probe: a probe still unanswered probeMisses
+// looks later (9 s; a live peer's device answers at once, and nothing
+// was ahead of it in the send queue) puts the QP in the error state
+// itself, with the same outcome, within 12 s.
 const (
-	probeEvery = 3 * time.Second
+	probeEvery  = 3 * time.Second
+	probeMisses = 3
 	// probeWRID is the probe's work request ID, one track never hands out.
 	probeWRID = ^uint64(0)
-	// connRetryCount is the transport retry count the endpoint asks for
+	// defaultConnRetryCount is the transport retry count the endpoint asks for
 	// in rdma_connect (the passive side's QP takes it from the REQ too).
 	// 7, which C's provider asks for, means "retry for ever" to the
 	// software RoCE devices (Linux rxe's and rdmago's), so a dead peer
 	// would never be noticed.
-	connRetryCount = 2
+	defaultConnRetryCount = 2
 )
+
+// connRetryCount is defaultConnRetryCount; tests change it.
+var connRetryCount uint8 = defaultConnRetryCount
 
 func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.Endpoint, error) {
 	if info == nil || info.EPAttr == nil {
@@ -926,9 +936,18 @@ func (e *ep) probe(ctx context.Context) {
 			e.mu.Unlock()
 			return
 		}
-		if !e.probing && e.txOut == 0 {
+		switch {
+		case e.probing:
+			e.probeAge++
+			if e.probeAge >= probeMisses {
+				// The QP would retry for ever: end it here. Its
+				// queues flush as after IBV_WC_RETRY_EXC_ERR.
+				e.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
+				e.peerLost()
+			}
+		case e.txOut == 0:
 			err := e.qp.PostSend([]verbs.SendWR{{WRID: probeWRID, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}})
-			e.probing = err == nil
+			e.probing, e.probeAge = err == nil, 0
 		}
 		e.mu.Unlock()
 	}

@@ -12,3 +12,10 @@ func Vanish(fep fabric.Endpoint) {
 	e.id.DestroyQP()
 	e.qp = nil
 }
+
+// SetConnRetryCount makes the endpoints connected from now on ask for n
+// transport retries; the returned func restores the default.
+func SetConnRetryCount(n uint8) (restore func()) {
+	connRetryCount = n
+	return func() { connRetryCount = defaultConnRetryCount }
+}
