@@ -34,10 +34,18 @@ const (
 	// closeWait bounds how long Close and CloseWrite wait for their
 	// last messages to be acknowledged.
 	closeWait = 2 * time.Second
-	// keepAliveMisses is how many keepalive periods in a row may pass
-	// with sends outstanding and none completed before the peer is
+	// keepAliveMisses is how many looks in a row (see probeEvery) may
+	// find sends outstanding and none completed before the peer is
 	// given up on.
 	keepAliveMisses = 3
+	// probeEvery is how often a connection looks at its peer: whether
+	// what it sent was acknowledged, and, while a Read or Write waits
+	// with nothing outstanding, to send a probe (the keepalive message,
+	// whether or not keepalives are on). A dead peer is given up on
+	// within (keepAliveMisses+1) × probeEvery, 8 s, of a call starting
+	// to wait on it, or of the send it did not acknowledge. (A shorter
+	// KeepAlive shortens both.)
+	probeEvery = 2 * time.Second
 )
 
 // recvFlag marks a receive's work request ID (RS_WR_ID_FLAG_RECV); a
@@ -65,13 +73,15 @@ type Config struct {
 	// KeepAlive is the period of keepalive messages (SO_KEEPALIVE with
 	// TCP_KEEPIDLE): DefaultKeepAlive if zero, none if negative. A
 	// keepalive is a zero-length RDMA WRITE, which the peer's device
-	// acknowledges without its application. When three periods in a row
-	// pass with sends outstanding and none acknowledged, the peer is
-	// given up on: reads and writes fail with an error wrapping
-	// syscall.ETIMEDOUT, about four periods (a minute by default) after
-	// the peer vanished. (A QP with a finite retry count may give up
-	// sooner; software RoCE retries for ever with rsockets' retry count
-	// of 7.)
+	// acknowledges without its application (C's rsockets send theirs
+	// with an immediate, which takes a receive at the peer; either
+	// side takes either). Keepalives or not, a Read or Write that waits
+	// on a peer with nothing outstanding sends the same probe every
+	// 2 s, and a peer that acknowledges nothing for three looks in a
+	// row (every 2 s, or every KeepAlive if shorter) is given up on:
+	// reads and writes fail with an error wrapping syscall.ETIMEDOUT,
+	// within 8 s. (Software RoCE retries for ever with rsockets' retry
+	// count of 7, so the QP alone would never give up.)
 	KeepAlive time.Duration
 	// ACKTimeout is the QP's local ACK timeout code (4.096 µs << code;
 	// rdma_set_option RDMA_OPTION_ID_ACK_TIMEOUT); 0 means rdma_cm's
@@ -185,12 +195,14 @@ type Conn struct {
 	rseqNo    uint16
 	rseqComp  uint16
 
-	// Keepalive: its period, sends completed so far, that count at the
-	// last tick, and the ticks in a row that saw none complete.
+	// Keepalive and dead-peer probes: the keepalive period, sends
+	// completed so far, that count at the last look, the looks in a row
+	// that saw none complete, and the time since the last keepalive.
 	ka0       time.Duration
 	sendsDone uint64
 	doneAtKA  uint64
 	kaMisses  int
+	sinceKA   time.Duration
 }
 
 // errReset and errShutdown are the causes writes report after the peer
@@ -243,11 +255,17 @@ func (c *Conn) start(peer ConnData) {
 	c.wg.Add(2)
 	go c.progress()
 	go c.watchCM()
-	if c.ka0 > 0 {
-		c.mu.Lock()
-		c.ka = time.AfterFunc(c.ka0, c.keepAlive)
-		c.mu.Unlock()
+	c.mu.Lock()
+	c.ka = time.AfterFunc(c.look(), c.keepAlive)
+	c.mu.Unlock()
+}
+
+// look is the period of keepAlive's looks at the peer.
+func (c *Conn) look() time.Duration {
+	if c.ka0 > 0 && c.ka0 < probeEvery {
+		return c.ka0
 	}
+	return probeEvery
 }
 
 // init sets the connection's state from the peer's connection data
@@ -485,31 +503,37 @@ func (c *Conn) watchCM() {
 	c.broadcast()
 }
 
-// keepAlive sends a zero-length RDMA WRITE (rsocket's keepalive, which
-// needs no answer from the peer's application) and arms the next, or
-// gives up on a peer that has acknowledged nothing for keepAliveMisses
-// periods.
+// keepAlive looks at the peer every look(): it gives up on a peer that
+// has acknowledged nothing for keepAliveMisses looks with sends
+// outstanding, and sends a zero-length RDMA WRITE (rsocket's keepalive,
+// which needs no answer from the peer's application) when a keepalive
+// is due, or as a probe when a Read or Write waits and nothing is
+// outstanding to tell whether the peer is still there.
 func (c *Conn) keepAlive() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing || !c.connected {
 		return
 	}
-	if c.sendsDone == c.doneAtKA && !c.allSendsDone() {
+	idle := c.allSendsDone()
+	if c.sendsDone == c.doneAtKA && !idle {
 		c.kaMisses++
 	} else {
 		c.kaMisses = 0
 	}
 	c.doneAtKA = c.sendsDone
 	if c.kaMisses >= keepAliveMisses {
-		c.fail(fmt.Errorf("the peer acknowledged nothing for %v: %w", keepAliveMisses*c.ka0, syscall.ETIMEDOUT))
+		c.fail(fmt.Errorf("the peer is gone: it acknowledged nothing for %v: %w", keepAliveMisses*c.look(), syscall.ETIMEDOUT))
 		return
 	}
-	if c.ctrlSeq != c.ctrlMax {
+	c.sinceKA += c.look()
+	due := c.ka0 > 0 && c.sinceKA >= c.ka0
+	if (due || c.waiting > 0 && idle) && c.ctrlSeq != c.ctrlMax {
+		c.sinceKA = 0
 		c.ctrlSeq++
 		c.post(verbs.SendWR{WRID: uint64(msg(opCtrl, ctrlKeepAlive)), Opcode: verbs.WRRDMAWrite})
 	}
-	c.ka.Reset(c.ka0)
+	c.ka.Reset(c.look())
 }
 
 // post posts one send, failing the connection if the QP refuses it.

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -287,6 +288,35 @@ func TestVanishedPeerEndsReadsAndWrites(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("a call on a vanished peer still waits")
 		}
+	}
+}
+
+// TestVanishedPeerEndsABlockedReadWithoutKeepAlive: keepalives off and
+// rdma_cm's default ACK timeout, as rstream without -k has them; the
+// peer vanishes (nothing passes any more, and no disconnect comes) while
+// a Read waits with nothing outstanding. The Read must fail with
+// ETIMEDOUT within the documented 8 s (checked against 15 s, the bound
+// promised to programs, to leave room for a loaded machine).
+func TestVanishedPeerEndsABlockedReadWithoutKeepAlive(t *testing.T) {
+	noLeaks(t)
+	cfg := rsocket.Config{KeepAlive: -1}
+	cli, _, network := pair(t, cfg, cfg)
+	network.SetFaults(link.Faults{Drop: 1})
+	t.Cleanup(func() { network.SetFaults(link.Faults{}) })
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := cli.Read(make([]byte, 1))
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, syscall.ETIMEDOUT) {
+			t.Fatalf("Read on a vanished peer: %v, want ETIMEDOUT", err)
+		}
+		t.Logf("after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("a Read on a vanished peer still waits after 15 s")
 	}
 }
 

@@ -33,7 +33,9 @@
 // immediate says what a message is (its top three bits) and how long
 // (the rest). As the reader frees its ring it writes the freed half into
 // the writer's SGL array and returns credits in the same message. A
-// zero-length RDMA WRITE serves as keepalive. Receives carry no memory:
+// zero-length RDMA WRITE serves as keepalive, and as the probe that finds
+// a vanished peer while a Read or Write waits (see Config.KeepAlive; C's
+// rsockets send their keepalive with an immediate). Receives carry no memory:
 // every write lands where its sender aimed it.
 //
 // What is left out: riomap and riowrite (rsockets' direct-placement

@@ -769,6 +769,10 @@ func (e *ep) Recv(buf []byte, desc any, _ fabric.Addr, context any) error {
 	if e.state == stClosed {
 		return fabric.Errorf("fi_recv", fabric.ErrBadFD, "endpoint closed")
 	}
+	if e.state == stShutdown && !e.up {
+		// The peer is gone: nothing more can come.
+		return fabric.Errorf("fi_recv", fabric.ErrShutdown, "the connection ended")
+	}
 	if e.info.RxAttr != nil && e.info.RxAttr.Size > 0 && len(e.rxq) >= e.info.RxAttr.Size {
 		return fabric.ErrAgain
 	}
@@ -1340,8 +1344,11 @@ func (e *ep) queueFirst(t *txEntry) {
 
 func (t *txEntry) started() bool { return t.partial }
 
-// peerGone handles the end of the stream: FI_SHUTDOWN on the EQ. Called
-// with e.mu held.
+// peerGone handles the end of the stream, which is also what a peer
+// whose process died leaves (the kernel closes its socket): what is still
+// posted can never complete, so it fails with FI_ECANCELED, and the EQ
+// gets FI_SHUTDOWN, as libfabric's tcp provider flushes its queues when
+// the connection ends. Called with e.mu held.
 func (e *ep) peerGone(err error) {
 	if e.state != stConnected && e.state != stShutdown {
 		return
@@ -1353,6 +1360,7 @@ func (e *ep) peerGone(err error) {
 	}
 	e.state = stShutdown
 	e.up = false
+	e.failAll(fabric.ErrCanceled)
 	if e.eq != nil {
 		e.eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
 	}

@@ -223,30 +223,68 @@ type ep struct {
 	info *fabric.Info
 	ctx  any
 
-	mu      sync.Mutex
-	state   epState
-	eq      *fabric.EQ
-	comp    fabric.Completions
-	ch      *rdmacm.EventChannel
-	id      *rdmacm.ID
-	req     *connReq
-	cq      *verbs.CQ
-	qp      *verbs.QP
-	bounce  *verbs.MR // inject's registered staging buffer
-	ops     map[uint64]op
-	nextID  uint64
-	txOut   int // sends outstanding
-	rxOut   int
-	txSize  int
-	rxSize  int
-	inline  int
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	polls   atomic.Uint64
-	wc      [16]verbs.WC
-	started bool
-	ud      *udState // an FI_EP_DGRAM endpoint's; nil for FI_EP_MSG
+	mu       sync.Mutex
+	state    epState
+	eq       *fabric.EQ
+	comp     fabric.Completions
+	ch       *rdmacm.EventChannel
+	id       *rdmacm.ID
+	req      *connReq
+	cq       *verbs.CQ
+	qp       *verbs.QP
+	bounce   *verbs.MR // inject's registered staging buffer
+	ops      map[uint64]op
+	nextID   uint64
+	txOut    int // sends outstanding
+	rxOut    int
+	txSize   int
+	rxSize   int
+	inline   int
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	polls    atomic.Uint64
+	wc       [16]verbs.WC
+	started  bool
+	ud       *udState // an FI_EP_DGRAM endpoint's; nil for FI_EP_MSG
+	probing  bool     // a dead-peer probe is outstanding
+	probeAge int      // looks since the outstanding probe was posted
+	lost     bool     // the peer stopped answering (see peerLost)
 }
+
+// Dead-peer detection. A connected QP learns that its peer vanished only
+// when something it sent goes unacknowledged until its retries run out
+// (IBV_WC_RETRY_EXC_ERR); with nothing to send, a program that waits for
+// a receive would wait for ever. So, every probeEvery while nothing is
+// outstanding in the send direction, the endpoint posts a probe: a
+// zero-length RDMA WRITE, which names no memory, needs no key (IBTA vol.
+// 1 C9-88), takes no receive at the peer and never reaches its program,
+// but is acknowledged by a live peer's device like any request. The
+// connection's retry count (connRetryCount) bounds how long an
+// unanswered probe or send takes to fail: with rdma_cm's ACK timeout (4.096
+// µs << 19, 2.1 s) a dead peer is noticed within probeEvery + 3 × 2.1 s,
+// under 10 s. The QP then flushes what is posted (FI_ECANCELED
+// completions) and the EQ gets an FI_ETIMEDOUT error entry and
+// FI_SHUTDOWN. A QP whose retries never run out (the passive side takes
+// the count from the active side's request, and C's provider asks for
+// 7) would never fail the probe: a probe still unanswered probeMisses
+// looks later (9 s; a live peer's device answers at once, and nothing
+// was ahead of it in the send queue) puts the QP in the error state
+// itself, with the same outcome, within 12 s.
+const (
+	probeEvery  = 3 * time.Second
+	probeMisses = 3
+	// probeWRID is the probe's work request ID, one track never hands out.
+	probeWRID = ^uint64(0)
+	// defaultConnRetryCount is the transport retry count the endpoint asks for
+	// in rdma_connect (the passive side's QP takes it from the REQ too).
+	// 7, which C's provider asks for, means "retry for ever" to the
+	// software RoCE devices (Linux rxe's and rdmago's), so a dead peer
+	// would never be noticed.
+	defaultConnRetryCount = 2
+)
+
+// connRetryCount is defaultConnRetryCount; tests change it.
+var connRetryCount uint8 = defaultConnRetryCount
 
 func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.Endpoint, error) {
 	if info == nil || info.EPAttr == nil {
@@ -400,7 +438,7 @@ func (e *ep) Enable() error {
 		return fabric.Errorf("fi_enable", fabric.ErrNoMemory, err.Error())
 	}
 	attr := verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC, Cap: verbs.QPCap{
-		MaxSendWR: uint32(e.txSize), MaxRecvWR: uint32(e.rxSize), MaxSendSGE: maxIOV, MaxRecvSGE: maxIOV, MaxInlineData: uint32(e.inline)}}
+		MaxSendWR: uint32(e.txSize) + 1 /* the probe */, MaxRecvWR: uint32(e.rxSize), MaxSendSGE: maxIOV, MaxRecvSGE: maxIOV, MaxInlineData: uint32(e.inline)}}
 	if err := e.id.CreateQP(e.dom.pd, &attr); err != nil {
 		cq.Destroy()
 		return fabric.Errorf("fi_enable", fabric.ErrNoMemory, err.Error())
@@ -428,7 +466,7 @@ func (e *ep) startBackground() {
 
 // connParam is what C's provider offers in connect and accept.
 func (e *ep) connParam(data []byte) *rdmacm.ConnParam {
-	p := &rdmacm.ConnParam{PrivateData: data, FlowControl: 1, RetryCount: 7, RNRRetryCount: 7}
+	p := &rdmacm.ConnParam{PrivateData: data, FlowControl: 1, RetryCount: connRetryCount, RNRRetryCount: 7}
 	if a, err := e.dom.ctx.QueryDevice(); err == nil {
 		p.ResponderResources = uint8(min(a.MaxQPRdAtom, 255))
 		p.InitiatorDepth = uint8(min(a.MaxQPInitRdAtom, 255))
@@ -524,6 +562,8 @@ func (e *ep) events(ctx context.Context) {
 		switch typ {
 		case rdmacm.EventEstablished:
 			e.state = stConnected
+			e.wg.Add(1)
+			go e.probe(ctx)
 			e.mu.Unlock()
 			eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e, Data: data})
 			continue
@@ -542,10 +582,10 @@ func (e *ep) events(ctx context.Context) {
 			eq.WriteErr(fabric.EQErrEntry{FID: e, Err: errno})
 			continue
 		case rdmacm.EventDisconnected, rdmacm.EventDeviceRemoval:
-			was := e.state
+			was, lost := e.state, e.lost
 			e.state = stShutdown
 			e.mu.Unlock()
-			if was == stConnected || was == stShutdown {
+			if (was == stConnected || was == stShutdown) && !lost {
 				eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
 			}
 			continue
@@ -879,8 +919,64 @@ func (e *ep) progressLocked() int {
 	}
 }
 
+// probe posts a dead-peer probe every probeEvery while the endpoint is
+// connected and has no send outstanding.
+func (e *ep) probe(ctx context.Context) {
+	defer e.wg.Done()
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		e.mu.Lock()
+		if e.state != stConnected {
+			e.mu.Unlock()
+			return
+		}
+		switch {
+		case e.probing:
+			e.probeAge++
+			if e.probeAge >= probeMisses {
+				// The QP would retry for ever: end it here. Its
+				// queues flush as after IBV_WC_RETRY_EXC_ERR.
+				e.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
+				e.peerLost()
+			}
+		case e.txOut == 0:
+			err := e.qp.PostSend([]verbs.SendWR{{WRID: probeWRID, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}})
+			e.probing, e.probeAge = err == nil, 0
+		}
+		e.mu.Unlock()
+	}
+}
+
+// peerLost ends a connection whose peer stopped acknowledging: the QP,
+// in the error state, flushes what is posted, and the EQ gets an error
+// entry (FI_ETIMEDOUT) and FI_SHUTDOWN. Called with e.mu held.
+func (e *ep) peerLost() {
+	if e.lost || (e.state != stConnected && e.state != stShutdown) {
+		return
+	}
+	e.lost = true
+	e.state = stShutdown
+	if e.eq != nil {
+		e.eq.WriteErr(fabric.EQErrEntry{FID: e, Err: fabric.ErrTimedOut})
+		e.eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
+	}
+}
+
 // complete reports one work completion. Called with e.mu held.
 func (e *ep) complete(wc *verbs.WC) {
+	if wc.Status == verbs.WCRetryExcErr && e.ud == nil {
+		e.peerLost()
+	}
+	if wc.WRID == probeWRID && e.ud == nil {
+		e.probing = false
+		return
+	}
 	o, ok := e.ops[wc.WRID]
 	if !ok {
 		return

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
 	"github.com/rdmago/rdmago/internal/units"
+	"golang.org/x/sys/unix"
 )
 
 // session is one side's fabric objects.
@@ -40,6 +43,9 @@ type session struct {
 	filled     int // buffers filled with the -c pattern
 	checked    int // buffers checked
 	received   int
+
+	nextCheck time.Time // when peerAlive looks next
+	ctrlEOF   time.Time // when the control connection was seen closed
 }
 
 // Run runs fi_pingpong: a server without o.Server, a client with it.
@@ -292,24 +298,100 @@ func (s *session) event(ctx context.Context, want fabric.EventType) (fabric.EQEn
 }
 
 // wait polls cq for one completion, as fi_pingpong busy-polls fi_cq_read.
+// Every peerCheckEvery it also looks for signs of a dead peer (see
+// peerAlive), so that a killed peer ends the run instead of leaving it
+// spinning.
 func (s *session) wait(ctx context.Context, cq *fabric.CQ) error {
 	var e [1]fabric.CQEntry
 	for spins := 0; ; spins++ {
 		n, err := cq.Read(e[:])
 		if n == 1 {
+			s.ctrlEOF = time.Time{}
 			return nil
 		}
 		if errors.Is(err, fabric.ErrAvail) {
-			ee, _ := cq.ReadErr()
-			return fmt.Errorf("fi_cq_read(): %w", ee.Err)
+			return s.cqErr(cq)
 		}
 		if err != nil && !errors.Is(err, fabric.ErrAgain) {
 			return err
 		}
-		if spins%4096 == 4095 && ctx.Err() != nil {
-			return ctx.Err()
+		if spins%1024 == 1023 {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err := s.peerAlive(); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// Dead-peer detection while spinning. A connected endpoint reports its
+// peer's end on the EQ (FI_SHUTDOWN: the tcp provider as soon as the
+// kernel closes the connection, the verbs provider when its probes go
+// unanswered). The control connection covers every endpoint type: the
+// kernel closes it when the peer's process dies. Its end is a dead peer
+// only after ctrlGrace with no completion, since a peer that finished
+// may close it while its last message is still on the way.
+const (
+	peerCheckEvery = 100 * time.Millisecond
+	ctrlGrace      = 2 * time.Second
+)
+
+// peerAlive returns an error when the peer is known to be gone.
+func (s *session) peerAlive() error {
+	now := time.Now()
+	if now.Before(s.nextCheck) {
+		return nil
+	}
+	s.nextCheck = now.Add(peerCheckEvery)
+	if s.o.EPType == fabric.EPMsg && s.eq != nil {
+		ev, err := s.eq.Read()
+		switch {
+		case errors.Is(err, fabric.ErrAvail):
+			ee, _ := s.eq.ReadErr()
+			return fmt.Errorf("fi_eq_read(): the connection failed: %w", ee.Err)
+		case err == nil && ev.Event == fabric.EventShutdown:
+			return peerGone{"fi_eq_read(): FI_SHUTDOWN: the peer closed the connection", fabric.ErrShutdown}
+		}
+	}
+	if s.ctrlEOF.IsZero() {
+		if peerClosed(s.c.c) {
+			s.ctrlEOF = now
+		}
+	} else if now.Sub(s.ctrlEOF) >= ctrlGrace {
+		return peerGone{"ctrl/read: the peer closed the control connection: the peer is gone", fabric.ErrConnReset}
+	}
+	return nil
+}
+
+// peerGone is the error of a run whose peer went away.
+type peerGone struct {
+	msg   string
+	errno fabric.Errno
+}
+
+func (e peerGone) Error() string { return e.msg }
+func (e peerGone) Unwrap() error { return e.errno }
+
+// peerClosed reports whether c's peer has closed it (or reset it),
+// without taking data that may be waiting: a non-blocking MSG_PEEK.
+func peerClosed(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		gone = err == nil && n == 0 || err != nil && err != unix.EAGAIN && err != unix.EINTR
+	})
+	return gone
 }
 
 const alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -361,7 +443,9 @@ func (s *session) send(ctx context.Context, size int) error {
 			if !errors.Is(err, fabric.ErrAgain) {
 				return err
 			}
-			s.txcq.Read(nil)
+			if err := s.drainTx(); err != nil {
+				return err
+			}
 		}
 	}
 	for {
@@ -377,9 +461,28 @@ func (s *session) send(ctx context.Context, size int) error {
 		if !errors.Is(err, fabric.ErrAgain) {
 			return err
 		}
-		s.txcq.Read(nil)
+		if err := s.drainTx(); err != nil {
+			return err
+		}
 	}
 	return s.wait(ctx, s.txcq)
+}
+
+// drainTx progresses the transmit CQ while a post finds the queue full
+// (as fi_pingpong does), and ends the run on a dead peer.
+func (s *session) drainTx() error {
+	var e [1]fabric.CQEntry
+	if _, err := s.txcq.Read(e[:0]); errors.Is(err, fabric.ErrAvail) {
+		return s.cqErr(s.txcq)
+	}
+	return s.peerAlive()
+}
+
+// cqErr takes cq's error entry. An operation that failed because the
+// connection ended says so: the EQ tells why.
+func (s *session) cqErr(cq *fabric.CQ) error {
+	ee, _ := cq.ReadErr()
+	return s.why(fmt.Errorf("fi_cq_read(): %w", ee.Err))
 }
 
 func (s *session) recv(ctx context.Context, size int) error {
@@ -392,7 +495,19 @@ func (s *session) recv(ctx context.Context, size int) error {
 			return err
 		}
 	}
-	return s.postRecv()
+	if err := s.postRecv(); err != nil {
+		return s.why(err)
+	}
+	return nil
+}
+
+// why adds to err, when the peer is known to be gone, that it is.
+func (s *session) why(err error) error {
+	s.nextCheck = time.Time{}
+	if perr := s.peerAlive(); perr != nil {
+		return fmt.Errorf("%w (%v)", err, perr)
+	}
+	return err
 }
 
 // pingpong runs one size: sync, the iterations, the count exchange, the

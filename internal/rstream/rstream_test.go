@@ -156,34 +156,51 @@ func TestTwoProcesses(t *testing.T) {
 	}
 }
 
-// TestKilledPeerEndsTheRun kills the server with SIGKILL mid-run: the
-// client, with one-second keepalives, reports the lost connection and
-// exits non-zero within seconds instead of waiting for ever.
+// TestKilledPeerEndsTheRun kills one side with SIGKILL mid-run: the
+// other, with keepalives (-k 1) or without, reports the lost connection
+// and exits non-zero within 15 s instead of waiting for ever.
 func TestKilledPeerEndsTheRun(t *testing.T) {
 	bin := vmtest.BuildRdmago(t)
 	rxePort := vmtest.FreeUDPPort(t, "127.0.0.2", "127.0.0.1")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	flags := []string{"-S", "65536", "-C", "1000000", "-k", "1", "-p", "7494"}
-	srv, _ := startServer(t, ctx, bin, rxePort, flags)
-	cli, co := client(ctx, bin, rxePort, flags)
-	if err := cli.Start(); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		flags  string
+		victim string
+	}{
+		{"-k 1 -p 7494", "server"},
+		{"-p 7495", "server"},
+		{"-p 7496", "client"},
+	} {
+		t.Run(tc.flags+"/kill-"+tc.victim, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			flags := append([]string{"-S", "65536", "-C", "1000000"}, strings.Fields(tc.flags)...)
+			srv, so := startServer(t, ctx, bin, rxePort, flags)
+			cli, co := client(ctx, bin, rxePort, flags)
+			if err := cli.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // well into the run
+			victim, survivor, out := srv, cli, co
+			if tc.victim == "client" {
+				victim, survivor, out = cli, srv, so
+			}
+			victim.Process.Signal(syscall.SIGKILL)
+			victim.Wait()
+			killed := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- survivor.Wait() }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatalf("the survivor exited 0 after its peer was killed\n%s", out.String())
+				}
+				if !strings.Contains(out.String(), "rsend: ") && !strings.Contains(out.String(), "rrecv: ") {
+					t.Errorf("the survivor did not say what failed:\n%s", out.String())
+				}
+				t.Logf("exited %v %v after the kill: %s", err, time.Since(killed).Round(time.Millisecond), strings.TrimSpace(out.String()))
+			case <-time.After(15 * time.Second):
+				t.Fatalf("the survivor still runs 15 s after its peer was killed\n%s", out.String())
+			}
+		})
 	}
-	time.Sleep(time.Second) // well into the run
-	srv.Process.Signal(syscall.SIGKILL)
-	srv.Wait()
-	killed := time.Now()
-	err := cli.Wait()
-	took := time.Since(killed)
-	if err == nil {
-		t.Fatalf("the client exited 0 after its peer was killed\n%s", co.String())
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("the client was still running a minute later\n%s", co.String())
-	}
-	if !strings.Contains(co.String(), "rsend: ") && !strings.Contains(co.String(), "rrecv: ") {
-		t.Errorf("the client did not say what failed:\n%s", co.String())
-	}
-	t.Logf("client exited %v %v after the kill: %s", err, took.Round(time.Millisecond), strings.TrimSpace(co.String()))
 }
