@@ -69,9 +69,12 @@ func bindWindow(t *testing.T, b *end, tg *edgeTarget, typ verbs.MWType, off, n u
 
 // TestRemoteAccessEdgesAsRxeDoes pins down, beyond the conformance suite's
 // cases, what this device does at the edges of remote access: zero-length
-// RDMA is not checked at all (IBTA vol. 1 §9.4.1.1.2 allows it; Linux rxe
-// does the same) and touches nothing; the QP's own access flags bound
-// what any key grants; a memory window grants its own range and rights
+// RDMA is not checked at all, neither key, bounds, the region's rights nor
+// the QP's (IBTA vol. 1 §9.4.1.1.2 lets a responder skip the key; Linux
+// rxe skips key and bounds, but refuses an operation the QP does not
+// enable, whatever its length, with a NAK "invalid request"), and touches
+// nothing; the QP's own access flags bound what any key grants, a refusal
+// being IBV_WC_REM_ACCESS_ERR as for a key; a memory window grants its own range and rights
 // only; SEND_WITH_INV of a key that names no type 2 window bound to the
 // receiving QP fails on both sides with IBV_WC_REM_INV_REQ_ERR. Every
 // refusal leaves both QPs in ERR with the responder's asynchronous event,
