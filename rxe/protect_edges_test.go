@@ -277,3 +277,71 @@ func TestRemoteAccessEdgesAsRxeDoes(t *testing.T) {
 		})
 	}
 }
+
+// A type 2 window is bound to a QP: its key grants nothing through another
+// QP of the same PD, and SEND_WITH_INV through that other QP does not
+// invalidate it.
+func TestType2WindowGrantsOnlyThroughItsQP(t *testing.T) {
+	_, la, lb := memLinks(t, 43)
+	o := pairOpts{}
+	a, b := newPair(t, la, lb, o)
+	o.defaults()
+	tg := newEdgeTarget(t, b.pd, edgeAll)
+	rkey := bindWindow(t, b, tg, verbs.MWType2, 0, 1024, verbs.AccessRemoteWrite)
+
+	// A second connection between the same PDs.
+	other := func(e *end) *end {
+		qp, err := e.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, QPType: verbs.QPTRC,
+			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { qp.Destroy() })
+		return &end{t: t, ctx: e.ctx, pd: e.pd, cq: e.cq, qp: qp, buf: e.buf, mr: e.mr}
+	}
+	a2, b2 := other(a), other(b)
+	gidA, _ := a.ctx.QueryGID(1, 0)
+	gidB, _ := b.ctx.QueryGID(1, 0)
+	connectQP(t, a2, gidB, b2.qp.Num(), 100, 200, &o)
+	connectQP(t, b2, gidA, a2.qp.Num(), 200, 100, &o)
+
+	fill(a.buf[:64], 0x61)
+	post := func(e *end, wr verbs.SendWR) verbs.WC {
+		t.Helper()
+		wr.SendFlags = verbs.SendSignaled
+		if err := e.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+			t.Fatal(err)
+		}
+		return e.wait(1, 5*time.Second)[0]
+	}
+	if err := b2.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := post(a2, verbs.SendWR{WRID: 1, Opcode: verbs.WRSendWithInv, InvalidateRKey: rkey, SGList: []verbs.SGE{a.mr.SGE(0, 8)}}); wc.Status != verbs.WCRemInvReqErr {
+		t.Fatalf("SEND_WITH_INV of another QP's window: %s, want %s", wc.Status, verbs.WCRemInvReqErr)
+	}
+	if wc := b.wait(1, 5*time.Second)[0]; wc.Status != verbs.WCRemInvReqErr || wc.QPNum != b2.qp.Num() {
+		t.Fatalf("the other QP's receive: %s on QP %#x, want %s on %#x", wc.Status, wc.QPNum, verbs.WCRemInvReqErr, b2.qp.Num())
+	}
+	// The window survived, and still grants through its own QP only.
+	if wc := post(a, verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: tg.mr.Addr(), RKey: rkey}); wc.Status != verbs.WCSuccess {
+		t.Fatalf("WRITE through the window's own QP: %s", wc.Status)
+	}
+	want := bytes.Clone(tg.before)
+	copy(want[edgeGuard:], a.buf[:64])
+	if !bytes.Equal(tg.buf, want) {
+		t.Fatal("the WRITE through the window's QP did not land exactly in place")
+	}
+
+	// A third connection, as the second is in ERR now.
+	a3, b3 := other(a), other(b)
+	connectQP(t, a3, gidB, b3.qp.Num(), 300, 400, &o)
+	connectQP(t, b3, gidA, a3.qp.Num(), 400, 300, &o)
+	fill(a.buf[:64], 0x7c)
+	if wc := post(a3, verbs.SendWR{WRID: 3, Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: tg.mr.Addr(), RKey: rkey}); wc.Status != verbs.WCRemAccessErr {
+		t.Fatalf("WRITE through another QP of the window's PD: %s, want %s", wc.Status, verbs.WCRemAccessErr)
+	}
+	if !bytes.Equal(tg.buf, want) {
+		t.Fatal("a WRITE through another QP changed the window's memory")
+	}
+}
