@@ -434,12 +434,17 @@ func TestListenerFloodBoundedMemoryAndBacklog(t *testing.T) {
 	start := time.Now()
 	for i := range n {
 		// One in four asks for a service nobody listens at, which the
-		// listener's CM answers with a REJ.
-		svc := uint16(service)
-		if i%4 == 3 {
+		// listener's CM answers with a REJ; one in eight repeats one of
+		// the first requests, which the listener holds (if they came
+		// through) and answers with an MRA.
+		svc, j := uint16(service), i
+		switch {
+		case i%4 == 3:
 			svc++
+		case i%8 == 1 && i > backlog:
+			j = i / 8 % backlog
 		}
-		f.send(i, f.req(i, svc), false)
+		f.send(i, f.req(j, svc), false)
 	}
 	for i := range n {
 		f.send(i, f.unknownQP(i), false)
