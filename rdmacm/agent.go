@@ -583,7 +583,38 @@ func (a *agent) ah(dst netip.Addr, sgid int) (*verbs.AH, error) {
 
 // reply answers a received MAD with msg, in the same transaction.
 func (a *agent) reply(in *inMAD, msg mad.Message) {
+	if a.answersFull() {
+		return
+	}
 	a.send(marshal(in.hdr.TransactionID, msg), in.src, in.sgid)
+}
+
+// maxQueuedAnswers bounds the MADs waiting for a send slot when the next
+// is only an answer to the peer's message: a REJ or DREP for a message
+// about no connection of ours, or our last MAD again for a duplicate.
+// The peer resends what goes unanswered, as it does when a MAD is lost,
+// so under a flood of requests the answers beyond the bound are dropped
+// rather than queued without end. What the agent sends on its own
+// account (a request, a reply the user made, a retransmission) is
+// always queued.
+const maxQueuedAnswers = 4 * agentSends
+
+// answersFull reports whether an answer must be dropped, counting it.
+// Called with cm.mu held.
+func (a *agent) answersFull() bool {
+	if len(a.sendQueue) < maxQueuedAnswers {
+		return false
+	}
+	a.stats.Dropped++
+	return true
+}
+
+// answer sends our last MAD again for a peer's duplicate, unless
+// maxQueuedAnswers MADs already wait. Called with cm.mu held.
+func (a *agent) answer(b []byte, dst netip.Addr, sgid int) {
+	if !a.answersFull() {
+		a.send(b, dst, sgid)
+	}
 }
 
 // commIDOwner is what a device that several processes share tells its

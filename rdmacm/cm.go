@@ -353,7 +353,7 @@ func (a *agent) handleREP(in *inMAD, m *mad.REP) {
 	case cmReqSent, cmMRAReqRcvd:
 	case cmEstablished:
 		if m.LocalCommID == c.remoteID {
-			a.send(c.last, c.peerGID, c.sgid) // our RTU was lost
+			a.answer(c.last, c.peerGID, c.sgid) // our RTU was lost
 		}
 		return
 	default:
@@ -473,7 +473,7 @@ func (a *agent) handleREQ(in *inMAD, m *mad.REQ) {
 			c.state = cmMRAReqSent
 			id.sendMRA()
 		case cmMRAReqSent:
-			a.send(c.last, c.peerGID, c.sgid)
+			a.answer(c.last, c.peerGID, c.sgid)
 		case cmTimewait:
 			a.reply(in, &mad.REJ{LocalCommID: c.localID, RemoteCommID: m.LocalCommID, MessageRejected: mad.MsgCodeREQ, Reason: mad.RejectStaleConn})
 		}
@@ -569,7 +569,7 @@ func (id *ID) sendMRA() {
 	c := &id.c
 	// Service timeout 24: about 69 s, as Linux's rdma_cm asks.
 	c.last = marshal(c.tid, &mad.MRA{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageMRAed: mad.MsgCodeREQ, ServiceTimeout: 24})
-	id.agent.send(c.last, c.peerGID, c.sgid)
+	id.agent.answer(c.last, c.peerGID, c.sgid) // if dropped, the next duplicate sends it
 }
 
 // Accept accepts a connection request (rdma_accept): for a connected port

@@ -555,10 +555,18 @@ func (id *ID) makeRoute() Route {
 	return r
 }
 
+// maxBacklog is the most connection requests a listener holds pending
+// (the default of Linux's net.rdma_ucm.max_backlog).
+const maxBacklog = 1024
+
 // Listen starts listening for connection requests (rdma_listen) on the
 // bound address and port. backlog bounds the requests not yet accepted or
-// rejected; requests beyond it are dropped, and the peer's CM resends
-// them. A non-positive backlog means 1024.
+// rejected; requests beyond it are dropped without an answer, and the
+// peer's CM resends them, as Linux's rdma_cm does when a listener's
+// backlog is used up (its ucma returns ENOMEM for the request, and the IB
+// CM then drops it rather than reject it). A backlog that is not positive
+// or is above maxBacklog means maxBacklog, as the kernel's
+// net.rdma_ucm.max_backlog (1024 by default) caps it.
 func (id *ID) Listen(backlog int) error {
 	const op = "rdma_listen"
 	cm.mu.Lock()
@@ -573,8 +581,8 @@ func (id *ID) Listen(backlog int) error {
 	if id.state != stateAddrBound {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound (rdma_bind_addr)")
 	}
-	if backlog <= 0 {
-		backlog = 1024
+	if backlog <= 0 || backlog > maxBacklog {
+		backlog = maxBacklog
 	}
 	id.backlog = backlog
 	if id.agent == nil {

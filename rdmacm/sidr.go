@@ -70,7 +70,7 @@ func (a *agent) handleSIDRREQ(in *inMAD, m *mad.SIDRREQ) {
 	key := remoteKey{m.RequestID, addrKey(in.src)}
 	if id := a.remotes[key]; id != nil {
 		if id.c.last != nil {
-			a.send(id.c.last, id.c.peerGID, id.c.sgid) // our SIDR_REP was lost
+			a.answer(id.c.last, id.c.peerGID, id.c.sgid) // our SIDR_REP was lost
 		}
 		return
 	}

@@ -10,5 +10,5 @@ import (
 func ExampleCases() {
 	cases := verbstest.Cases()
 	fmt.Println(len(cases), "cases, from", cases[0], "to", cases[len(cases)-1])
-	// Output: 45 cases, from Device/Query to Extended/QPEx_UD
+	// Output: 47 cases, from Device/Query to Extended/QPEx_UD
 }

@@ -87,6 +87,8 @@ var cases = []testCase{
 	{"CQ/solicited_only", testSolicited},
 	{"CQ/overrun_reports_CQ_ERR", testCQOverrun},
 	{"Errors/RemoteAccess", testRemoteAccess},
+	{"Protection/remote_access_edges", testRemoteAccessEdges},
+	{"Protection/send_with_invalidate_edges", testSendInvEdges},
 	{"Errors/LocalLength", testLocalLength},
 	{"Errors/RNRRetryExceeded", testRNR},
 	{"Errors/FlushAfterError", testFlush},
