@@ -11,6 +11,8 @@ import (
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/rdmacm/mad"
 	"github.com/rdmago/rdmago/rxe"
+	"github.com/rdmago/rdmago/rxe/link"
+	"github.com/rdmago/rdmago/rxe/wire"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -133,4 +135,74 @@ func TestSIDRToAProcessWithoutCMIsAnswered(t *testing.T) {
 		t.Errorf("answered after %v", took)
 	}
 	t.Logf("answered in %v", took)
+}
+
+// The leader of an address whose process has a connection manager hands
+// it a DREQ for an owner number no process holds, rather than forwarding
+// it into the void, and the connection manager answers it with a DREP.
+func TestLeaderCMAnswersForAnOwnerNobodyHolds(t *testing.T) {
+	port := uint16(20000 + rand.IntN(20000))
+	srv, err := rxe.NewDevice(rxe.Config{Name: "rxe_cm_leader", Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rdmacm.RegisterDevice(srv))
+	l, err := rdmacm.Listen("127.0.0.1:7473", nil) // starts the connection manager on the device
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	raw, err := link.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port), link.UDPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	body, err := mad.Marshal(mad.Header{TransactionID: 0x42}, &mad.DREQ{LocalCommID: 0x10, RemoteCommID: 0x77000001, RemoteQPN: 0x770011})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkt, err := wire.AppendPacket(nil, &wire.Headers{
+		BTH:  wire.BTHFields{OpCode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: 1},
+		DETH: wire.DETHFields{QKey: wire.GSIQKey, SrcQP: 1},
+	}, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Send([]link.Packet{{Buf: pkt, Addr: netip.MustParseAddr("127.0.0.1")}}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 16)
+	go func() {
+		pkts := []link.Packet{{Buf: make([]byte, raw.MaxPacket())}}
+		for {
+			n, err := raw.Recv(pkts)
+			if err != nil {
+				close(got)
+				return
+			}
+			if n > 0 {
+				got <- append([]byte(nil), pkts[0].Buf...)
+			}
+		}
+	}()
+	select {
+	case b := <-got:
+		p, err := wire.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, m, err := mad.Decode(p.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drep, ok := m.(*mad.DREP)
+		if !ok || h.TransactionID != 0x42 || drep.LocalCommID != 0x77000001 || drep.RemoteCommID != 0x10 {
+			t.Errorf("answer %s %+v, TID %#x", h.AttrID, m, h.TransactionID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer")
+	}
+	raw.Close()
+	for range got {
+	}
 }
