@@ -138,6 +138,8 @@ type hw struct {
 
 	pollNext atomic.Uint32 // the link a poll reads first (progress), turn by turn
 
+	cmAns cmAnswers // answering CM messages nobody here takes (cmanswer.go)
+
 	atomicMu sync.Mutex // makes atomics atomic with respect to each other (IBV_ATOMIC_HCA)
 	bufs     sync.Pool  // *bufBox holding receive buffers of maxPacket bytes
 	outs     sync.Pool  // *outBatch, for steps that send (getOut)
@@ -397,14 +399,18 @@ func (h *hw) dispatch(i int, l link.Link, r *receiveBatch, n int, polled bool) {
 			if !ok {
 				continue
 			}
-			if owner != h.owner {
+			if owner != h.owner && !h.cmOwnerGone(sh, owner, p.Buf) {
 				sh.Forward(owner, p)
 				forwarded = true
 				continue
 			}
 		}
 		if q == nil {
-			continue // no such QP: dropped, as hardware does
+			// No such QP: dropped, as hardware does; but a CM request
+			// for QP1 here, where no connection manager runs, is
+			// answered as the IB CM answers it (cmanswer.go).
+			h.answerCM(l, p)
+			continue
 		}
 		in := inPacket{buf: p.Buf, src: p.Addr, tclass: p.TClass, hop: p.HopLimit, link: uint8(i)}
 		if q.deliver(in, false) {

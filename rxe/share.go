@@ -23,7 +23,10 @@ import (
 // one of ours carries our communication ID, whose upper 8 bits are the
 // owner (the connection manager asks the device for them, CommIDOwner); a
 // connection request goes to the process that listens on its service ID
-// (ClaimService).
+// (ClaimService). What no connection manager would answer, the devices
+// answer as the kernel's IB CM does (cmanswer.go): a request nobody
+// listens for, in a process without QP1, and, at the leader, a REP or
+// DREQ for an owner number no process holds any more.
 
 // maxOwners is the number of processes that can share an address.
 const maxOwners = 256
