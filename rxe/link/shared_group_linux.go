@@ -111,13 +111,14 @@ func (s *Shared) found() error {
 	return nil
 }
 
-// errAgainOr marks err as one to try again after a while: ListenShared
-// tries a few times, and then reports err.
+// againError is an error to try again after a while (errAgain):
+// ListenShared tries a few times, and then reports err.
 type againError struct{ err error }
 
 func (e againError) Error() string        { return e.err.Error() }
 func (e againError) Is(target error) bool { return target == errAgain || target == e.err }
 
+// errAgainOr marks err as one to try again after a while.
 func errAgainOr(err error) error { return againError{err} }
 
 // join joins the group that has the leader name, if it is of this

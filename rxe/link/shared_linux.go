@@ -55,7 +55,8 @@ import (
 // processes sharing an address are those of one effective user, the
 // first leader's, as the kernel lets only sockets of one user share a UDP
 // port with SO_REUSEPORT; root, who can read any process's memory anyway,
-// may join any user's. The group checks the credentials of every Unix
+// may join any user's (and then passes its packets through that user's
+// processes, as any member does). The group checks the credentials of every Unix
 // connection made with it (SO_PEERCRED) and deals with no other user's
 // process: such a process is refused at ListenShared, with an error that
 // wraps syscall.EADDRINUSE and names the group's user; a follower closes,
