@@ -174,9 +174,10 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 	}
 	a = &agent{dev: dev, ctx: ctx, ahs: map[ahKey]*verbs.AH{}, conns: map[uint32]*ID{},
 		remotes: map[remoteKey]*ID{}, qpns: map[remoteKey]*ID{}, done: make(chan struct{})}
+	made := a // the failures below return a nil agent
 	defer func() {
 		if err != nil {
-			a.free()
+			made.free()
 		}
 	}()
 	da, err := ctx.QueryDevice()

@@ -4,10 +4,12 @@
 // package verbs, one per network interface, named like Linux's ("rxe_lo",
 // "rxe_eth0"); its GID table holds the interface's IP addresses.
 //
-// Any number of processes use a device at once, as they share Linux's
-// rxe0: the first to bind <addr>:4791 hands every other process the
+// Any number of processes of one user use a device at once, as they share
+// Linux's rxe0: the first to bind <addr>:4791 hands every other process the
 // packets of its QPs (see share.go and link.Shared), and another takes the
-// port over when it ends. A device comes up on the network with its first
+// port over when it ends. A process of another user (root excepted) is
+// refused with EADDRINUSE when the device comes up: it neither sees the
+// group's packets nor passes it any. A device comes up on the network with its first
 // QP, so opening and querying it needs no socket. RDMAGO_RXE_ADDR (a
 // comma-separated list) limits the devices to the addresses it names;
 // RDMAGO_RXE_PORT sets another UDP port for private setups and tests, and

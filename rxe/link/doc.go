@@ -26,6 +26,23 @@
 // and its own loopback address (127.0.0.1, 127.0.0.2, ...), so that test
 // packages running in parallel never collide.
 //
+// # Sharing an address, and whom it is shared with
+//
+// On Linux, [Shared] lets the processes of a host use one address and
+// port at once, as they all use Linux's Soft-RoCE device: one of them
+// reads the port and forwards each packet to the process that owns its
+// destination QP, over abstract Unix sockets. Those sockets have no
+// permissions, so the group of processes on an address is of one
+// effective user, as a SO_REUSEPORT group is (the first leader's; root
+// may join any): every Unix connection's credentials (SO_PEERCRED) are
+// checked both ways, and a process of another user is told that the
+// address "is in use by another user's rdmago (uid N)" (the error wraps
+// syscall.EADDRINUSE), may neither pass the group packets nor receive
+// any, and cannot take a service over. The port's socket itself is
+// handed to every member (SCM_RIGHTS), so it stays bound, its packets
+// waiting, from one leader to the next: there is no moment when another
+// user could bind it. Off Linux, a Shared link is the process's own.
+//
 // # Segmentation and receive offload
 //
 // A run of packets to one peer, all of one size but the last, which may be

@@ -37,10 +37,12 @@ import (
 //     packet that arrives and hands those of other owners to them with
 //     Forward, through their Unix sockets, with the packet's source address,
 //     traffic class and hop limit in a header of 24 bytes.
-//   - A follower tries to bind the port every TakeoverInterval. When the
-//     leader ends, the kernel frees the port and one follower gets it and
-//     leads from then on; packets that arrive in between are lost, which
-//     the transport recovers from as from any loss.
+//   - A process that joins gets, from the leader, the port's socket itself
+//     (and the leader name's), which it holds without reading. When the
+//     leader ends, the socket stays bound, as every process of the group
+//     holds it, and the packets that arrive wait in it; within
+//     TakeoverInterval a follower takes the group's lock, which the leader
+//     held, and reads them and the rest, leading from then on.
 //   - Connection requests name a service rather than a QP: a process that
 //     listens on one claims it with RegisterService (the abstract stream
 //     socket "@rdmago/<port>/<address>/svc/<id>", which answers whoever
@@ -48,8 +50,26 @@ import (
 //     with ServiceOwner.
 //
 // Abstract Unix sockets belong to the network namespace, as the address
-// does, and need no privilege. Processes that share an address trust each
-// other as processes that share a host's UDP ports do.
+// does, and need no privilege; nor have they permissions: any process of
+// the host may claim a free name or connect to a claimed one. So the
+// processes sharing an address are those of one effective user, the
+// first leader's, as the kernel lets only sockets of one user share a UDP
+// port with SO_REUSEPORT; root, who can read any process's memory anyway,
+// may join any user's (and then passes its packets through that user's
+// processes, as any member does). The group checks the credentials of every Unix
+// connection made with it (SO_PEERCRED) and deals with no other user's
+// process: such a process is refused at ListenShared, with an error that
+// wraps syscall.EADDRINUSE and names the group's user; a follower closes,
+// unread, a connection from it that offers packets; the leader forwards
+// nothing to an owner's name it has taken, and ServiceOwner ignores a
+// service it has claimed (RegisterService then says who has it); Refused
+// counts them all. Nor is the port ever free between two leaders for it
+// to bind. Another user can still take names nobody holds (owner
+// numbers, services, the leader name before any group has it), which
+// denies them to the group as binding the port first would, and send the
+// port packets as any host of the network can; it can neither read the
+// group's packets nor pass it any as if they had come to the port. Within
+// the group, processes trust each other as processes of one user do.
 type Shared struct {
 	local netip.Addr
 	port  uint16
@@ -59,9 +79,17 @@ type Shared struct {
 
 	send *UDP                // sends: the port's socket if this process led from the start, else one of its own
 	lead atomic.Pointer[UDP] // the port's socket while this process leads
-	// leaderName holds "@rdmago/<port>/<address>/leader" while this
-	// process leads.
-	leaderName atomic.Pointer[net.UnixConn]
+
+	// The group: the user whose processes share the address (the first
+	// leader's effective user), this process's effective user, and the
+	// descriptors every member holds (see shared_group_linux.go): the
+	// port's socket, the leader name's listening socket, the lock file
+	// shared by all and this process's own open description of it.
+	groupUID, euid                uint32
+	portFD, nameFD, memFD, lockFD int
+	// leaderLn accepts the processes that join, while this process
+	// leads (guarded by svcMu).
+	leaderLn *net.UnixListener
 
 	// fwd listens for the leader's connection; the packets it forwards
 	// come through inq, in buffers from bufs.
@@ -86,6 +114,7 @@ type Shared struct {
 	leadReads atomic.Uint64
 
 	forwarded, forwardDrops, received atomic.Uint64
+	refused                           atomic.Uint64 // connections from other users, closed unheard
 	unreachable                       atomic.Pointer[Unreachable]
 
 	conns    map[*net.UnixConn]struct{} // accepted from leaders, to close; guarded by svcMu
@@ -119,7 +148,9 @@ type svcEntry struct {
 // ListenShared joins the processes sharing addr (a unicast address of the
 // host and the RoCEv2 port) as owner. If another process has that owner
 // number on the address, the error wraps ErrOwnerTaken; the caller tries
-// another.
+// another. If processes of another user share the address, the error
+// wraps syscall.EADDRINUSE and names that user: a process joins only the
+// processes of its own effective user, but root joins any.
 func ListenShared(addr netip.AddrPort, owner uint8, opt UDPOptions) (*Shared, error) {
 	ip := addr.Addr().Unmap()
 	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() || addr.Port() == 0 {
@@ -127,7 +158,9 @@ func ListenShared(addr netip.AddrPort, owner uint8, opt UDPOptions) (*Shared, er
 	}
 	s := &Shared{
 		local: ip, port: addr.Port(), owner: owner, opt: opt,
-		base:     "@rdmago/" + strconv.Itoa(int(addr.Port())) + "/" + ip.String() + "/",
+		base:   "@rdmago/" + strconv.Itoa(int(addr.Port())) + "/" + ip.String() + "/",
+		euid:   uint32(unix.Geteuid()),
+		portFD: -1, nameFD: -1, memFD: -1, lockFD: -1,
 		stop:     make(chan struct{}),
 		services: map[uint64]*net.UnixListener{},
 		svcCache: map[uint64]svcEntry{},
@@ -144,79 +177,59 @@ func ListenShared(addr netip.AddrPort, owner uint8, opt UDPOptions) (*Shared, er
 	s.wake = make(chan struct{})
 	s.conns = map[*net.UnixConn]struct{}{}
 	s.bufs.New = func() any { return &fwdPacket{buf: make([]byte, smallForwarded)} }
+	err = s.found()
+	if errors.Is(err, errFollow) {
+		err = s.join()
+	}
+	for try := 0; errors.Is(err, errAgain) && try < 10; try++ {
+		// A group that is ending may have let go of its name before its
+		// port, or closed its name under our request: look again before
+		// blaming another program.
+		time.Sleep(20 * time.Millisecond)
+		if err = s.found(); errors.Is(err, errFollow) {
+			err = s.join()
+		}
+	}
+	if err != nil {
+		fwd.Close()
+		s.closeGroup()
+		if errors.Is(err, errForeign) {
+			return nil, fmt.Errorf("rxe/link: %v is already in use by a program that is not rdmago (Linux Soft-RoCE, or another RoCE stack): %w", addr, syscall.EADDRINUSE)
+		}
+		return nil, err
+	}
 	s.wg.Add(1)
 	go s.acceptLeaders()
-	l, err := s.tryLead()
-	for try := 0; errors.Is(err, errForeign) && try < 5; try++ {
-		// A leader that is exiting may have let go of its name before its
-		// port: look again before blaming another program.
-		time.Sleep(20 * time.Millisecond)
-		l, err = s.tryLead()
+	if s.lead.Load() != nil {
+		return s, nil
 	}
-	switch {
-	case err == nil:
-		s.send = l
-		s.lead.Store(l)
-	case errors.Is(err, errForeign):
-		fwd.Close()
-		return nil, fmt.Errorf("rxe/link: %v is already in use by a program that is not rdmago (Linux Soft-RoCE, or another RoCE stack): %w", addr, syscall.EADDRINUSE)
-	case errors.Is(err, errFollow):
-		// Another process leads: send from a port of our own.
-		so := opt
-		so.DisableGRO, so.RecvBuffer = true, 64<<10
-		if s.send, err = listenUDP(netip.AddrPortFrom(ip, 0), s.port, so); err != nil {
-			fwd.Close()
-			return nil, err
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.send.watchErrors()
-		}()
-		s.wg.Add(1)
-		go s.takeover()
-	default:
-		fwd.Close()
+	// Another process leads: send from a port of our own.
+	so := opt
+	so.DisableGRO, so.RecvBuffer = true, 64<<10
+	if s.send, err = listenUDP(netip.AddrPortFrom(ip, 0), s.port, so); err != nil {
+		s.fwd.Close()
+		s.wg.Wait()
+		s.closeGroup()
 		return nil, err
 	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.send.watchErrors()
+	}()
+	s.wg.Add(1)
+	go s.takeover()
 	return s, nil
-}
-
-// errFollow and errForeign are why tryLead did not lead: another rdmago
-// process leads, or a program that is not rdmago holds the port.
-var (
-	errFollow  = errors.New("another process leads")
-	errForeign = errors.New("the port is held by another program")
-)
-
-// tryLead claims the address's leader name and then binds its port. The
-// name says that an rdmago process holds the port; a port in use while
-// nobody has the name is held by another program.
-func (s *Shared) tryLead() (*UDP, error) {
-	name, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: s.base + "leader", Net: "unixgram"})
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, errFollow
-		}
-		return nil, err
-	}
-	l, err := listenUDP(netip.AddrPortFrom(s.local, s.port), 0, s.opt)
-	if err != nil {
-		name.Close()
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, errForeign
-		}
-		return nil, err
-	}
-	s.leaderName.Store(name)
-	return l, nil
 }
 
 func (s *Shared) fwdName(owner uint8) string { return s.base + "fwd/" + strconv.Itoa(int(owner)) }
 
 func (s *Shared) svcName(id uint64) string { return s.base + "svc/" + strconv.FormatUint(id, 16) }
 
-// takeover tries to bind the port until it succeeds or the link closes.
+// takeover waits for the group's lock, which the leader holds until it
+// closes the port's socket, and then leads: it reads the port's socket,
+// which has stayed bound all along (every process of the group holds it),
+// and admits the processes that join.
 func (s *Shared) takeover() {
 	defer s.wg.Done()
 	t := time.NewTicker(TakeoverInterval)
@@ -227,17 +240,29 @@ func (s *Shared) takeover() {
 			return
 		case <-t.C:
 		}
-		l, err := s.tryLead()
-		if err != nil {
-			continue
+		if unix.Flock(s.lockFD, unix.LOCK_EX|unix.LOCK_NB) != nil {
+			continue // the leader lives
 		}
-		if s.closed.Load() {
-			l.Close()
-			return
+		l, ln, err := s.adopt()
+		if err != nil {
+			// Out of descriptors, say: let another member lead.
+			unix.Flock(s.lockFD, unix.LOCK_UN)
+			continue
 		}
 		if fn := s.unreachable.Load(); fn != nil {
 			l.SetUnreachable(*fn)
 		}
+		s.svcMu.Lock()
+		if s.closed.Load() {
+			s.svcMu.Unlock()
+			ln.Close()
+			l.Close()
+			return // Close lets the lock go
+		}
+		s.leaderLn = ln
+		s.wg.Add(1)
+		go s.admit(ln)
+		s.svcMu.Unlock()
 		s.lead.Store(l)
 		close(s.wake) // Recv reads the port from now on
 		return
@@ -455,6 +480,12 @@ func (s *Shared) acceptLeaders() {
 		if err != nil {
 			return
 		}
+		if !s.trusted(c) {
+			// Another user's process, offering packets it made up.
+			s.refused.Add(1)
+			c.Close()
+			continue
+		}
 		s.svcMu.Lock()
 		if s.closed.Load() {
 			s.svcMu.Unlock()
@@ -598,6 +629,15 @@ func (s *Shared) flush(owner uint8, o *outConn) {
 			s.forwardDrops.Add(n)
 			return
 		}
+		if !s.trusted(c) {
+			// Another user's process took the owner's name: its
+			// packets are not for it.
+			c.Close()
+			s.refused.Add(1)
+			o.retryAt = time.Now().Add(fwdRedial)
+			s.forwardDrops.Add(n)
+			return
+		}
 		c.SetWriteBuffer(fwdSendBuffer)
 		raw, err := c.SyscallConn()
 		if err != nil {
@@ -692,6 +732,9 @@ func (s *Shared) RegisterService(id uint64) (release func(), err error) {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.svcName(id), Net: "unix"})
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
+			if uid, ok := s.holder(s.svcName(id)); ok && !s.allowed(uid) {
+				return nil, fmt.Errorf("%w: service %#x on %v is claimed by another user's process (uid %d), which gets none of this address's requests", ErrServiceTaken, id, s.local, uid)
+			}
 			return nil, fmt.Errorf("%w: service %#x on %v", ErrServiceTaken, id, s.local)
 		}
 		return nil, fmt.Errorf("rxe/link: claiming service %#x: %w", id, err)
@@ -712,14 +755,19 @@ func (s *Shared) RegisterService(id uint64) (release func(), err error) {
 	}, nil
 }
 
-// answer tells whoever connects to a claimed service's socket the owner
-// number, until the socket is closed.
+// answer tells whoever of the group connects to a claimed service's
+// socket the owner number, until the socket is closed.
 func (s *Shared) answer(ln *net.UnixListener) {
 	defer s.wg.Done()
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
 			return
+		}
+		if !s.trusted(c) {
+			s.refused.Add(1)
+			c.Close()
+			continue
 		}
 		c.SetWriteDeadline(time.Now().Add(time.Second))
 		c.Write([]byte{s.owner})
@@ -728,10 +776,12 @@ func (s *Shared) answer(ln *net.UnixListener) {
 }
 
 // ServiceOwner returns the owner of service id on the address: ok is
-// true if a process has claimed it, and unknown true if the claimant did
-// not answer in time (a stopped process; the caller should drop the
-// request, which its sender resends, rather than refuse it). Answers are
-// cached for 250 ms, a miss for 100 ms, so that a burst asks once.
+// true if a process of the group has claimed it, and unknown true if the
+// claimant did not answer in time (a stopped process; the caller should
+// drop the request, which its sender resends, rather than refuse it). A
+// claim by another user's process counts as none: its requests are not
+// for it. Answers are cached for 250 ms, a miss for 100 ms, so that a
+// burst asks once.
 func (s *Shared) ServiceOwner(id uint64) (owner uint8, ok, unknown bool) {
 	now := time.Now()
 	s.svcMu.Lock()
@@ -746,7 +796,10 @@ func (s *Shared) ServiceOwner(id uint64) (owner uint8, ok, unknown bool) {
 	s.svcMu.Unlock()
 	e := svcEntry{until: now.Add(100 * time.Millisecond)}
 	c, err := net.DialTimeout("unix", s.svcName(id), 20*time.Millisecond)
-	if err == nil {
+	if err == nil && !s.trusted(c.(*net.UnixConn)) {
+		s.refused.Add(1)
+		c.Close()
+	} else if err == nil {
 		// Claimed: the claimant's goroutine answers at once unless its
 		// process is stopped.
 		c.SetReadDeadline(now.Add(50 * time.Millisecond))
@@ -811,6 +864,9 @@ func (s *Shared) Close() error {
 	for c := range s.conns {
 		c.Close()
 	}
+	if s.leaderLn != nil {
+		s.leaderLn.Close() // the name stays bound while another member holds it
+	}
 	s.svcMu.Unlock()
 	for i := range s.outs {
 		o := &s.outs[i]
@@ -825,9 +881,10 @@ func (s *Shared) Close() error {
 	if l := s.lead.Load(); l != nil && l != s.send { // taken over while closing
 		l.Close()
 	}
-	if n := s.leaderName.Load(); n != nil {
-		n.Close()
-	}
+	// The group's descriptors go last: closing this process's description
+	// of the lock lets the next leader read the port, which this process
+	// no longer does.
+	s.closeGroup()
 	return nil
 }
 

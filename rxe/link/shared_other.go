@@ -53,3 +53,6 @@ func (s *Shared) RegisterService(id uint64) (func(), error) { return func() {}, 
 func (s *Shared) ServiceOwner(id uint64) (owner uint8, ok, unknown bool) {
 	return s.owner, true, false
 }
+
+// Refused returns 0: no other process shares the address.
+func (s *Shared) Refused() uint64 { return 0 }

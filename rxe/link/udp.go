@@ -132,7 +132,14 @@ func listenUDP(addr netip.AddrPort, roce uint16, opt UDPOptions) (*UDP, error) {
 	if err != nil {
 		return nil, listenError(ap, err)
 	}
-	conn := pc.(*net.UDPConn)
+	return newUDP(pc.(*net.UDPConn), ip, roce, opt)
+}
+
+// newUDP makes a link of conn, a UDP socket bound to ip and set up by
+// controlSocket (here or, for a socket handed over by another process,
+// there); roce is as for listenUDP.
+func newUDP(conn *net.UDPConn, ip netip.Addr, roce uint16, opt UDPOptions) (*UDP, error) {
+	ap := netip.AddrPortFrom(ip, uint16(conn.LocalAddr().(*net.UDPAddr).Port))
 	u := &UDP{
 		conn:      conn,
 		sock:      conn,
