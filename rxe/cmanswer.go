@@ -208,7 +208,7 @@ func (h *hw) cmOwnerGone(sh *link.Shared, owner uint8, pkt []byte) bool {
 		return e.gone
 	}
 	a.probes++
-	e.gone = !ownerHeld(sh, owner)
+	e.gone = !sh.OwnerHeld(owner)
 	e.until = now.Add(ownerSeenFor)
 	return e.gone
 }

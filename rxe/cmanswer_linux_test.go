@@ -9,7 +9,7 @@ import (
 	"github.com/rdmago/rdmago/verbs"
 )
 
-// ownerHeld finds the owner numbers the processes sharing an address
+// Shared.OwnerHeld finds the owner numbers the processes sharing an address
 // hold, and only those, and taking a look holds nothing: a process can
 // claim a number right after.
 func TestOwnerHeldSeesWhoSharesAnAddress(t *testing.T) {
@@ -28,7 +28,7 @@ func TestOwnerHeldSeesWhoSharesAnAddress(t *testing.T) {
 		owner uint8
 		held  bool
 	}{{0, true}, {5, true}, {6, false}, {255, false}} {
-		if got := ownerHeld(a, c.owner); got != c.held {
+		if got := a.OwnerHeld(c.owner); got != c.held {
 			t.Errorf("owner %d: held %v, want %v", c.owner, got, c.held)
 		}
 	}
@@ -37,11 +37,11 @@ func TestOwnerHeldSeesWhoSharesAnAddress(t *testing.T) {
 		t.Fatalf("claiming owner 6 after looking at it: %v", err)
 	}
 	defer c.Close()
-	if !ownerHeld(a, 6) {
+	if !a.OwnerHeld(6) {
 		t.Error("owner 6, claimed since, is not held")
 	}
 	b.Close()
-	if ownerHeld(a, 5) {
+	if a.OwnerHeld(5) {
 		t.Error("owner 5 is held after its process went")
 	}
 }

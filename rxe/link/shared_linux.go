@@ -820,6 +820,25 @@ func (s *Shared) ServiceOwner(id uint64) (owner uint8, ok, unknown bool) {
 	return e.owner, e.ok, false
 }
 
+// OwnerHeld reports whether a process holds owner number owner on the
+// address, by trying to bind the owner's name (which the kernel frees
+// when its process ends, however it ends). The socket is never listened
+// on, so nobody can connect to it in the instant it exists; a process
+// that claims the number in that instant finds it taken and takes the
+// next, as when another process holds it. Any error but the name being
+// free counts as held.
+func (s *Shared) OwnerHeld(owner uint8) bool {
+	if owner == s.owner {
+		return true
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return true
+	}
+	defer unix.Close(fd)
+	return unix.Bind(fd, &unix.SockaddrUnix{Name: s.fwdName(owner)}) != nil
+}
+
 // Stats implements Link.Stats: the counters of the sockets in use, and
 // the packets forwarded to or by this process.
 func (s *Shared) Stats() Stats {
