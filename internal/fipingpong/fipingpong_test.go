@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/fabric"
 	_ "github.com/rdmago/rdmago/fabric/tcp"
 	_ "github.com/rdmago/rdmago/fabric/vrb"
 	"github.com/rdmago/rdmago/internal/vmtest"
@@ -54,6 +56,11 @@ func TestBadFlagsAreRefused(t *testing.T) {
 		{"-h"},
 		{"-Z"},
 		{"a", "b"},
+		{"-m", "bogus"},
+		{"-m", ""},
+		{"-p", "bogus"},
+		{"-p", "verbs", "-d", "nosuch"},
+		{"-d", "nosuch"},
 	} {
 		var errb bytes.Buffer
 		if _, err := ParseArgs(args, &errb); err == nil {
@@ -66,6 +73,80 @@ func TestBadFlagsAreRefused(t *testing.T) {
 	}
 	if o, _ := ParseArgs(nil, &bytes.Buffer{}); o.SrcPort != DefaultPort || o.EPType.String() != "FI_EP_DGRAM" || o.Iters != 10 {
 		t.Fatalf("defaults %+v", o)
+	}
+}
+
+func TestTransferModeIsMsgOrTagged(t *testing.T) {
+	for _, c := range []struct {
+		arg    string
+		tagged bool
+	}{{"msg", false}, {"tagged", true}, {"TAGGED", true}, {"Msg", false}} {
+		o, err := ParseArgs([]string{"-m", c.arg}, &bytes.Buffer{})
+		if err != nil || o.Tagged != c.tagged {
+			t.Errorf("-m %s: %+v, %v; want tagged %v", c.arg, o, err, c.tagged)
+		}
+	}
+	var errb bytes.Buffer
+	if _, err := ParseArgs([]string{"-m", "bogus"}, &errb); err != ErrUsage || !strings.Contains(errb.String(), `unknown transfer mode "bogus"`) {
+		t.Errorf("-m bogus: %v, stderr %q", err, errb.String())
+	}
+}
+
+// TestUnknownProviderOrDomainFailsAtOnce: a -p or -d no fi_getinfo entry
+// has fails in ParseArgs, before any control channel, with -FI_ENODATA.
+func TestUnknownProviderOrDomainFailsAtOnce(t *testing.T) {
+	for _, args := range [][]string{{"-p", "bogus"}, {"-p", "verbs", "-d", "nosuch"}, {"-d", "nosuch"}, {"-p", "bogus", "127.0.0.1"}} {
+		_, err := ParseArgs(args, &bytes.Buffer{})
+		if ExitStatus(err) != 61 || !strings.Contains(fmt.Sprint(err), "ret=-61") {
+			t.Errorf("%v: %v (exit %d), want fi_getinfo's -61", args, err, ExitStatus(err))
+		}
+	}
+	if _, err := ParseArgs([]string{"-p", "tcp", "-e", "msg"}, &bytes.Buffer{}); err != nil {
+		t.Errorf("-p tcp: %v", err)
+	}
+}
+
+func TestExitStatusIsNeverZeroOnError(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{fabric.ErrNoData, 61},
+		{fmt.Errorf("fi_getinfo: %w", fabric.ErrNoData), 61},
+		{fabric.ErrOther, 255},
+		{fabric.ErrTrunc, 255},
+		{fabric.Errno(512), 255},
+		{fabric.Errno(0), 1},
+		{fabric.Errno(-5), 1},
+		{fmt.Errorf("ctrl/read: %w", io.EOF), 1},
+		{ErrUsage, 1},
+	} {
+		if got := ExitStatus(c.err); got != c.want {
+			t.Errorf("ExitStatus(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+// TestClientFailsWhenServerDropsTheChannel: a server that closes the
+// control channel at once (one that failed in fi_getinfo) leaves the
+// client with an error whose exit status is not 0.
+func TestClientFailsWhenServerDropsTheChannel(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	cli := runGo([]string{"-p", "tcp", "-e", "msg", "-P", port, "127.0.0.1"})
+	err = <-cli.done
+	if st := ExitStatus(err); st == 0 || !strings.Contains(cli.errw.String(), "ctrl/read") {
+		t.Fatalf("client: %v, exit %d, stderr %q", err, st, cli.errw.String())
 	}
 }
 
