@@ -174,7 +174,7 @@ func specs(t Tool) []getopt.Spec {
 		{Short: 'x', Long: "gid-index", Arg: "INDEX", Usage: "GID index", Default: "the port's RoCEv2 IPv4 GID"},
 		{Long: "report_gbits", Usage: "report bandwidth in Gb/sec (1e9 bits) instead of MB/sec (2^20 bytes)"},
 		{Long: "out", Arg: "FORMAT", Usage: "text (perftest's table) or json (one object per size on stdout, the banner on stderr)", Default: "text"},
-		{Long: "plot", Arg: "FILE.svg", Usage: "draw bandwidth (or latency) against message size, for -a runs"},
+		{Long: "plot", Arg: "FILE.svg", Usage: "draw bandwidth (or latency) against message size (with -a; checked writable before the run)"},
 	}
 	if t.Verb == Atomic {
 		s = append(s, getopt.Spec{Short: 'A', Long: "atomic_type", Arg: "TYPE", Usage: "type of atomic operation from {CMP_AND_SWAP,FETCH_AND_ADD}", Default: "FETCH_AND_ADD"})
@@ -376,6 +376,14 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			return nil, fmt.Errorf("-D %d must be longer than twice the margin -f %d", o.Duration, o.Margin)
 		}
 		o.NoPeak = true // as perftest: no peak in duration mode
+	}
+	if o.Plot != "" {
+		switch {
+		case t.Verb == Atomic:
+			return nil, fmt.Errorf("--plot draws one point per message size: the atomic tests have one size (8)")
+		case !o.All:
+			return nil, fmt.Errorf("--plot draws one point per message size: it needs -a")
+		}
 	}
 	if o.RdmaCM && o.Conn == UD {
 		return nil, fmt.Errorf("-R with -c UD is not offered (rdma_cm's UDP port space): use -R with RC or UC, or UD without -R")

@@ -60,6 +60,37 @@ type res struct {
 	qpIndex map[uint32]int // QP number → index
 }
 
+// checkDevice opens the device and checks the port and the GID index
+// the run will use, as perftest does before it connects; with -R and no
+// -d the device is the one rdma_cm reaches the peer by, known only then.
+func checkDevice(o *Options) error {
+	if o.RdmaCM && o.Device == "" {
+		return nil
+	}
+	dev, err := openDevice(o.Device)
+	if err != nil {
+		return err
+	}
+	ctx, err := dev.Open()
+	if err != nil {
+		return fmt.Errorf("couldn't get context for the device: %w", err)
+	}
+	defer ctx.Close()
+	port, err := ctx.QueryPort(o.IBPort)
+	if err != nil {
+		return fmt.Errorf("unable to query port %d of %s: %w", o.IBPort, dev.Name(), err)
+	}
+	if port.State != verbs.PortActive {
+		return fmt.Errorf("port %d of %s is not active", o.IBPort, dev.Name())
+	}
+	if o.GIDIndex >= 0 {
+		if _, err := ctx.QueryGID(o.IBPort, o.GIDIndex); err != nil {
+			return fmt.Errorf("couldn't read GID index %d of %s port %d: %w", o.GIDIndex, dev.Name(), o.IBPort, err)
+		}
+	}
+	return nil
+}
+
 func openDevice(name string) (*verbs.Device, error) {
 	if name != "" {
 		d, err := verbs.DeviceByName(name)
@@ -434,6 +465,14 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// As perftest (ctx_find_dev, check_link before it connects): a
+	// wrong -d, -i or -x fails at once, not once a peer has come.
+	if err := checkDevice(o); err != nil {
+		return err
+	}
+	if err := checkPlot(o.Plot); err != nil {
+		return err
+	}
 	if o.Server == "" {
 		fmt.Fprint(out.table, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 	}
@@ -483,7 +522,7 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	// for N QPs: each QP's keys, ctx_connect, each QP's again and one
 	// more with the first QP's (send_bw has the one before the N).
 	for i := range r.qps {
-		if r.rem[i], err = c.handshake(&r.my[i]); err != nil {
+		if r.rem[i], err = c.firstKey(r, i); err != nil {
 			return err
 		}
 	}
@@ -491,7 +530,7 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 		// write_lat, read_lat, atomic_lat (one QP) have a handshake
 		// before the keys; the key message is the same every time, so
 		// the second carries what the first did.
-		if r.rem[0], err = c.handshake(&r.my[0]); err != nil {
+		if err := c.againKey(r, 0); err != nil {
 			return err
 		}
 	}
@@ -502,17 +541,17 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 		}
 	}
 	if t.Verb == Send && !t.Lat {
-		if _, err := c.handshake(&r.my[0]); err != nil {
+		if err := c.againKey(r, 0); err != nil {
 			return err
 		}
 	}
 	for i := range r.qps {
-		if _, err := c.handshake(&r.my[i]); err != nil {
+		if err := c.againKey(r, i); err != nil {
 			return err
 		}
 	}
 	if t.Verb != Send || t.Lat {
-		if _, err := c.handshake(&r.my[0]); err != nil {
+		if err := c.againKey(r, 0); err != nil {
 			return err
 		}
 	}
