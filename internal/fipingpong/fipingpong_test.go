@@ -413,3 +413,40 @@ func TestDataCheckCatchesACorruptByte(t *testing.T) {
 		t.Fatalf("third buffer starts %q, want efgh", b)
 	}
 }
+
+// FuzzParseArgs: any command line is either refused (an error, or the
+// usage printed) or parsed into options Run takes: no panic, and every
+// port, count and size within range.
+func FuzzParseArgs(f *testing.F) {
+	for _, s := range []string{
+		"", "-h", "-p\x00tcp\x00-e\x00msg", "-p\x00bogus", "-d\x00nosuch", "-m\x00tagged", "-m\x00bogus", "-S\x00all", "-S\x000", "-S\x001",
+		"-S\x0015", "-S\x0016", "-S\x002147483648", "-S\x009223372036854775808", "-S\x00-1", "-S\x00x", "-I\x001", "-I\x00-1", "-B\x000\x00host",
+		"-P\x0065535", "-6\x00::1", "-cv", "-e\x00RDM", "a\x00b", "-p\x00verbs\x00-d\x00rxe_lo",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		var args []string
+		if line != "" {
+			args = strings.Split(line, "\x00")
+		}
+		o, err := ParseArgs(args, io.Discard)
+		if err != nil {
+			if ExitStatus(err) == 0 {
+				t.Fatalf("%q: %v exits 0", args, err)
+			}
+			return
+		}
+		switch {
+		case o.SrcPort < 0 || o.SrcPort > 65535 || o.DstPort < 1 || o.DstPort > 65535:
+			t.Fatalf("%q: ports %d, %d", args, o.SrcPort, o.DstPort)
+		case o.Iters < 1 || len(o.Sizes) == 0:
+			t.Fatalf("%q: %d iterations, sizes %v", args, o.Iters, o.Sizes)
+		}
+		for _, n := range o.Sizes {
+			if n < 0 || n > maxDataMsg {
+				t.Fatalf("%q: size %d", args, n)
+			}
+		}
+	})
+}

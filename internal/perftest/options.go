@@ -437,5 +437,22 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			o.RxDepth++ // as perftest does for an odd depth
 		}
 	}
+	if need := o.bufferSize(); need > maxBuffer {
+		return nil, fmt.Errorf("-q %d with messages of up to %d bytes needs a %d-byte buffer, over the %d allowed (use a smaller -q or -s, or no -a)", o.NumQPs, o.maxSize(), need, maxBuffer)
+	}
 	return &o, nil
+}
+
+// maxSize is the run's largest message.
+func (o *Options) maxSize() int {
+	if o.All {
+		return MaxSize
+	}
+	return o.Size
+}
+
+// bufferSize is the size of the run's buffer: for each QP, a half to send
+// from and a half for the peer to reach, each at least the cycle buffer.
+func (o *Options) bufferSize() int {
+	return 2 * o.NumQPs * max(o.maxSize(), cycleBuffer)
 }

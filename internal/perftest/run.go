@@ -194,18 +194,18 @@ func setup(o *Options) (*res, error) {
 			o.Inline = min(220, attr.MaxInlineData)
 		}
 	}
-	maxSize := o.Size
-	if o.All {
-		maxSize = MaxSize
-	}
 	if r.pd, err = r.ctx.AllocPD(); err != nil {
 		return fail(fmt.Errorf("couldn't allocate PD: %w", err))
 	}
 	// Each half is at least cycleBuffer long: perftest's bandwidth tests
 	// move their remote address through the peer's cycle buffer (its page
 	// size, exchanged in the system data) as they post.
-	r.half = max(maxSize, cycleBuffer)
+	r.half = max(o.maxSize(), cycleBuffer)
 	n := o.NumQPs
+	if total := o.bufferSize(); total > maxBuffer || uint64(total) > attr.MaxMRSize {
+		return fail(fmt.Errorf("couldn't allocate work buffer: %d QPs of 2 × %d bytes need %d bytes, over the %d allowed (use a smaller -q or -s, or no -a)",
+			n, r.half, total, min(maxBuffer, attr.MaxMRSize)))
+	}
 	r.buf = make([]byte, 2*n*r.half) // n local halves, then n targets
 	if r.mr, err = r.pd.RegMR(r.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic); err != nil {
 		return fail(fmt.Errorf("couldn't allocate MR: %w", err))
@@ -290,6 +290,11 @@ func (r *res) addQP(qp *verbs.QP, inline int) {
 	r.my = append(r.my, dest{lid: r.port.LID, outReads: out, qpn: qp.Num(), psn: rand.Uint32() & 0xffffff, rkey: r.mr.RKey(),
 		vaddr: r.mr.Addr() + uint64((n+i)*r.half), gid: r.gid, gidIndex: o.GIDIndex})
 }
+
+// maxBuffer bounds a run's buffer (2 × -q × the largest size): -q 1024
+// with -a would ask for 16 GiB, which an allocation cannot refuse but
+// the process's memory may not hold.
+const maxBuffer = 1 << 30
 
 // udQKey is the Q_Key of perftest's UD QPs (DEF_QKEY).
 const udQKey = 0x11111111
