@@ -107,7 +107,8 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 	if o, err := ParseArgs(Tool{Send, false}, []string{"-c", "UD", "-I", "900"}); err != nil || o.Conn != UD || o.CQMod != 100 || o.Inline != maxInlineUD || o.RxDepth != 1000 {
 		t.Errorf("ib_send_bw -c UD: %+v, %v; want UD, CQ moderation 100, inline 884, rx depth 1000", o, err)
 	}
-	for _, args := range [][]string{{"-n", "4"}, {"-c", "UD"}, {"-c", "XRC"}, {"-q", "0"}, {"-m", "300"}, {"-s", "9000000"}, {"a", "b"}, {"--bogus"}} {
+	for _, args := range [][]string{{"-n", "4"}, {"-c", "UD"}, {"-c", "XRC"}, {"-q", "0"}, {"-m", "300"}, {"-s", "9000000"}, {"a", "b"}, {"--bogus"},
+		{"-q", "1024", "-a"}, {"-q", "128", "-s", "8388608"}} {
 		if _, err := ParseArgs(Tool{Write, false}, args); err == nil {
 			t.Errorf("accepted %q", args)
 		}
@@ -376,6 +377,8 @@ func TestMismatchedQPCountsFailOnBothSides(t *testing.T) {
 		{Tool{Read, false}, "1", "2", nil},
 		{Tool{Send, false}, "2", "3", []string{"-z"}},
 		{Tool{Send, false}, "2", "1", []string{"-c", "UD"}},
+		{Tool{Write, false}, "2", "1", []string{"-R"}},
+		{Tool{Write, false}, "1", "2", []string{"-R"}},
 	} {
 		name := fmt.Sprintf("%s-q%s-vs-q%s%s", c.tool.Name(), c.server, c.client, strings.Join(c.extra, ""))
 		t.Run(name, func(t *testing.T) {
