@@ -168,7 +168,7 @@ func specs(t Tool) []getopt.Spec {
 		{Short: 'p', Long: "port", Arg: "PORT", Usage: "listen on/connect to TCP port", Default: strconv.Itoa(DefaultPort)},
 		{Short: 'q', Long: "qp", Arg: "NUM", Usage: "number of QPs (bandwidth tests)", Default: "1"},
 		{Short: 's', Long: "size", Arg: "SIZE", Usage: "size of message to exchange", Default: strconv.Itoa(d.Size)},
-		{Short: 'u', Long: "qp-timeout", Arg: "TIMEOUT", Usage: "QP timeout: 4.096 usec * 2^TIMEOUT", Default: "14"},
+		{Short: 'u', Long: "qp-timeout", Arg: "TIMEOUT", Usage: "QP timeout: 4.096 usec * 2^TIMEOUT (1 to 31)", Default: "14"},
 		{Short: 'R', Long: "rdma_cm", Usage: "connect QPs with rdma_cm and run the test on those QPs"},
 		{Short: 'z', Long: "comm_rdma_cm", Usage: "communicate with rdma_cm module to exchange data - use regular QPs"},
 		{Short: 'x', Long: "gid-index", Arg: "INDEX", Usage: "GID index", Default: "the port's RoCEv2 IPv4 GID"},
@@ -306,7 +306,12 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			o.PostList, err = op.Int(1, 2048)
 		case "u":
 			var n int
-			n, err = op.Int(0, 31)
+			if n, err = op.Int(0, 31); err == nil && n == 0 {
+				// IBTA's 0 is no timeout at all: a packet the software
+				// device's UDP loses would never be sent again, and
+				// the run would wait for ever.
+				err = fmt.Errorf("0 (no retransmission timeout) is not offered: a lost packet would stall the run for ever; use 1 to 31")
+			}
 			o.QPTimeout = uint8(n)
 		case "U":
 			o.Unsorted = true
@@ -341,6 +346,9 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			rxSet = true
 		}
 		if err != nil {
+			if strings.HasPrefix(err.Error(), op.String()+" ") {
+				return nil, err // it names the option already
+			}
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 	}

@@ -120,7 +120,7 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 		t.Errorf("--run_infinitely: %+v, %v; want a row every 5 s, no margin, no peak", o, err)
 	}
 	for _, args := range [][]string{{"-D", "4", "-a"}, {"-D", "2", "-f", "1"}, {"-D", "4", "-b"},
-		{"-l", "3", "-n", "1000"}, {"-l", "4", "-Q", "3"}, {"-l", "256", "-t", "128"}, {"--run_infinitely", "-e"}, {"-U"}, {"-u", "32"}} {
+		{"-l", "3", "-n", "1000"}, {"-l", "4", "-Q", "3"}, {"-l", "256", "-t", "128"}, {"--run_infinitely", "-e"}, {"-U"}, {"-u", "32"}, {"-u", "0"}} {
 		if _, err := ParseArgs(Tool{Write, false}, args); err == nil {
 			t.Errorf("ib_write_bw took %q", args)
 		}
@@ -221,7 +221,8 @@ func runBothTo(t *testing.T, tool Tool, addr string, extra ...string) (server, c
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, so, &sout, &sout) }()
 	if err := runClient(ctx, co, &cout); err != nil {
-		t.Fatalf("client: %v\n%s", err, cout.String())
+		cancel()
+		t.Fatalf("client: %v\n%s\nserver: %v\n%s", err, cout.String(), <-done, sout.String())
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("server: %v\n%s", err, sout.String())
