@@ -144,6 +144,10 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 			o.SrcPort = DefaultPort
 		}
 	}
+	if o.SrcPort == 0 && o.Server == "" {
+		// The C server binds whatever port 0 gets and never says which.
+		return nil, errors.New("-B 0: a server needs a port its client can be given with -P")
+	}
 	if o.Sizes == nil {
 		o.Sizes = []int{64, 256, 1024, 4096, 65536, 1048576}
 	}

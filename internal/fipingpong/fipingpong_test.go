@@ -61,6 +61,7 @@ func TestBadFlagsAreRefused(t *testing.T) {
 		{"-p", "bogus"},
 		{"-p", "verbs", "-d", "nosuch"},
 		{"-d", "nosuch"},
+		{"-B", "0"},
 	} {
 		var errb bytes.Buffer
 		if _, err := ParseArgs(args, &errb); err == nil {
