@@ -143,8 +143,10 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 	}
 }
 
+// freePort returns a TCP port nothing listens on now, on either family:
+// the server listens on both.
 func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", ":0")
 	if err != nil {
 		t.Fatal(err)
 	}
