@@ -289,7 +289,7 @@ func (r *res) cmConnectQPs(ctx context.Context, c *ctrl) error {
 			if err != nil {
 				stop()
 				if errors.Is(context.Cause(run), errPeerDone) {
-					return fmt.Errorf("parameters mismatch: the peer connected %d QPs, this side has -q %d (use the same -q on both sides)", i, n)
+					return fmt.Errorf("parameters mismatch: the peer uses -q %d, this side -q %d (use the same -q on both sides)", i, n)
 				}
 				return fmt.Errorf("rdma_cm: waiting for the connection of QP %d: %w", i, runErr(run, err))
 			}
@@ -336,7 +336,7 @@ func (r *res) cmConnectQPs(ctx context.Context, c *ctrl) error {
 				time.Sleep(100 * time.Millisecond)
 			}
 			if err != nil && c.cm.ctx.Err() != nil {
-				return fmt.Errorf("parameters mismatch: the server refused QP %d and went away: its -q is %d (use the same -q on both sides)", i, i)
+				return fmt.Errorf("parameters mismatch: the server refused QP %d and went away: it uses -q %d, this side -q %d (use the same -q on both sides)", i, i, n)
 			}
 			if err != nil {
 				return fmt.Errorf("rdma_cm: couldn't connect QP %d to %s: %w", i, dst, err)
@@ -345,7 +345,7 @@ func (r *res) cmConnectQPs(ctx context.Context, c *ctrl) error {
 	}
 	_, err = c.handshake(&dest{})
 	if errors.Is(err, errPeerGone) {
-		return fmt.Errorf("parameters mismatch: the server went away once this side's %d QPs had connected: it has a larger -q (use the same -q on both sides)", n)
+		return fmt.Errorf("parameters mismatch: the server went away once this side's -q %d QPs had connected: it uses a larger -q (use the same -q on both sides)", n)
 	}
 	return err
 }
