@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 
+	"github.com/rdmago/rdmago/fabric"
 	_ "github.com/rdmago/rdmago/fabric/tcp" // the tcp provider
 	_ "github.com/rdmago/rdmago/fabric/vrb" // the verbs provider
 	"github.com/rdmago/rdmago/internal/fiinfo"
@@ -22,6 +23,10 @@ func runFiPingpong(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		io.WriteString(stderr, "fi_pingpong: "+err.Error()+"\n")
+		var e fabric.Errno
+		if errors.As(err, &e) {
+			return fipingpong.ExitStatus(err) // as the C program: the errno
+		}
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -15,6 +15,9 @@ func TestFabricToolsRefuseBadFlagsClearly(t *testing.T) {
 		{[]string{"fi_pingpong", "-I", "x"}, 2, `-I "x": want a number`},
 		{[]string{"fi_pingpong", "-e", "bogus"}, 1, `unknown endpoint type "bogus"`},
 		{[]string{"fi_pingpong", "-h"}, 1, "Usage:"},
+		{[]string{"fi_pingpong", "-m", "bogus"}, 1, `unknown transfer mode "bogus"`},
+		{[]string{"fi_pingpong", "-p", "bogus"}, 61, `no provider "bogus"`},
+		{[]string{"fi_pingpong", "-p", "verbs", "-d", "nosuch"}, 61, `no domain "nosuch" of provider "verbs"`},
 		{[]string{"fi_info", "-t", "FI_EP_NOPE"}, 1, `unknown endpoint type "FI_EP_NOPE"`},
 		{[]string{"fi_info", "-p", "nosuch"}, 61, "fi_getinfo: -61"},
 	} {

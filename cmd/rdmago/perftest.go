@@ -22,7 +22,7 @@ func perftestCommand(t perftest.Tool) func([]string, io.Writer, io.Writer) int {
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", t.Name(), err)
-			perftest.Usage(t, stderr)
+			fmt.Fprintf(stderr, "run 'rdmago %s -h' for the options\n", t.Name())
 			return 1
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

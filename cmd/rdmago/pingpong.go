@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -70,36 +71,24 @@ func pingpongSpecs(t pingpong.Transport) []getopt.Spec {
 	)
 }
 
-// runPingpong parses the options of t's C program, as its getopt_long
-// does, and runs it.
-func runPingpong(t pingpong.Transport, args []string, stdout, stderr io.Writer) int {
-	name := t.String() + "_pingpong"
+// errPingpongHelp is parsePingpongArgs' answer to -h.
+var errPingpongHelp = errors.New("help requested")
+
+// parsePingpongArgs parses the options of t's C program, as its getopt_long
+// does, into the options of a run: an error says what is wrong with them,
+// in one line, or is errPingpongHelp.
+func parsePingpongArgs(t pingpong.Transport, args []string) (pingpong.Options, error) {
 	o := pingpong.DefaultsFor(t)
-	o.Notice = stderr
-	specs := pingpongSpecs(t)
-	usage := func(w io.Writer) {
-		fmt.Fprintln(w, "usage:")
-		fmt.Fprintf(w, "  rdmago %s [options]         start a server and wait for connection\n", name)
-		fmt.Fprintf(w, "  rdmago %s [options] <host>  connect to server at <host>\n", name)
-		fmt.Fprintf(w, "\n%s\n\noptions (those of %s):\n", pingpongAbout(t), t.Tool())
-		getopt.PrintUsage(w, specs)
-	}
-	fail := func(msg string) int {
-		fmt.Fprintf(stderr, "rdmago %s: %s\n", name, msg)
-		fmt.Fprintf(stderr, "run 'rdmago %s --help' for the options\n", name)
-		return 2
-	}
-	opts, rest, err := getopt.ParseSpecs(args, specs)
+	opts, rest, err := getopt.ParseSpecs(args, pingpongSpecs(t))
 	if err != nil {
-		return fail(err.Error())
+		return o, err
 	}
 	mtu := o.MTU.Bytes()
 	for _, op := range opts {
 		var err error
 		switch op.Name {
 		case 'h':
-			usage(stdout)
-			return 0
+			return o, errPingpongHelp
 		case 'p':
 			o.Port, err = op.Int(0, 65535)
 		case 'd':
@@ -133,19 +122,46 @@ func runPingpong(t pingpong.Transport, args []string, stdout, stderr io.Writer) 
 			o.Check = true
 		}
 		if err != nil {
-			return fail(err.Error())
+			return o, err
 		}
 	}
 	switch {
 	case len(rest) > 1:
-		return fail(fmt.Sprintf("one server host at most, got %q", rest))
+		return o, fmt.Errorf("one server host at most, got %q", rest)
 	case len(rest) == 1:
 		o.Server = rest[0]
 	}
 	o.MTU = verbs.MTUFromBytes(mtu)
 	if t == pingpong.SRQ && o.NumQP > o.RxDepth {
-		return fail(fmt.Sprintf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP (-r >= -q)", o.RxDepth, o.NumQP))
+		return o, fmt.Errorf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP (-r >= -q)", o.RxDepth, o.NumQP)
 	}
+	if o.Server != "" && o.Port == 0 {
+		return o, errors.New("-p 0: the client needs the port the server listens on")
+	}
+	return o, nil
+}
+
+// runPingpong parses the options of t's C program and runs it.
+func runPingpong(t pingpong.Transport, args []string, stdout, stderr io.Writer) int {
+	name := t.String() + "_pingpong"
+	usage := func(w io.Writer) {
+		fmt.Fprintln(w, "usage:")
+		fmt.Fprintf(w, "  rdmago %s [options]         start a server and wait for connection\n", name)
+		fmt.Fprintf(w, "  rdmago %s [options] <host>  connect to server at <host>\n", name)
+		fmt.Fprintf(w, "\n%s\n\noptions (those of %s):\n", pingpongAbout(t), t.Tool())
+		getopt.PrintUsage(w, pingpongSpecs(t))
+	}
+	o, err := parsePingpongArgs(t, args)
+	if errors.Is(err, errPingpongHelp) {
+		usage(stdout)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "rdmago %s: %s\n", name, err)
+		fmt.Fprintf(stderr, "run 'rdmago %s --help' for the options\n", name)
+		return 2
+	}
+	o.Notice = stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if _, err := pingpong.Run(ctx, stdout, o); err != nil {

@@ -112,7 +112,17 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 		case 'c':
 			o.Check = true
 		case 'm':
-			o.Tagged = opt.Arg != "msg"
+			// fi_pingpong's -m takes "msg" or "tagged".
+			switch strings.ToLower(opt.Arg) {
+			case "msg":
+				o.Tagged = false
+			case "tagged":
+				o.Tagged = true
+			default:
+				fmt.Fprintf(stderr, "fi_pingpong: unknown transfer mode %q (msg or tagged)\n", opt.Arg)
+				usage(stderr)
+				return nil, errUsage
+			}
 		case 'v':
 			o.Verbose = true
 		case '6':
@@ -134,10 +144,45 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 			o.SrcPort = DefaultPort
 		}
 	}
+	if o.SrcPort == 0 && o.Server == "" {
+		// The C server binds whatever port 0 gets and never says which.
+		return nil, errors.New("-B 0: a server needs a port its client can be given with -P")
+	}
 	if o.Sizes == nil {
 		o.Sizes = []int{64, 256, 1024, 4096, 65536, 1048576}
 	}
+	if err := checkNames(o); err != nil {
+		return nil, err
+	}
 	return o, nil
+}
+
+// checkNames fails at once, with fi_getinfo's -FI_ENODATA, when -p or -d
+// names a provider or domain that no fi_getinfo entry has, whatever the
+// endpoint type: the C program finds out only after its control channel
+// is up, and its peer then sees nothing but the channel closing.
+func checkNames(o *Options) error {
+	if o.Provider == "" && o.Domain == "" {
+		return nil
+	}
+	h := fabric.AllocInfo()
+	h.FabricAttr.ProvName = o.Provider
+	h.DomainAttr.Name = o.Domain
+	if _, err := fabric.GetInfo("", "", 0, h); err != nil {
+		var names []string
+		for _, p := range fabric.Providers() {
+			names = append(names, p.Name())
+		}
+		what := fmt.Sprintf("provider %q", o.Provider)
+		switch {
+		case o.Provider == "":
+			what = fmt.Sprintf("domain %q", o.Domain)
+		case o.Domain != "":
+			what = fmt.Sprintf("domain %q of provider %q", o.Domain, o.Provider)
+		}
+		return fmt.Errorf("fi_getinfo(): ret=-%d: no %s (providers: %s): %w", int(fabric.ErrNoData), what, strings.Join(names, ", "), err)
+	}
+	return nil
 }
 
 func usage(w io.Writer) {
@@ -159,7 +204,10 @@ func allSizes() []int {
 }
 
 // ExitStatus is the process's exit status for Run's error: fi_pingpong
-// exits with the negated libfabric return code.
+// exits with the negated libfabric return code, which an exit status
+// holds only up to 255. libfabric's own codes (FI_EOTHER, 256, and up)
+// would wrap to success, or to an unrelated errno, so every error gives
+// at least 1 and those above 255 give 255.
 func ExitStatus(err error) int {
 	if err == nil {
 		return 0
@@ -169,7 +217,7 @@ func ExitStatus(err error) int {
 	}
 	var e fabric.Errno
 	if errors.As(err, &e) {
-		return int(e) & 0xff
+		return min(max(int(e), 1), 255)
 	}
 	return 1
 }

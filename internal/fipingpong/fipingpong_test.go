@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/fabric"
 	_ "github.com/rdmago/rdmago/fabric/tcp"
 	_ "github.com/rdmago/rdmago/fabric/vrb"
 	"github.com/rdmago/rdmago/internal/vmtest"
@@ -54,6 +56,12 @@ func TestBadFlagsAreRefused(t *testing.T) {
 		{"-h"},
 		{"-Z"},
 		{"a", "b"},
+		{"-m", "bogus"},
+		{"-m", ""},
+		{"-p", "bogus"},
+		{"-p", "verbs", "-d", "nosuch"},
+		{"-d", "nosuch"},
+		{"-B", "0"},
 	} {
 		var errb bytes.Buffer
 		if _, err := ParseArgs(args, &errb); err == nil {
@@ -66,6 +74,80 @@ func TestBadFlagsAreRefused(t *testing.T) {
 	}
 	if o, _ := ParseArgs(nil, &bytes.Buffer{}); o.SrcPort != DefaultPort || o.EPType.String() != "FI_EP_DGRAM" || o.Iters != 10 {
 		t.Fatalf("defaults %+v", o)
+	}
+}
+
+func TestTransferModeIsMsgOrTagged(t *testing.T) {
+	for _, c := range []struct {
+		arg    string
+		tagged bool
+	}{{"msg", false}, {"tagged", true}, {"TAGGED", true}, {"Msg", false}} {
+		o, err := ParseArgs([]string{"-m", c.arg}, &bytes.Buffer{})
+		if err != nil || o.Tagged != c.tagged {
+			t.Errorf("-m %s: %+v, %v; want tagged %v", c.arg, o, err, c.tagged)
+		}
+	}
+	var errb bytes.Buffer
+	if _, err := ParseArgs([]string{"-m", "bogus"}, &errb); err != ErrUsage || !strings.Contains(errb.String(), `unknown transfer mode "bogus"`) {
+		t.Errorf("-m bogus: %v, stderr %q", err, errb.String())
+	}
+}
+
+// TestUnknownProviderOrDomainFailsAtOnce: a -p or -d no fi_getinfo entry
+// has fails in ParseArgs, before any control channel, with -FI_ENODATA.
+func TestUnknownProviderOrDomainFailsAtOnce(t *testing.T) {
+	for _, args := range [][]string{{"-p", "bogus"}, {"-p", "verbs", "-d", "nosuch"}, {"-d", "nosuch"}, {"-p", "bogus", "127.0.0.1"}} {
+		_, err := ParseArgs(args, &bytes.Buffer{})
+		if ExitStatus(err) != 61 || !strings.Contains(fmt.Sprint(err), "ret=-61") {
+			t.Errorf("%v: %v (exit %d), want fi_getinfo's -61", args, err, ExitStatus(err))
+		}
+	}
+	if _, err := ParseArgs([]string{"-p", "tcp", "-e", "msg"}, &bytes.Buffer{}); err != nil {
+		t.Errorf("-p tcp: %v", err)
+	}
+}
+
+func TestExitStatusIsNeverZeroOnError(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{fabric.ErrNoData, 61},
+		{fmt.Errorf("fi_getinfo: %w", fabric.ErrNoData), 61},
+		{fabric.ErrOther, 255},
+		{fabric.ErrTrunc, 255},
+		{fabric.Errno(512), 255},
+		{fabric.Errno(0), 1},
+		{fabric.Errno(-5), 1},
+		{fmt.Errorf("ctrl/read: %w", io.EOF), 1},
+		{ErrUsage, 1},
+	} {
+		if got := ExitStatus(c.err); got != c.want {
+			t.Errorf("ExitStatus(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+// TestClientFailsWhenServerDropsTheChannel: a server that closes the
+// control channel at once (one that failed in fi_getinfo) leaves the
+// client with an error whose exit status is not 0.
+func TestClientFailsWhenServerDropsTheChannel(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	cli := runGo([]string{"-p", "tcp", "-e", "msg", "-P", port, "127.0.0.1"})
+	err = <-cli.done
+	if st := ExitStatus(err); st == 0 || !strings.Contains(cli.errw.String(), "ctrl/read") {
+		t.Fatalf("client: %v, exit %d, stderr %q", err, st, cli.errw.String())
 	}
 }
 
@@ -331,4 +413,41 @@ func TestDataCheckCatchesACorruptByte(t *testing.T) {
 	if string(b) != "efgh" {
 		t.Fatalf("third buffer starts %q, want efgh", b)
 	}
+}
+
+// FuzzParseArgs: any command line is either refused (an error, or the
+// usage printed) or parsed into options Run takes: no panic, and every
+// port, count and size within range.
+func FuzzParseArgs(f *testing.F) {
+	for _, s := range []string{
+		"", "-h", "-p\x00tcp\x00-e\x00msg", "-p\x00bogus", "-d\x00nosuch", "-m\x00tagged", "-m\x00bogus", "-S\x00all", "-S\x000", "-S\x001",
+		"-S\x0015", "-S\x0016", "-S\x002147483648", "-S\x009223372036854775808", "-S\x00-1", "-S\x00x", "-I\x001", "-I\x00-1", "-B\x000\x00host",
+		"-P\x0065535", "-6\x00::1", "-cv", "-e\x00RDM", "a\x00b", "-p\x00verbs\x00-d\x00rxe_lo",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		var args []string
+		if line != "" {
+			args = strings.Split(line, "\x00")
+		}
+		o, err := ParseArgs(args, io.Discard)
+		if err != nil {
+			if ExitStatus(err) == 0 {
+				t.Fatalf("%q: %v exits 0", args, err)
+			}
+			return
+		}
+		switch {
+		case o.SrcPort < 0 || o.SrcPort > 65535 || o.DstPort < 1 || o.DstPort > 65535:
+			t.Fatalf("%q: ports %d, %d", args, o.SrcPort, o.DstPort)
+		case o.Iters < 1 || len(o.Sizes) == 0:
+			t.Fatalf("%q: %d iterations, sizes %v", args, o.Iters, o.Sizes)
+		}
+		for _, n := range o.Sizes {
+			if n < 0 || n > maxDataMsg {
+				t.Fatalf("%q: size %d", args, n)
+			}
+		}
+	})
 }

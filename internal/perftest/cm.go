@@ -268,6 +268,7 @@ func (r *res) cmConnectQPs(ctx context.Context, c *ctrl) error {
 		param.ResponderResources, param.InitiatorDepth = uint8(o.OutReads), uint8(o.OutReads)
 	}
 	n := o.NumQPs
+	var err error
 	if c.server {
 		ln, err := rdmacm.CreateID(nil, nil, rdmacm.PSTCP)
 		if err != nil {
@@ -280,20 +281,47 @@ func (r *res) cmConnectQPs(ctx context.Context, c *ctrl) error {
 		if err := ln.Listen(n); err != nil {
 			return fmt.Errorf("rdma_cm: listen: %w", err)
 		}
+		// A peer with a smaller -q sends its next message while this
+		// side still waits for connections: the watch ends the wait.
+		run, stop := c.watch(ctx)
 		for i := range n {
-			id, err := ln.GetRequest(ctx)
+			id, err := ln.GetRequest(run)
 			if err != nil {
-				return fmt.Errorf("rdma_cm: waiting for the connection of QP %d: %w", i, err)
+				stop()
+				if errors.Is(context.Cause(run), errPeerDone) {
+					return fmt.Errorf("parameters mismatch: the peer uses -q %d, this side -q %d (use the same -q on both sides)", i, n)
+				}
+				return fmt.Errorf("rdma_cm: waiting for the connection of QP %d: %w", i, runErr(run, err))
 			}
 			if err := r.cmQP(i, id); err != nil {
 				id.Reject(nil)
 				id.Destroy()
+				stop()
 				return err
 			}
 			if err := id.Accept(param); err != nil {
+				stop()
 				return fmt.Errorf("rdma_cm: accepting QP %d: %w", i, err)
 			}
 		}
+		stop()
+		// One with a larger -q goes on connecting: until its next
+		// message, a request is refused, and ends the exchange.
+		more := fmt.Errorf("parameters mismatch: the peer connects more QPs than this side's -q %d (use the same -q on both sides)", n)
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if id, err := ln.GetRequest(lctx); err == nil {
+				id.Reject(nil)
+				id.Destroy()
+				c.cm.cancel(more)
+			}
+		}()
+		_, err = c.handshake(&dest{})
+		cancel()
+		<-done
+		return err
 	} else {
 		peer := c.cm.conn.RemoteAddr().Addr()
 		dst := netip.AddrPortFrom(peer, uint16(o.Port))
@@ -302,17 +330,23 @@ func (r *res) cmConnectQPs(ctx context.Context, c *ctrl) error {
 			// The server may not listen yet: it is rejected, and
 			// tried again, as perftest does.
 			for try := 0; ; try++ {
-				if err = r.cmDial(i, dst, param); err == nil || try == cmRetries || ctx.Err() != nil {
+				if err = r.cmDial(i, dst, param); err == nil || try == cmRetries || ctx.Err() != nil || c.cm.ctx.Err() != nil {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil && c.cm.ctx.Err() != nil {
+				return fmt.Errorf("parameters mismatch: the server refused QP %d and went away: it uses -q %d, this side -q %d (use the same -q on both sides)", i, i, n)
 			}
 			if err != nil {
 				return fmt.Errorf("rdma_cm: couldn't connect QP %d to %s: %w", i, dst, err)
 			}
 		}
 	}
-	_, err := c.handshake(&dest{})
+	_, err = c.handshake(&dest{})
+	if errors.Is(err, errPeerGone) {
+		return fmt.Errorf("parameters mismatch: the server went away once this side's -q %d QPs had connected: it uses a larger -q (use the same -q on both sides)", n)
+	}
 	return err
 }
 

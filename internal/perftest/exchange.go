@@ -58,8 +58,10 @@ func dialCtrl(ctx context.Context, o *Options) (*ctrl, error) {
 	}
 	addr := net.JoinHostPort(o.Server, strconv.Itoa(o.Port))
 	if o.Server == "" {
+		// perftest listens on IPv4 only; this server takes IPv6 clients
+		// too (the socket is dual-stack where the host has IPv6).
 		var lc net.ListenConfig
-		ln, err := lc.Listen(ctx, "tcp4", ":"+strconv.Itoa(o.Port))
+		ln, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(o.Port))
 		if err != nil {
 			return nil, fmt.Errorf("couldn't listen to port %d: %w", o.Port, err)
 		}
@@ -78,7 +80,7 @@ func dialCtrl(ctx context.Context, o *Options) (*ctrl, error) {
 	// perftest's client gives up at once; retrying briefly spares scripts
 	// that start both sides together.
 	for try := 0; ; try++ {
-		c, err = d.DialContext(ctx, "tcp4", addr)
+		c, err = d.DialContext(ctx, "tcp", addr) // whatever the name resolves to
 		if err == nil || try == 20 || ctx.Err() != nil {
 			break
 		}
@@ -274,6 +276,43 @@ func (c *ctrl) handshake(my *dest) (dest, error) {
 		return dest{}, err
 	}
 	return parseDest(b)
+}
+
+// firstKey is the first handshake with QP i's key, which brings the
+// peer's key for its QP i. perftest sends no QP count: a peer with fewer
+// QPs shows itself here by a key already received, its QP 0's, sent again
+// at a later step of its exchange; this side's answer has gone out by
+// then, so the peer, too, finds the count differs (see againKey).
+func (c *ctrl) firstKey(r *res, i int) (dest, error) {
+	d, err := c.handshake(&r.my[i])
+	if err != nil {
+		return d, err
+	}
+	for j := range i {
+		if d == r.rem[j] {
+			if j == 0 {
+				return d, fmt.Errorf("parameters mismatch: the peer uses -q %d, this side -q %d (use the same -q on both sides)", i, len(r.qps))
+			}
+			return d, fmt.Errorf("parameters mismatch: the peer sent QP %d's key again for QP %d (use the same -q and test on both sides)", j, i)
+		}
+	}
+	return d, nil
+}
+
+// againKey is a later handshake with QP i's key: perftest sends each key
+// unchanged every time, so the peer's answer must be the key it sent for
+// its QP i. A key never seen comes from a peer with more QPs.
+func (c *ctrl) againKey(r *res, i int) error {
+	d, err := c.handshake(&r.my[i])
+	if err != nil || d == r.rem[i] {
+		return err
+	}
+	for j := range r.rem {
+		if d == r.rem[j] {
+			return fmt.Errorf("parameters mismatch: the peer sent QP %d's key where QP %d's belongs (use the same -q and test on both sides)", j, i)
+		}
+	}
+	return fmt.Errorf("parameters mismatch: the peer uses a larger -q than this side's %d (use the same -q on both sides)", len(r.qps))
 }
 
 // bwReport is what xchg_bw_reports carries.

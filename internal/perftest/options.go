@@ -168,13 +168,13 @@ func specs(t Tool) []getopt.Spec {
 		{Short: 'p', Long: "port", Arg: "PORT", Usage: "listen on/connect to TCP port", Default: strconv.Itoa(DefaultPort)},
 		{Short: 'q', Long: "qp", Arg: "NUM", Usage: "number of QPs (bandwidth tests)", Default: "1"},
 		{Short: 's', Long: "size", Arg: "SIZE", Usage: "size of message to exchange", Default: strconv.Itoa(d.Size)},
-		{Short: 'u', Long: "qp-timeout", Arg: "TIMEOUT", Usage: "QP timeout: 4.096 usec * 2^TIMEOUT", Default: "14"},
+		{Short: 'u', Long: "qp-timeout", Arg: "TIMEOUT", Usage: "QP timeout: 4.096 usec * 2^TIMEOUT (1 to 31)", Default: "14"},
 		{Short: 'R', Long: "rdma_cm", Usage: "connect QPs with rdma_cm and run the test on those QPs"},
 		{Short: 'z', Long: "comm_rdma_cm", Usage: "communicate with rdma_cm module to exchange data - use regular QPs"},
 		{Short: 'x', Long: "gid-index", Arg: "INDEX", Usage: "GID index", Default: "the port's RoCEv2 IPv4 GID"},
 		{Long: "report_gbits", Usage: "report bandwidth in Gb/sec (1e9 bits) instead of MB/sec (2^20 bytes)"},
 		{Long: "out", Arg: "FORMAT", Usage: "text (perftest's table) or json (one object per size on stdout, the banner on stderr)", Default: "text"},
-		{Long: "plot", Arg: "FILE.svg", Usage: "draw bandwidth (or latency) against message size, for -a runs"},
+		{Long: "plot", Arg: "FILE.svg", Usage: "draw bandwidth (or latency) against message size (with -a; checked writable before the run)"},
 	}
 	if t.Verb == Atomic {
 		s = append(s, getopt.Spec{Short: 'A', Long: "atomic_type", Arg: "TYPE", Usage: "type of atomic operation from {CMP_AND_SWAP,FETCH_AND_ADD}", Default: "FETCH_AND_ADD"})
@@ -306,7 +306,12 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			o.PostList, err = op.Int(1, 2048)
 		case "u":
 			var n int
-			n, err = op.Int(0, 31)
+			if n, err = op.Int(0, 31); err == nil && n == 0 {
+				// IBTA's 0 is no timeout at all: a packet the software
+				// device's UDP loses would never be sent again, and
+				// the run would wait for ever.
+				err = fmt.Errorf("0 (no retransmission timeout) is not offered: a lost packet would stall the run for ever; use 1 to 31")
+			}
 			o.QPTimeout = uint8(n)
 		case "U":
 			o.Unsorted = true
@@ -341,6 +346,9 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			rxSet = true
 		}
 		if err != nil {
+			if strings.HasPrefix(err.Error(), op.String()+" ") {
+				return nil, err // it names the option already
+			}
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 	}
@@ -376,6 +384,14 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			return nil, fmt.Errorf("-D %d must be longer than twice the margin -f %d", o.Duration, o.Margin)
 		}
 		o.NoPeak = true // as perftest: no peak in duration mode
+	}
+	if o.Plot != "" {
+		switch {
+		case t.Verb == Atomic:
+			return nil, fmt.Errorf("--plot draws one point per message size: the atomic tests have one size (8)")
+		case !o.All:
+			return nil, fmt.Errorf("--plot draws one point per message size: it needs -a")
+		}
 	}
 	if o.RdmaCM && o.Conn == UD {
 		return nil, fmt.Errorf("-R with -c UD is not offered (rdma_cm's UDP port space): use -R with RC or UC, or UD without -R")
@@ -429,5 +445,22 @@ func ParseArgs(t Tool, args []string) (*Options, error) {
 			o.RxDepth++ // as perftest does for an odd depth
 		}
 	}
+	if need := o.bufferSize(); need > maxBuffer {
+		return nil, fmt.Errorf("-q %d with messages of up to %d bytes needs a %d-byte buffer, over the %d allowed (use a smaller -q or -s, or no -a)", o.NumQPs, o.maxSize(), need, maxBuffer)
+	}
 	return &o, nil
+}
+
+// maxSize is the run's largest message.
+func (o *Options) maxSize() int {
+	if o.All {
+		return MaxSize
+	}
+	return o.Size
+}
+
+// bufferSize is the size of the run's buffer: for each QP, a half to send
+// from and a half for the peer to reach, each at least the cycle buffer.
+func (o *Options) bufferSize() int {
+	return 2 * o.NumQPs * max(o.maxSize(), cycleBuffer)
 }

@@ -2,8 +2,10 @@ package perftest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"strconv"
@@ -137,6 +139,26 @@ func (out *output) latRow(size, iters int, stamps []stamp, factor float64) {
 		P99        float64 `json:"p99_usec"`
 		P999       float64 `json:"p99_9_usec"`
 	}{out.o.Tool.Name(), size, iters, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999})
+}
+
+// checkPlot checks that the chart --plot asks for can be written, before
+// the run rather than after it: an existing file must open for writing,
+// and a new one be creatable (it is made and removed again).
+func checkPlot(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err == nil {
+		f.Close()
+		return os.Remove(path)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		if f, err = os.OpenFile(path, os.O_WRONLY, 0); err == nil {
+			return f.Close()
+		}
+	}
+	return fmt.Errorf("--plot: %w", err)
 }
 
 // plot writes the chart --plot asked for, if any.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,7 +107,8 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 	if o, err := ParseArgs(Tool{Send, false}, []string{"-c", "UD", "-I", "900"}); err != nil || o.Conn != UD || o.CQMod != 100 || o.Inline != maxInlineUD || o.RxDepth != 1000 {
 		t.Errorf("ib_send_bw -c UD: %+v, %v; want UD, CQ moderation 100, inline 884, rx depth 1000", o, err)
 	}
-	for _, args := range [][]string{{"-n", "4"}, {"-c", "UD"}, {"-c", "XRC"}, {"-q", "0"}, {"-m", "300"}, {"-s", "9000000"}, {"a", "b"}, {"--bogus"}} {
+	for _, args := range [][]string{{"-n", "4"}, {"-c", "UD"}, {"-c", "XRC"}, {"-q", "0"}, {"-m", "300"}, {"-s", "9000000"}, {"a", "b"}, {"--bogus"},
+		{"-q", "1024", "-a"}, {"-q", "128", "-s", "8388608"}} {
 		if _, err := ParseArgs(Tool{Write, false}, args); err == nil {
 			t.Errorf("accepted %q", args)
 		}
@@ -118,7 +120,7 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 		t.Errorf("--run_infinitely: %+v, %v; want a row every 5 s, no margin, no peak", o, err)
 	}
 	for _, args := range [][]string{{"-D", "4", "-a"}, {"-D", "2", "-f", "1"}, {"-D", "4", "-b"},
-		{"-l", "3", "-n", "1000"}, {"-l", "4", "-Q", "3"}, {"-l", "256", "-t", "128"}, {"--run_infinitely", "-e"}, {"-U"}, {"-u", "32"}} {
+		{"-l", "3", "-n", "1000"}, {"-l", "4", "-Q", "3"}, {"-l", "256", "-t", "128"}, {"--run_infinitely", "-e"}, {"-U"}, {"-u", "32"}, {"-u", "0"}} {
 		if _, err := ParseArgs(Tool{Write, false}, args); err == nil {
 			t.Errorf("ib_write_bw took %q", args)
 		}
@@ -141,8 +143,10 @@ func TestArgsDefaultsAndRefusals(t *testing.T) {
 	}
 }
 
+// freePort returns a TCP port nothing listens on now, on either family:
+// the server listens on both.
 func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", ":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +201,11 @@ func TestToolsRunAgainstThemselves(t *testing.T) {
 }
 
 func runBoth(t *testing.T, tool Tool, extra ...string) (server, client string) {
+	return runBothTo(t, tool, "127.0.0.1", extra...)
+}
+
+// runBothTo is runBoth with the client connecting to addr.
+func runBothTo(t *testing.T, tool Tool, addr string, extra ...string) (server, client string) {
 	if tool == (Tool{Write, true}) && raceEnabled {
 		t.Skip("ib_write_lat watches memory the device writes by RDMA, which the race detector reports; run without -race")
 	}
@@ -207,14 +216,15 @@ func runBoth(t *testing.T, tool Tool, extra ...string) (server, client string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	co, _ := ParseArgs(tool, append(args, "127.0.0.1"))
+	co, _ := ParseArgs(tool, append(args, addr))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var sout, cout syncBuf
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, so, &sout, &sout) }()
 	if err := runClient(ctx, co, &cout); err != nil {
-		t.Fatalf("client: %v\n%s", err, cout.String())
+		cancel()
+		t.Fatalf("client: %v\n%s\nserver: %v\n%s", err, cout.String(), <-done, sout.String())
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("server: %v\n%s", err, sout.String())
@@ -338,5 +348,146 @@ func TestNotPerftestPeerIsRefused(t *testing.T) {
 				t.Errorf("refused after %v", d)
 			}
 		})
+	}
+}
+
+// The out-of-band exchange runs over IPv6 too: the server listens on
+// both families, the client dials what the name resolves to.
+func TestExchangeOverIPv6(t *testing.T) {
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	ln.Close()
+	runBothTo(t, Tool{Send, false}, "::1")
+	runBothTo(t, Tool{Read, false}, "::1", "-z")
+	runBothTo(t, Tool{Write, true}, "::1") // last: skipped under -race
+}
+
+// perftest sends no QP count, but each side finds out, from the keys,
+// that the other uses another -q, and both fail at once with a clear
+// error instead of reading a key as a report (or waiting for ever).
+func TestMismatchedQPCountsFailOnBothSides(t *testing.T) {
+	for _, c := range []struct {
+		tool           Tool
+		server, client string
+		extra          []string
+	}{
+		{Tool{Write, false}, "2", "4", nil},
+		{Tool{Write, false}, "4", "2", nil},
+		{Tool{Send, false}, "2", "1", nil},
+		{Tool{Send, false}, "1", "3", nil},
+		{Tool{Read, false}, "1", "2", nil},
+		{Tool{Send, false}, "2", "3", []string{"-z"}},
+		{Tool{Send, false}, "2", "1", []string{"-c", "UD"}},
+		{Tool{Write, false}, "2", "1", []string{"-R"}},
+		{Tool{Write, false}, "1", "2", []string{"-R"}},
+	} {
+		name := fmt.Sprintf("%s-q%s-vs-q%s%s", c.tool.Name(), c.server, c.client, strings.Join(c.extra, ""))
+		t.Run(name, func(t *testing.T) {
+			port := itoa(freePort(t))
+			args := append([]string{"-d", "rxe_lo", "-n", "20", "-s", "1024", "-p", port}, c.extra...)
+			so, err := ParseArgs(c.tool, append(args, "-q", c.server))
+			if err != nil {
+				t.Fatal(err)
+			}
+			co, err := ParseArgs(c.tool, append(args, "-q", c.client, "127.0.0.1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var sout, cout syncBuf
+			done := make(chan error, 1)
+			go func() { done <- Run(ctx, so, &sout, &sout) }()
+			cerr := runClient(ctx, co, &cout)
+			serr := <-done
+			for side, err := range map[string]error{"server": serr, "client": cerr} {
+				if err == nil || !strings.Contains(err.Error(), "parameters mismatch") || ctx.Err() != nil {
+					t.Errorf("%s: %v, want a parameters mismatch\nserver:\n%s\nclient:\n%s", side, err, sout.String(), cout.String())
+				}
+			}
+		})
+	}
+}
+
+// As perftest, a server checks its device, port and GID index before it
+// listens: a wrong one fails at once, with no client to wait for.
+func TestBadDeviceFailsBeforeListening(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"-d", "nosuch"}, "IB device nosuch not found"},
+		{[]string{"-d", "rxe_lo", "-i", "2"}, "unable to query port 2"},
+		{[]string{"-d", "rxe_lo", "-x", "99"}, "GID index 99"},
+		{[]string{"-d", "nosuch", "-R"}, "IB device nosuch not found"},
+	} {
+		for _, tool := range []Tool{{Send, false}, {Write, true}} {
+			o, err := ParseArgs(tool, append(c.args, "-p", itoa(freePort(t))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			var out syncBuf
+			err = Run(ctx, o, &out, &out)
+			cancel()
+			if err == nil || !strings.Contains(err.Error(), c.says) || strings.Contains(out.String(), "Waiting for client") {
+				t.Errorf("%s %q: %v, want %q before listening\n%s", tool.Name(), c.args, err, c.says, out.String())
+			}
+		}
+	}
+}
+
+// --plot needs -a (a chart of sizes) and a path it can write, both
+// checked before the run; a path that is fine is left as it was.
+func TestPlotIsCheckedBeforeTheRun(t *testing.T) {
+	for _, c := range []struct {
+		tool Tool
+		args []string
+	}{
+		{Tool{Write, false}, []string{"--plot", "x.svg"}},
+		{Tool{Send, true}, []string{"--plot", "x.svg", "-s", "8"}},
+		{Tool{Atomic, false}, []string{"--plot", "x.svg", "-a"}},
+	} {
+		if _, err := ParseArgs(c.tool, c.args); err == nil || !strings.Contains(err.Error(), "--plot") {
+			t.Errorf("%s %q: %v, want a --plot error", c.tool.Name(), c.args, err)
+		}
+	}
+	dir := t.TempDir()
+	o, err := ParseArgs(Tool{Write, false}, []string{"-d", "rxe_lo", "-a", "--plot", dir + "/no/such/dir/x.svg", "-p", itoa(freePort(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var out syncBuf
+	if err := Run(ctx, o, &out, &out); err == nil || !strings.HasPrefix(err.Error(), "--plot: ") || strings.Contains(out.String(), "Waiting for client") {
+		t.Errorf("unwritable --plot: %v\n%s", err, out.String())
+	}
+	fresh, old := dir+"/fresh.svg", dir+"/old.svg"
+	if err := os.WriteFile(old, []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fresh, old} {
+		// A server with no client: the check passes, and the run
+		// waits until it is stopped.
+		o, err := ParseArgs(Tool{Write, false}, []string{"-d", "rxe_lo", "-a", "--plot", p, "-p", itoa(freePort(t))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		var out syncBuf
+		err = Run(ctx, o, &out, &out)
+		cancel()
+		if err == nil || strings.Contains(err.Error(), "--plot") || !strings.Contains(out.String(), "Waiting for client") {
+			t.Errorf("--plot %s: %v\n%s", p, err, out.String())
+		}
+	}
+	if _, err := os.Stat(fresh); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the check left %s behind: %v", fresh, err)
+	}
+	if b, _ := os.ReadFile(old); string(b) != "kept" {
+		t.Errorf("the check changed %s: %q", old, b)
 	}
 }

@@ -60,6 +60,37 @@ type res struct {
 	qpIndex map[uint32]int // QP number → index
 }
 
+// checkDevice opens the device and checks the port and the GID index
+// the run will use, as perftest does before it connects; with -R and no
+// -d the device is the one rdma_cm reaches the peer by, known only then.
+func checkDevice(o *Options) error {
+	if o.RdmaCM && o.Device == "" {
+		return nil
+	}
+	dev, err := openDevice(o.Device)
+	if err != nil {
+		return err
+	}
+	ctx, err := dev.Open()
+	if err != nil {
+		return fmt.Errorf("couldn't get context for the device: %w", err)
+	}
+	defer ctx.Close()
+	port, err := ctx.QueryPort(o.IBPort)
+	if err != nil {
+		return fmt.Errorf("unable to query port %d of %s: %w", o.IBPort, dev.Name(), err)
+	}
+	if port.State != verbs.PortActive {
+		return fmt.Errorf("port %d of %s is not active", o.IBPort, dev.Name())
+	}
+	if o.GIDIndex >= 0 {
+		if _, err := ctx.QueryGID(o.IBPort, o.GIDIndex); err != nil {
+			return fmt.Errorf("couldn't read GID index %d of %s port %d: %w", o.GIDIndex, dev.Name(), o.IBPort, err)
+		}
+	}
+	return nil
+}
+
 func openDevice(name string) (*verbs.Device, error) {
 	if name != "" {
 		d, err := verbs.DeviceByName(name)
@@ -163,18 +194,18 @@ func setup(o *Options) (*res, error) {
 			o.Inline = min(220, attr.MaxInlineData)
 		}
 	}
-	maxSize := o.Size
-	if o.All {
-		maxSize = MaxSize
-	}
 	if r.pd, err = r.ctx.AllocPD(); err != nil {
 		return fail(fmt.Errorf("couldn't allocate PD: %w", err))
 	}
 	// Each half is at least cycleBuffer long: perftest's bandwidth tests
 	// move their remote address through the peer's cycle buffer (its page
 	// size, exchanged in the system data) as they post.
-	r.half = max(maxSize, cycleBuffer)
+	r.half = max(o.maxSize(), cycleBuffer)
 	n := o.NumQPs
+	if total := o.bufferSize(); total > maxBuffer || uint64(total) > attr.MaxMRSize {
+		return fail(fmt.Errorf("couldn't allocate work buffer: %d QPs of 2 × %d bytes need %d bytes, over the %d allowed (use a smaller -q or -s, or no -a)",
+			n, r.half, total, min(maxBuffer, attr.MaxMRSize)))
+	}
 	r.buf = make([]byte, 2*n*r.half) // n local halves, then n targets
 	if r.mr, err = r.pd.RegMR(r.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic); err != nil {
 		return fail(fmt.Errorf("couldn't allocate MR: %w", err))
@@ -259,6 +290,11 @@ func (r *res) addQP(qp *verbs.QP, inline int) {
 	r.my = append(r.my, dest{lid: r.port.LID, outReads: out, qpn: qp.Num(), psn: rand.Uint32() & 0xffffff, rkey: r.mr.RKey(),
 		vaddr: r.mr.Addr() + uint64((n+i)*r.half), gid: r.gid, gidIndex: o.GIDIndex})
 }
+
+// maxBuffer bounds a run's buffer (2 × -q × the largest size): -q 1024
+// with -a would ask for 16 GiB, which an allocation cannot refuse but
+// the process's memory may not hold.
+const maxBuffer = 1 << 30
 
 // udQKey is the Q_Key of perftest's UD QPs (DEF_QKEY).
 const udQKey = 0x11111111
@@ -434,6 +470,14 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// As perftest (ctx_find_dev, check_link before it connects): a
+	// wrong -d, -i or -x fails at once, not once a peer has come.
+	if err := checkDevice(o); err != nil {
+		return err
+	}
+	if err := checkPlot(o.Plot); err != nil {
+		return err
+	}
 	if o.Server == "" {
 		fmt.Fprint(out.table, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 	}
@@ -483,7 +527,7 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	// for N QPs: each QP's keys, ctx_connect, each QP's again and one
 	// more with the first QP's (send_bw has the one before the N).
 	for i := range r.qps {
-		if r.rem[i], err = c.handshake(&r.my[i]); err != nil {
+		if r.rem[i], err = c.firstKey(r, i); err != nil {
 			return err
 		}
 	}
@@ -491,7 +535,7 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 		// write_lat, read_lat, atomic_lat (one QP) have a handshake
 		// before the keys; the key message is the same every time, so
 		// the second carries what the first did.
-		if r.rem[0], err = c.handshake(&r.my[0]); err != nil {
+		if err := c.againKey(r, 0); err != nil {
 			return err
 		}
 	}
@@ -502,17 +546,17 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 		}
 	}
 	if t.Verb == Send && !t.Lat {
-		if _, err := c.handshake(&r.my[0]); err != nil {
+		if err := c.againKey(r, 0); err != nil {
 			return err
 		}
 	}
 	for i := range r.qps {
-		if _, err := c.handshake(&r.my[i]); err != nil {
+		if err := c.againKey(r, i); err != nil {
 			return err
 		}
 	}
 	if t.Verb != Send || t.Lat {
-		if _, err := c.handshake(&r.my[0]); err != nil {
+		if err := c.againKey(r, 0); err != nil {
 			return err
 		}
 	}

@@ -144,6 +144,11 @@ func serverExchange(ctx context.Context, o *Options, my []dest, connect func([]d
 		if err != nil {
 			return nil, fmt.Errorf("couldn't listen to port %d: %w", o.Port, err)
 		}
+		if o.Port == 0 && o.Notice != nil {
+			// The C programs bind the port getaddrinfo's "0" gives, an
+			// ephemeral one, and never say which: say it.
+			fmt.Fprintf(o.Notice, "listening on port %d\n", ln.Addr().(*net.TCPAddr).Port)
+		}
 	}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	conn, err := ln.Accept()

@@ -90,7 +90,7 @@ func (t Transport) Tool() string { return "ibv_" + t.String() + "_pingpong" }
 type Options struct {
 	Transport Transport // which program: RC (the zero value), UC, UD or SRQ
 	Server    string    // the server's host name for the client; empty for the server side
-	Port      int       // -p: TCP port of the exchange (18515)
+	Port      int       // -p: TCP port of the exchange (18515; a server's 0: any, told to Notice)
 	Device    string    // -d: device name (default: the first device)
 	IBPort    uint8     // -i: device port (1)
 	Size      int       // -s: message size (4096; UD: 1024, at most the port's active MTU)
@@ -107,7 +107,7 @@ type Options struct {
 	// rxe.NewDevice).
 	Dev *verbs.Device
 	// Notice, if set, is told what Run chose for the user (the GID index
-	// when none was given).
+	// when none was given, the port a server listens on for Port 0).
 	Notice io.Writer
 	// Idle is how long a side waits for a completion before it decides
 	// that the peer has stopped answering and fails (0: for ever, as the
@@ -183,6 +183,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("iters %d: must be at least 1", o.Iters)
 	case o.IBPort < 1:
 		return errors.New("IB port 0: ports start at 1")
+	case o.Port < 0 || o.Port > 65535:
+		return fmt.Errorf("TCP port %d: must be 0 to 65535", o.Port)
+	case o.Port == 0 && o.Server != "":
+		return errors.New("TCP port 0: the client needs the port the server listens on")
 	}
 	if o.Transport == SRQ {
 		if o.NumQP < 1 || o.NumQP >= maxQP {

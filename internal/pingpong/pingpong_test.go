@@ -3,6 +3,8 @@ package pingpong
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -127,4 +129,59 @@ func freeTCPPort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// noticeLines passes each line written to it down a channel.
+type noticeLines chan string
+
+func (n noticeLines) Write(p []byte) (int, error) {
+	for _, l := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		n <- l
+	}
+	return len(p), nil
+}
+
+// TestServerOnPortZeroSaysWhichPort: -p 0 makes the server listen on an
+// ephemeral port, which it tells Notice; a client reaches it there. A
+// client cannot connect to port 0, and says so.
+func TestServerOnPortZeroSaysWhichPort(t *testing.T) {
+	port := uint16(20000 + rand.IntN(20000))
+	dev := func(a string) *verbs.Device {
+		d, err := rxe.NewDevice(rxe.Config{Addrs: []netip.Addr{netip.MustParseAddr(a)}, Port: port})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	o := Defaults()
+	o.Port, o.Iters, o.GIDIndex = 0, 20, 0
+	srv, cli := o, o
+	srv.Dev, cli.Dev = dev("127.0.0.1"), dev("127.0.0.2")
+	notices := make(noticeLines, 4)
+	srv.Notice = notices
+	cli.Server = "127.0.0.1"
+	if _, err := Run(context.Background(), io.Discard, cli); err == nil || !strings.Contains(err.Error(), "TCP port 0") {
+		t.Fatalf("client with port 0: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srvErr := make(chan error, 1)
+	go func() { _, err := Run(ctx, io.Discard, srv); srvErr <- err }()
+	var line string
+	select {
+	case line = <-notices:
+	case err := <-srvErr:
+		t.Fatalf("server ended: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the server never said its port")
+	}
+	if _, err := fmt.Sscanf(line, "listening on port %d", &cli.Port); err != nil || cli.Port == 0 {
+		t.Fatalf("notice %q: %v", line, err)
+	}
+	if _, err := Run(ctx, io.Discard, cli); err != nil {
+		t.Fatalf("client on port %d: %v", cli.Port, err)
+	}
+	if err := <-srvErr; err != nil {
+		t.Fatalf("server: %v", err)
+	}
 }
