@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/rdmago/rdmago/internal/getopt"
 	"github.com/rdmago/rdmago/internal/units"
 	"github.com/rdmago/rdmago/rsocket"
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // Options are rstream's settings.
@@ -87,6 +89,34 @@ func Usage(w io.Writer) {
 `)
 }
 
+// The largest values of the numeric options. rstream keeps them in C
+// ints; here they are bounded so that what they size can be allocated.
+const (
+	// MaxTransfer is the largest -S: the run's buffer is this large.
+	MaxTransfer = 1 << 30
+	// MaxBuffer is the largest -B: each ring is twice this (SO_SNDBUF
+	// and SO_RCVBUF double the value they are given).
+	MaxBuffer = 1 << 29
+	// MaxInline is the largest -i (RDMA_INLINE; rsockets bounds it by
+	// its largest queue, RS_QP_MAX_SIZE); the device bounds it further,
+	// which Run checks.
+	MaxInline = 0xfffe
+)
+
+var maxArg = map[byte]int{
+	'B': MaxBuffer,
+	'i': MaxInline,
+	'I': math.MaxInt32,
+	'C': math.MaxInt32,
+	'S': MaxTransfer,
+	'k': math.MaxInt32, // seconds, as TCP_KEEPIDLE takes them
+}
+
+var maxArgWhy = map[byte]string{
+	'B': " (each ring is twice -B bytes)",
+	'S': " (the transfer buffer is -S bytes)",
+}
+
 // ParseArgs parses rstream's command line: getopt "s:b:f:B:i:I:C:S:p:k:T:".
 // A bad option or -T value prints the usage, and the error exits 1 as
 // rstream does.
@@ -97,9 +127,10 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 		return o, &ExitError{Status: 1, What: "usage"}
 	}
 	num := func(opt byte, v string) (int, error) {
+		limit := maxArg[opt]
 		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 0 {
-			fmt.Fprintf(stderr, "rdmago rstream: -%c %q: want a number from 0\n", opt, v)
+		if err != nil || n < 0 || n > limit {
+			fmt.Fprintf(stderr, "rdmago rstream: -%c %q: want a number from 0 to %d%s\n", opt, v, limit, maxArgWhy[opt])
 			return 0, &ExitError{Status: 1, What: "bad number"}
 		}
 		return n, nil
@@ -274,11 +305,16 @@ type session struct {
 // server. It returns an *ExitError with rstream's status on failure.
 func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	s := &session{o: o, out: stdout, errw: stderr}
+	if err := checkInlineFor(o, stderr); err != nil {
+		return err
+	}
 	n := testSize[len(testSize)-1].size
 	if o.Custom {
 		n = o.Size
 	}
-	s.buf = make([]byte, n)
+	// The buffer also carries run_test's 16-byte start exchange, larger
+	// than a custom run's transfers of 1 to 15 bytes.
+	s.buf = make([]byte, max(n, syncSize))
 	if o.Dst == "" {
 		if err := s.listen(ctx); err != nil {
 			return err
@@ -310,6 +346,39 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 			s.runTest(c, t) // rstream goes on after a failed size
 		}
 		c.Close() // rshutdown(SHUT_RDWR), rclose
+	}
+	return nil
+}
+
+// checkInlineFor refuses an -i larger than a device can post inline: the
+// QPs of the connections would not be made, and a server would reject
+// every client (rs_create_ep's rdma_create_qp fails on the device's
+// max_inline_data). The bound is the smallest of the devices', as
+// either side may run on any of them.
+func checkInlineFor(o Options, stderr io.Writer) error {
+	inline := o.Inline
+	if o.Sockets || inline <= 64 { // TCP sockets; rsockets' own default
+		return nil
+	}
+	devs, err := verbs.Devices()
+	if err != nil {
+		return nil // rsocket says why when it connects
+	}
+	limit, name := -1, ""
+	for _, d := range devs {
+		ctx, err := d.Open()
+		if err != nil {
+			continue
+		}
+		attr, err := ctx.QueryDevice()
+		ctx.Close()
+		if err == nil && attr.MaxInlineData > 0 && (limit < 0 || attr.MaxInlineData < limit) {
+			limit, name = attr.MaxInlineData, d.Name()
+		}
+	}
+	if limit >= 0 && inline > limit {
+		fmt.Fprintf(stderr, "rdmago rstream: -i %d: device %s sends at most %d bytes inline (its max_inline_data)\n", inline, name, limit)
+		return &ExitError{Status: 1, What: "inline size"}
 	}
 	return nil
 }
@@ -427,14 +496,17 @@ func (s *session) accept(ctx context.Context) (net.Conn, error) {
 	}
 }
 
+// syncSize is the size of run_test's start exchange (sync_test).
+const syncSize = 16
+
 // runTest is run_test: a 16-byte exchange to start together, then
 // iter rounds of count transfers each way, timed.
 func (s *session) runTest(c net.Conn, t test) error {
 	client := s.o.Dst != ""
-	if err := s.xfer(c, 16, client); err != nil {
+	if err := s.xfer(c, syncSize, client); err != nil {
 		return err
 	}
-	if err := s.xfer(c, 16, !client); err != nil {
+	if err := s.xfer(c, syncSize, !client); err != nil {
 		return err
 	}
 	start := time.Now()
