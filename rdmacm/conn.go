@@ -222,8 +222,12 @@ func (c *Conn) WaitDisconnect(ctx context.Context) error {
 // rdma_destroy_event_channel). It does not wait for the peer: the
 // connection manager finishes the disconnection on its own. Memory the
 // caller registered on PD must be deregistered first. Closing twice is
-// harmless.
+// harmless; Close of a nil Conn, or of one Dial or Accept did not make,
+// returns an error wrapping verbs.ErrInvalidArgument.
 func (c *Conn) Close() error {
+	if c == nil || c.ID == nil {
+		return verbs.Errorf("rdma_disconnect", verbs.ErrInvalidArgument, "Close of a Conn that Dial or Accept did not make")
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -524,8 +528,12 @@ func (l *Listener) accept(ctx context.Context, ev *Event) (c *Conn, err error) {
 
 // Close stops listening: it ends the Accept calls in progress, then
 // destroys the listening ID and its event channel. Connections already
-// accepted are not affected.
+// accepted are not affected. Close of a nil Listener, or of one Listen
+// did not make, returns an error wrapping verbs.ErrInvalidArgument.
 func (l *Listener) Close() error {
+	if l == nil || l.id == nil {
+		return verbs.Errorf("rdma_destroy_id", verbs.ErrInvalidArgument, "Close of a Listener that Listen did not make")
+	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()

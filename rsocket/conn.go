@@ -812,8 +812,12 @@ func (c *Conn) shutdown(ctrl uint32) {
 // Close sends rsockets' disconnect message, waits a short while for the
 // data written to be acknowledged, disconnects (rdma_disconnect), and
 // frees the QP, its memory and the connection's goroutines (rclose).
-// Blocked reads and writes return net.ErrClosed.
+// Blocked reads and writes return net.ErrClosed. Close of a nil or zero
+// Conn returns an error wrapping os.ErrInvalid.
 func (c *Conn) Close() error {
+	if c == nil || c.rc == nil {
+		return &net.OpError{Op: "close", Net: "rdma", Err: os.ErrInvalid}
+	}
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"time"
 
@@ -251,8 +252,13 @@ func (l *Listener) AcceptRsocket(ctx context.Context) (*Conn, error) {
 	}
 }
 
-// Close stops listening. Connections already accepted stay open.
+// Close stops listening. Connections already accepted stay open. Close of
+// a nil Listener, or of one that Listen did not make, returns an error
+// wrapping os.ErrInvalid.
 func (l *Listener) Close() error {
+	if l == nil || l.l == nil {
+		return &net.OpError{Op: "close", Net: "rdma", Err: os.ErrInvalid}
+	}
 	l.mu.Lock()
 	if !l.closed {
 		l.closed = true

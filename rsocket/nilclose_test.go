@@ -1,0 +1,25 @@
+package rsocket
+
+import (
+	"errors"
+	"os"
+	"testing"
+)
+
+// A Conn or Listener that Dial, Accept or Listen did not make (nil, or a
+// zero value) says so when closed rather than panicking.
+func TestCloseOfAConnOrListenerNeverMadeFails(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		close func() error
+	}{
+		{"nil Conn", (*Conn)(nil).Close},
+		{"zero Conn", (&Conn{}).Close},
+		{"nil Listener", (*Listener)(nil).Close},
+		{"zero Listener", (&Listener{}).Close},
+	} {
+		if err := c.close(); !errors.Is(err, os.ErrInvalid) {
+			t.Errorf("%s: Close = %v, want an error wrapping os.ErrInvalid", c.name, err)
+		}
+	}
+}
