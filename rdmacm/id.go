@@ -394,7 +394,13 @@ func (id *ID) bind(op string, addr netip.AddrPort) error {
 			return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID changed state (destroyed?) while binding")
 		}
 		if dev == nil {
-			return verbs.Errorf(op, verbs.ErrAddrNotAvail, "no RDMA device serves "+ip.String())
+			why := "no RDMA device serves " + ip.String()
+			if _, err := verbs.Devices(); err != nil {
+				why += " (" + err.Error() + ")"
+			} else if h := verbs.NoProviderHint(); h != "" {
+				why += " (" + h + ")"
+			}
+			return verbs.Errorf(op, verbs.ErrAddrNotAvail, why)
 		}
 		if b := backendFor(dev); b != nil {
 			return id.kbind(b, dev, addr)

@@ -50,6 +50,9 @@ func Devices() ([]*Device, error) {
 	list := append([]Provider(nil), providers.list...)
 	providers.mu.Unlock()
 	want := os.Getenv("RDMAGO_PROVIDER")
+	if want != "" && !slices.ContainsFunc(list, func(p Provider) bool { return slices.Contains(strings.Split(want, ","), p.Name()) }) {
+		return nil, Errorf("ibv_get_device_list", ErrNoDevice, "RDMAGO_PROVIDER="+want+" names no registered provider "+registered(list))
+	}
 	var devs []*Device
 	for _, p := range list {
 		if want != "" && !slices.Contains(strings.Split(want, ","), p.Name()) {
@@ -63,6 +66,49 @@ func Devices() ([]*Device, error) {
 	}
 	sort.SliceStable(devs, func(i, j int) bool { return devs[i].name < devs[j].name })
 	return devs, nil
+}
+
+// Providers returns the names of the registered providers, in the order
+// they registered.
+func Providers() []string {
+	providers.mu.Lock()
+	defer providers.mu.Unlock()
+	names := make([]string, len(providers.list))
+	for i, p := range providers.list {
+		names[i] = p.Name()
+	}
+	return names
+}
+
+// registered says which providers there are, for an error message, with
+// the imports that register the others.
+func registered(list []Provider) string {
+	names := make([]string, len(list))
+	for i, p := range list {
+		names[i] = p.Name()
+	}
+	why := "(registered: " + strings.Join(names, ", ")
+	if len(list) == 0 {
+		why = "(none is registered"
+	}
+	if !slices.Contains(names, "rxe") {
+		why += `; the software device registers with import _ "github.com/rdmago/rdmago/rxe"`
+	}
+	if !slices.Contains(names, "rdmacore") {
+		why += "; rdma-core's, with the rdmacore package in a build with -tags rdmacore"
+	}
+	return why + ")"
+}
+
+// NoProviderHint is what to add to a "no device" error when no provider
+// is registered at all: the program imported none. It is "" otherwise.
+func NoProviderHint() string {
+	providers.mu.Lock()
+	defer providers.mu.Unlock()
+	if len(providers.list) > 0 {
+		return ""
+	}
+	return "no RDMA provider is registered: import one, as import _ \"github.com/rdmago/rdmago/rxe\" does for the software device"
 }
 
 // ForkIniter is a provider that must prepare for fork before memory is

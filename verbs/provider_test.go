@@ -1,6 +1,8 @@
 package verbs_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -25,7 +27,6 @@ func TestRDMAGOProviderPicksTheProvidersListed(t *testing.T) {
 		{"ptest_a", []string{"ptest_a0"}},
 		{"ptest_b", []string{"ptest_b0"}},
 		{"ptest_b,ptest_a", []string{"ptest_a0", "ptest_b0"}},
-		{"nosuch", nil},
 	} {
 		t.Setenv("RDMAGO_PROVIDER", c.env)
 		devs, err := verbs.Devices()
@@ -39,6 +40,12 @@ func TestRDMAGOProviderPicksTheProvidersListed(t *testing.T) {
 		if len(got) != len(c.want) || len(got) > 0 && (got[0] != c.want[0] || got[len(got)-1] != c.want[len(c.want)-1]) {
 			t.Errorf("RDMAGO_PROVIDER=%s: devices %v, want %v", c.env, got, c.want)
 		}
+	}
+	// A list that names no registered provider is a mistake, not a host
+	// without devices: the error says which providers there are.
+	t.Setenv("RDMAGO_PROVIDER", "nosuch")
+	if devs, err := verbs.Devices(); !errors.Is(err, verbs.ErrNoDevice) || !strings.Contains(err.Error(), "ptest_a, ptest_b") || len(devs) != 0 {
+		t.Errorf("RDMAGO_PROVIDER=nosuch: devices %v, error %v; want ErrNoDevice naming the registered providers", devs, err)
 	}
 	t.Setenv("RDMAGO_PROVIDER", "")
 	devs, _ := verbs.Devices()
