@@ -29,11 +29,15 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
-	if _, err := parseInterspersed(fs, args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return flagError(err)
 	}
-	opt := demo.Options{Port: uint16(*port), BWSize: *size, BWTime: *dur}
-	var err error
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "rdmago demo: unexpected argument %q: demo takes flags only (rdmago demo -h)\n", rest[0])
+		return 2
+	}
+	opt := demo.Options{Port: uint16(*port), BWSize: *size, BWTime: *dur, Devices: noteDevice}
 	if opt.ServerAddr, err = netip.ParseAddr(*server); err != nil {
 		fmt.Fprintf(stderr, "rdmago demo: -server: %v\n", err)
 		return 2

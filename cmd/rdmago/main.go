@@ -43,6 +43,7 @@ import (
 	"runtime/pprof"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -159,12 +160,28 @@ func commonFlags(args []string) ([]string, common, error) {
 // printStats prints, for each device the run used, its counters as
 // `rdma statistic` names them, one "name value" line each after a
 // "# device" line.
+// made are the devices a command made for itself, outside every
+// provider's list (the demo's), for printStats.
+var made struct {
+	sync.Mutex
+	devs []*verbs.Device
+}
+
+// noteDevice adds a device a command made to those printStats reads.
+func noteDevice(d *verbs.Device) {
+	made.Lock()
+	made.devs = append(made.devs, d)
+	made.Unlock()
+}
+
 func printStats(w io.Writer) {
 	devs, err := verbs.Devices()
 	if err != nil {
 		fmt.Fprintf(w, "# counters: %v\n", err)
-		return
 	}
+	made.Lock()
+	devs = append(devs, made.devs...)
+	made.Unlock()
 	for _, d := range devs {
 		c, err := d.QueryCounters()
 		if err != nil || c[verbs.CounterSentPkts]+c[verbs.CounterRcvdPkts] == 0 {

@@ -11,11 +11,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rdmago/rdmago/internal/racesync"
@@ -30,6 +32,9 @@ type Options struct {
 	Port                   uint16     // RoCE UDP port (4791)
 	BWSize                 int        // RDMA WRITE size of the bandwidth run (1 MiB)
 	BWTime                 time.Duration
+	// Devices, if set, is told of each device the demo makes, so that
+	// the caller can read its counters (rdmago's --stats).
+	Devices func(*verbs.Device)
 }
 
 func (o *Options) defaults() {
@@ -80,13 +85,27 @@ func Run(ctx context.Context, w io.Writer, opt Options) error {
 		errs[1] = runClient(ctx, out, ln.Addr().String(), opt)
 	}()
 	wg.Wait()
-	if errs[0] != nil {
+	switch {
+	case errs[0] != nil && errs[1] != nil:
+		// One side's failure ends the other's exchange: name the cause
+		// first.
+		srv, cli := fmt.Errorf("server: %w", errs[0]), fmt.Errorf("client: %w", errs[1])
+		if peerGone(errs[0]) && !peerGone(errs[1]) {
+			return fmt.Errorf("%w (and so the %v)", cli, srv)
+		}
+		return fmt.Errorf("%w (and so the %v)", srv, cli)
+	case errs[0] != nil:
 		return fmt.Errorf("server: %w", errs[0])
-	}
-	if errs[1] != nil {
+	case errs[1] != nil:
 		return fmt.Errorf("client: %w", errs[1])
 	}
 	return nil
+}
+
+// peerGone reports whether err is one side seeing the other go.
+func peerGone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // printer serialises the two sides' lines.
@@ -142,6 +161,9 @@ func (r *resources) create(addr netip.Addr, opt Options, bufSize int) error {
 	dev, err := rxe.NewDevice(rxe.Config{Name: "rxe_" + r.who, Addrs: []netip.Addr{addr}, Port: opt.Port})
 	if err != nil {
 		return err
+	}
+	if opt.Devices != nil {
+		opt.Devices(dev)
 	}
 	if r.ctx, err = dev.Open(); err != nil {
 		return err
