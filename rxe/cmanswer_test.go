@@ -431,3 +431,22 @@ func FuzzCMAnswer(f *testing.F) {
 		}
 	})
 }
+
+// A service ID in rdma_cm's port spaces is named by its port, as the
+// programs that listen on it know it.
+func TestServiceNameIsThePort(t *testing.T) {
+	for _, c := range []struct {
+		id   uint64
+		want string
+	}{
+		{0x01061c06, "port 7174 of rdma_cm's TCP port space (service 0x1061c06)"},
+		{0x01110007, "port 7 of rdma_cm's UDP port space (service 0x1110007)"},
+		{0x013f0000, "port 0 of rdma_cm's IB port space (service 0x13f0000)"},
+		{0x1234, "service 0x1234"},
+		{0x1_01061c06, "service 0x101061c06"},
+	} {
+		if got := serviceName(c.id); got != c.want {
+			t.Errorf("serviceName(%#x) = %q, want %q", c.id, got, c.want)
+		}
+	}
+}

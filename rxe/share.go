@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"syscall"
 
 	"github.com/rdmago/rdmago/rxe/link"
@@ -151,13 +152,28 @@ func (d *device) ClaimService(addr netip.Addr, id uint64) (release func(), err e
 		if err != nil {
 			undo()
 			if errors.Is(err, link.ErrServiceTaken) {
-				return nil, verbs.Errorf("rdma_listen", verbs.ErrAddrInUse, fmt.Sprintf("another process of this host listens on service %#x at %v", id, l.LocalAddr()))
+				who := "another process of this host"
+				if strings.Contains(err.Error(), "another user's") {
+					who = "another user's process"
+				}
+				return nil, verbs.Errorf("rdma_listen", verbs.ErrAddrInUse, fmt.Sprintf("%s listens on %s at %v", who, serviceName(id), l.LocalAddr()))
 			}
 			return nil, err
 		}
 		releases = append(releases, r)
 	}
 	return undo, nil
+}
+
+// serviceName names a connection manager service ID as rdma_cm's users
+// know it: a port of a port space (the IBTA's IP service IDs are
+// 0x0000000001 <port space> <port>), or the ID itself.
+func serviceName(id uint64) string {
+	spaces := map[uint64]string{0x0002: "IPoIB", 0x0106: "TCP", 0x0111: "UDP", 0x013f: "IB"}
+	if ps, ok := spaces[id>>16&0xffff]; ok && id>>32 == 0 {
+		return fmt.Sprintf("port %d of rdma_cm's %s port space (service %#x)", id&0xffff, ps, id)
+	}
+	return fmt.Sprintf("service %#x", id)
 }
 
 // unreachable hears from a link that a packet found nobody at dst (ICMP
