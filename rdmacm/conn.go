@@ -318,6 +318,15 @@ func Dial(ctx context.Context, addr string, opts *Options) (*Conn, error) {
 	return nil, fmt.Errorf("rdmacm: dial %s: %w", addr, first)
 }
 
+// providerHint is what to add to an address error when the program
+// registered no RDMA provider (it imported none), else "".
+func providerHint() string {
+	if h := verbs.NoProviderHint(); h != "" {
+		return " (" + h + ")"
+	}
+	return ""
+}
+
 func dial(ctx context.Context, ai *AddrInfo, opts *Options) (c *Conn, err error) {
 	id, ch, err := newChannelID(ai.PortSpace)
 	if err != nil {
@@ -329,10 +338,10 @@ func dial(ctx context.Context, ai *AddrInfo, opts *Options) (c *Conn, err error)
 		}
 	}()
 	if err := id.ResolveAddr(ai.SrcAddr, ai.DstAddr, opts.timeout()); err != nil { // rdma_resolve_addr
-		return nil, fmt.Errorf("resolving address %v: %w", ai.DstAddr.Addr(), err)
+		return nil, fmt.Errorf("resolving address %v: %w%s", ai.DstAddr.Addr(), err, providerHint())
 	}
 	if _, err := waitEvent(ctx, ch, EventAddrResolved); err != nil {
-		return nil, fmt.Errorf("resolving address %v: %w", ai.DstAddr.Addr(), err)
+		return nil, fmt.Errorf("resolving address %v: %w%s", ai.DstAddr.Addr(), err, providerHint())
 	}
 	if err := id.ResolveRoute(opts.timeout()); err != nil { // rdma_resolve_route
 		return nil, fmt.Errorf("resolving route to %v: %w", ai.DstAddr.Addr(), err)
