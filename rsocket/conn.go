@@ -88,6 +88,25 @@ type Config struct {
 	// default, 19 (about 2.1 s). A peer that vanishes is given up on
 	// after 8 such timeouts.
 	ACKTimeout uint8
+	// PollTime is how long a Read or Write that must wait for the peer
+	// polls for it before it sleeps (rsockets' polling_time):
+	// DefaultPollTime if zero, no polling if negative. Polls run on
+	// the waiting goroutine and, on the software device, read the
+	// network themselves, so an answer that comes within it costs no
+	// wake-up; at most half the process's CPUs (GOMAXPROCS/2, at least
+	// one) poll at once, and an idle connection polls for no longer
+	// than this once before it sleeps.
+	PollTime time.Duration
+}
+
+func (c *Config) pollTime() time.Duration {
+	switch {
+	case c.PollTime == 0:
+		return DefaultPollTime
+	case c.PollTime < 0:
+		return 0
+	}
+	return c.PollTime
 }
 
 func (c *Config) sizes() (rbuf, sbuf, qsize, inline int) {
@@ -145,6 +164,7 @@ type Conn struct {
 	remote Addr
 
 	rbufSize, sbufSize, qsize, inline int
+	pollTime                          time.Duration // how long a wait polls before it sleeps (spin)
 
 	rmu, wmu sync.Mutex // one Read, one Write at a time
 	rdl, wdl *deadline
@@ -157,12 +177,15 @@ type Conn struct {
 	mu sync.Mutex
 	// Scratch for posting under mu, so that a post allocates nothing
 	// (the providers copy what they keep).
-	wrBuf   [1]verbs.SendWR
-	sgeBuf  [2]verbs.SGE
-	recvBuf [32]verbs.RecvWR
-	wake    chan struct{} // closed and replaced when the state moves
-	waiting int           // goroutines waiting on wake
-	closing bool          // Close has begun
+	wrBuf    [1]verbs.SendWR
+	sgeBuf   [2]verbs.SGE
+	recvBuf  [32]verbs.RecvWR
+	wcs      [32]verbs.WC  // completions a spinning wait polls into
+	wake     chan struct{} // closed and replaced when the state moves
+	waiting  int           // goroutines waiting on wake
+	moves    uint64        // broadcasts so far: how a spinning wait sees the state move
+	cqWaiter func()        // wakes the goroutine sleeping on the CQ (waitCQ), if one does
+	closing  bool          // Close has begun
 
 	connected, readable, writable bool
 	err                           error // the connection's failure
@@ -219,6 +242,13 @@ func (c *Conn) setup(rc *rdmacm.Conn) error {
 	c.rc, c.qp, c.cq = rc, rc.QP, rc.RecvCQ
 	pd := rc.PD
 	var err error
+	if c.pollTime > 0 {
+		// Polls drive a software device (its manual progress); waits
+		// work as before. A hardware device ignores it.
+		if err = pd.Context().SetProgress(verbs.ProgressManual); err != nil {
+			return err
+		}
+	}
 	if c.smr, err = pd.RegMR(make([]byte, c.sbufSize+ctrlSlots*sgeLen), verbs.AccessLocalWrite); err != nil {
 		return err
 	}
@@ -252,8 +282,7 @@ func (c *Conn) connData() []byte {
 // goroutines.
 func (c *Conn) start(peer ConnData) {
 	c.init(peer)
-	c.wg.Add(2)
-	go c.progress()
+	c.wg.Add(1)
 	go c.watchCM()
 	c.mu.Lock()
 	c.ka = time.AfterFunc(c.look(), c.keepAlive)
@@ -301,24 +330,6 @@ func (c *Conn) release() {
 		}
 	}
 	c.smr, c.tmr, c.rmr = nil, nil, nil
-}
-
-// progress takes the CQ's completions as they come (rs_poll_cq), for
-// the connection's life.
-func (c *Conn) progress() {
-	defer c.wg.Done()
-	wcs := make([]verbs.WC, 32)
-	for {
-		c.mu.Lock()
-		n := c.poll(wcs)
-		c.mu.Unlock()
-		if n < 0 {
-			return
-		}
-		if n == 0 && c.cq.Wait(c.ctx) != nil {
-			return
-		}
-	}
 }
 
 // poll takes one batch of completions, reposts the receives they used
@@ -453,6 +464,10 @@ func (c *Conn) fail(err error) {
 
 // broadcast wakes the goroutines waiting for the state to move.
 func (c *Conn) broadcast() {
+	c.moves++
+	if c.cqWaiter != nil {
+		c.cqWaiter()
+	}
 	if c.waiting > 0 {
 		close(c.wake)
 		c.wake = make(chan struct{})
@@ -461,8 +476,19 @@ func (c *Conn) broadcast() {
 }
 
 // wait lets go of c.mu until the state moves, dl passes or c is closed,
-// and takes it again.
+// and takes it again. Like rsockets, the connection has no goroutine of
+// its own taking completions: the calls that wait take them. A wait first
+// polls the CQ itself for pollTime (spin), as rsockets do for
+// polling_time, so that a peer that answers within it is heard without a
+// wake-up; then one waiting goroutine sleeps on the CQ (waitCQ), and any
+// other on the connection's state.
 func (c *Conn) wait(dl *deadline) error {
+	if c.spin(dl) {
+		return nil
+	}
+	if c.cqWaiter == nil {
+		return c.waitCQ(dl)
+	}
 	w := c.wake
 	c.waiting++
 	c.mu.Unlock()
@@ -478,6 +504,40 @@ func (c *Conn) wait(dl *deadline) error {
 	return err
 }
 
+// waitCQ sleeps until the CQ has a completion, dl passes or c is closed
+// (c.mu held, let go of meanwhile), and takes what came.
+func (c *Conn) waitCQ(dl *deadline) error {
+	expired := dl.done()
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	c.cqWaiter = cancel // broadcast wakes it: the state moved under another goroutine
+	c.mu.Unlock()
+	go func() {
+		select {
+		case <-expired:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	werr := c.cq.Wait(ctx)
+	c.mu.Lock()
+	c.cqWaiter = nil
+	if c.poll(c.wcs[:]) == 0 {
+		// Nothing came (or the CQ failed): let another waiter take the
+		// CQ over.
+		c.broadcast()
+	}
+	switch {
+	case werr == nil || ctx.Err() == nil:
+		return werr
+	case c.ctx.Err() != nil:
+		return net.ErrClosed
+	case isClosed(expired):
+		return os.ErrDeadlineExceeded
+	}
+	return nil // woken by broadcast: look again
+}
+
 // watchCM waits for the connection manager's DISCONNECTED event: the
 // peer's rdma_disconnect, or a connection the CM gave up on.
 func (c *Conn) watchCM() {
@@ -490,8 +550,7 @@ func (c *Conn) watchCM() {
 	// The peer disconnects once its last messages were acknowledged,
 	// and their completions were queued before those acknowledgements
 	// went: take them all before the stream ends.
-	wcs := make([]verbs.WC, 32)
-	for c.poll(wcs) > 0 {
+	for c.poll(c.wcs[:]) > 0 {
 	}
 	if c.readable {
 		// No shutdown or disconnect message came first: the peer went
@@ -515,6 +574,8 @@ func (c *Conn) keepAlive() {
 	if c.closing || !c.connected {
 		return
 	}
+	// Nobody may be reading or writing: take what completed first.
+	c.poll(c.wcs[:])
 	idle := c.allSendsDone()
 	if c.sendsDone == c.doneAtKA && !idle {
 		c.kaMisses++
@@ -528,7 +589,7 @@ func (c *Conn) keepAlive() {
 	}
 	c.sinceKA += c.look()
 	due := c.ka0 > 0 && c.sinceKA >= c.ka0
-	if (due || c.waiting > 0 && idle) && c.ctrlSeq != c.ctrlMax {
+	if (due || (c.waiting > 0 || c.cqWaiter != nil) && idle) && c.ctrlSeq != c.ctrlMax {
 		c.sinceKA = 0
 		c.ctrlSeq++
 		c.post(verbs.SendWR{WRID: uint64(msg(opCtrl, ctrlKeepAlive)), Opcode: verbs.WRRDMAWrite})
@@ -668,7 +729,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		return 0, c.opError("write", err)
 	}
 	n := 0
-	olap := olapStart
+	olap := maxTransfer
 	for n < len(b) {
 		if c.closing {
 			return n, c.opError("write", net.ErrClosed)

@@ -55,7 +55,7 @@ func (d *deadline) stop() {
 	}
 }
 
-func isClosed(ch chan struct{}) bool {
+func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
 		return true

@@ -16,7 +16,7 @@ import (
 
 // newConn makes the Conn a connection attempt under cfg fills in.
 func newConn(cfg *Config) *Conn {
-	c := &Conn{ka0: cfg.keepAlive()}
+	c := &Conn{ka0: cfg.keepAlive(), pollTime: cfg.pollTime()}
 	c.rbufSize, c.sbufSize, c.qsize, c.inline = cfg.sizes()
 	return c
 }

@@ -1,0 +1,58 @@
+package rsocket
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultPollTime is how long a Read or Write that has to wait polls the
+// connection's completion queue before it sleeps, when Config.PollTime is
+// zero. (librdmacm's polling_time defaults to 10 µs, with the kernel
+// waking the thread after; a Go wake-up through the device's goroutines
+// costs more than that, so the poll is longer.)
+const DefaultPollTime = 50 * time.Microsecond
+
+// spinners counts the goroutines of the process polling a CQ in spin: at
+// most maxSpinners poll at once, so that a process with many connections
+// waiting never spends more than that many CPUs on polls; the others
+// sleep at once.
+var spinners atomic.Int32
+
+func maxSpinners() int32 { return int32(max(1, runtime.GOMAXPROCS(0))) }
+
+// spin polls the CQ for up to the connection's poll time while the state
+// stays as it is (c.mu held, let go of between polls). It reports whether
+// it should be looked at again: completions came, the connection failed
+// or is closing, or dl passed. Under the device's manual progress each
+// empty poll reads the network on this goroutine.
+func (c *Conn) spin(dl *deadline) bool {
+	if c.pollTime <= 0 || c.cq == nil || !c.connected {
+		return false
+	}
+	if spinners.Add(1) > maxSpinners() {
+		spinners.Add(-1)
+		return false
+	}
+	defer spinners.Add(-1)
+	start, moves := time.Now(), c.moves
+	for {
+		if c.poll(c.wcs[:]) != 0 {
+			return true
+		}
+		if time.Since(start) >= c.pollTime {
+			return false
+		}
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+		if c.closing || c.moves != moves {
+			return true
+		}
+		select {
+		case <-dl.done():
+			return true
+		default:
+		}
+	}
+}
