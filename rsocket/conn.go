@@ -18,7 +18,6 @@ import (
 
 // Limits and defaults of librdmacm's rsocket.c.
 const (
-	olapStart   = 2048  // RS_OLAP_START_SIZE: a send's first chunk
 	maxTransfer = 65536 // RS_MAX_TRANSFER: the largest chunk
 	sndLowat    = 2048  // RS_SNDLOWAT: send-buffer room a chunk waits for
 	qpMinSize   = 16    // RS_QP_MIN_SIZE
@@ -93,9 +92,9 @@ type Config struct {
 	// DefaultPollTime if zero, no polling if negative. Polls run on
 	// the waiting goroutine and, on the software device, read the
 	// network themselves, so an answer that comes within it costs no
-	// wake-up; at most half the process's CPUs (GOMAXPROCS/2, at least
-	// one) poll at once, and an idle connection polls for no longer
-	// than this once before it sleeps.
+	// wake-up; at most GOMAXPROCS goroutines of a process poll at
+	// once, and an idle connection polls for no longer than this once
+	// before it sleeps.
 	PollTime time.Duration
 }
 
@@ -729,7 +728,6 @@ func (c *Conn) Write(b []byte) (int, error) {
 		return 0, c.opError("write", err)
 	}
 	n := 0
-	olap := maxTransfer
 	for n < len(b) {
 		if c.closing {
 			return n, c.opError("write", net.ErrClosed)
@@ -743,14 +741,12 @@ func (c *Conn) Write(b []byte) (int, error) {
 			}
 			continue
 		}
-		size := len(b) - n
-		if olap < size {
-			size = olap
-			if olap < maxTransfer {
-				olap <<= 1
-			}
-		}
-		size = min(size, c.sbufAvail, int(c.tgt[c.tgtIdx].Length))
+		// rsockets' first chunk is 2 KiB (RS_OLAP_START_SIZE), doubling
+		// up to maxTransfer, so that the NIC sends one chunk while the
+		// next is copied. A software device's post sends at once, on
+		// this goroutine: there is nothing to overlap, and each chunk
+		// costs a post, so every chunk is as large as it may be.
+		size := min(len(b)-n, maxTransfer, c.sbufAvail, int(c.tgt[c.tgtIdx].Length))
 		c.writeData(b[n : n+size])
 		n += size
 	}

@@ -14,12 +14,14 @@ import (
 const DefaultPollTime = 50 * time.Microsecond
 
 // spinners counts the goroutines of the process polling a CQ in spin: at
-// most maxSpinners poll at once, so that a process with many connections
-// waiting never spends more than that many CPUs on polls; the others
-// sleep at once.
+// most maxSpinners, one per CPU the process runs Go on (GOMAXPROCS), poll
+// at once, so that a process with many connections waiting never has
+// more goroutines polling than it has CPUs; the others sleep at once.
+// (With fewer, two connections of one process answering each other on
+// one device would take turns sleeping.)
 var spinners atomic.Int32
 
-func maxSpinners() int32 { return int32(max(1, runtime.GOMAXPROCS(0))) }
+func maxSpinners() int32 { return int32(runtime.GOMAXPROCS(0)) }
 
 // spin polls the CQ for up to the connection's poll time while the state
 // stays as it is (c.mu held, let go of between polls). It reports whether
