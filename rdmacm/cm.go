@@ -365,7 +365,9 @@ func (a *agent) handleREP(in *inMAD, m *mad.REP) {
 		c.remoteID = m.LocalCommID
 		id.sendREJ(mad.RejectStaleConn, mad.MsgCodeREP, nil)
 		id.toIdle()
-		id.event(&Event{Type: EventUnreachable, Status: -int(verbs.ErrConnRefused)})
+		// Reported as the REJ this side sent: reason 10, stale
+		// connection (an ICMP port unreachable is ECONNREFUSED).
+		id.event(&Event{Type: EventRejected, Status: int(mad.RejectStaleConn)})
 		return
 	}
 	c.retr.stop()

@@ -273,6 +273,30 @@ func TestREQFromConnectedQPIsStale(t *testing.T) {
 	mustEvent(t, cch, rdmacm.EventRejected, int(mad.RejectStaleConn))
 }
 
+// TestREPFromConnectedQPIsStale: a REP naming a peer QP that is still
+// connected to another ID here (a peer restarted, its new QP numbered as
+// an old one in timewait) is refused with reason 10, and the connecting
+// ID hears it as a rejection for a stale connection, not as an
+// unreachable peer.
+func TestREPFromConnectedQPIsStale(t *testing.T) {
+	n := newCMNet(t, 10)
+	sch, cch := mustChannel(t), mustChannel(t)
+	_, srv := n.connect(t, sch, cch, 7480, nil)
+	again := n.resolve(t, cch, rdmacm.PSTCP, 7480)
+	if err := again.CreateQP(nil, qpCaps()); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Connect(nil); err != nil {
+		t.Fatal(err)
+	}
+	req := mustEvent(t, sch, rdmacm.EventConnectRequest, 0).ID
+	t.Cleanup(func() { req.Destroy() })
+	if err := req.Accept(&rdmacm.ConnParam{QPNum: srv.QP().Num(), RetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	mustEvent(t, cch, rdmacm.EventRejected, int(mad.RejectStaleConn))
+}
+
 // TestDisconnectFromEitherSide: the server may close as well as the
 // client, and destroying a connected ID disconnects its peer.
 func TestDisconnectFromEitherSide(t *testing.T) {
