@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
@@ -166,6 +167,14 @@ func startHW(d *device) (*hw, error) {
 	}
 	if h.clock == nil {
 		h.clock = wallClock{}
+	}
+	if len(d.cfg.Links) == 0 {
+		// On the network, QP numbers start at a random point: a process
+		// that restarts on an address (its device's GUID is made from
+		// it) then rarely gives its new connections the numbers of its
+		// old ones, which a peer still holding those in timewait would
+		// refuse as stale (as Linux's ib_cm does).
+		h.nextQPN = minQPN + uint32(rand.IntN(0x10000-minQPN))
 	}
 	h.bufs.New = func() any { return &bufBox{b: make([]byte, maxPacket)} }
 	for _, a := range d.cfg.Addrs {
