@@ -60,7 +60,8 @@ type Config struct {
 	// 128 KiB, at least 4 KiB.
 	RecvBuffer int
 	// SendBuffer is the size of the registered buffer sends are copied
-	// into (wmem_default; SO_SNDBUF). Default 128 KiB, at least 4 KiB.
+	// into (wmem_default; SO_SNDBUF), 64 bytes of which hold control
+	// messages. Default 128 KiB, at least 4 KiB.
 	SendBuffer int
 	// QueueSize is the number of send and of receive work requests
 	// (sqsize_default, rqsize_default): 384 by default, within [16,

@@ -10,7 +10,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,18 +45,51 @@ func TestProcServer(t *testing.T) {
 		t.Skip("runs as the server process of the Procs benchmarks")
 	}
 	transport, job, _ := strings.Cut(role, " ")
+	job, bufs, _ := strings.Cut(job, " ")
 	var l net.Listener
 	var err error
 	if transport == "tcp" {
 		l, err = net.Listen("tcp", procServerAddr.String())
 	} else {
-		l, err = rsocket.Listen("tcp", procServerAddr.String())
+		var lc rsocket.ListenConfig
+		if bufs != "" {
+			n, _ := strconv.Atoi(bufs)
+			lc.Config = rsocket.Config{RecvBuffer: n, SendBuffer: n}
+		}
+		l, err = lc.Listen(context.Background(), "tcp", procServerAddr.String())
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	fmt.Println("listening")
+	if job == "echo-many" {
+		// Echo on every connection, until the benchmark closes this
+		// process's standard input.
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			l.Close()
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64)
+				for {
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					if _, err := c.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}
 	c, err := l.Accept()
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +123,31 @@ func TestProcServer(t *testing.T) {
 // connection to it.
 func procPair(b *testing.B, transport, job string) net.Conn {
 	b.Helper()
+	startServer(b, transport, job)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := procDial(ctx, transport, rsocket.Config{})
+	if err != nil {
+		b.Skip("no connection to the server process: ", err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// procDial connects to the server process.
+func procDial(ctx context.Context, transport string, cfg rsocket.Config) (net.Conn, error) {
+	if transport == "tcp" {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", procServerAddr.String())
+	}
+	d := rsocket.Dialer{Config: cfg, LocalAddr: netip.MustParseAddrPort("127.0.0.1:0")}
+	return d.Dial(ctx, "tcp", procServerAddr.String())
+}
+
+// startServer starts a server process for transport and job, and waits
+// until it listens; it ends with the benchmark.
+func startServer(b *testing.B, transport, job string) {
+	b.Helper()
 	args := []string{"-test.run=^TestProcServer$", "-test.v"}
 	if p := os.Getenv("RSOCKET_BENCH_SERVER_PROFILE"); p != "" {
 		// A CPU profile of the server process: where its side spends.
@@ -98,10 +160,15 @@ func procPair(b *testing.B, transport, job string) net.Conn {
 	if err != nil {
 		b.Fatal(err)
 	}
+	in, err := cmd.StdinPipe() // closed to end an echo-many server
+	if err != nil {
+		b.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
+		in.Close()
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
@@ -114,23 +181,14 @@ func procPair(b *testing.B, transport, job string) net.Conn {
 	lines := bufio.NewScanner(out)
 	for lines.Scan() && lines.Text() != "listening" {
 	}
-	go io.Copy(io.Discard, out)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var c net.Conn
-	if transport == "tcp" {
-		var d net.Dialer
-		c, err = d.DialContext(ctx, "tcp", procServerAddr.String())
-	} else {
-		d := rsocket.Dialer{LocalAddr: netip.MustParseAddrPort("127.0.0.1:0")}
-		c, err = d.Dial(ctx, "tcp", procServerAddr.String())
-	}
-	if err != nil {
-		cmd.Process.Kill()
-		b.Skip("no connection to the server process: ", err)
-	}
-	b.Cleanup(func() { c.Close() })
-	return c
+	go func() {
+		// What the server says after that is its failure, if any.
+		for lines.Scan() {
+			if t := lines.Text(); !strings.HasPrefix(t, "---") && !strings.HasPrefix(t, "PASS") && t != "" {
+				fmt.Fprintln(os.Stderr, "server process:", t)
+			}
+		}
+	}()
 }
 
 func procTransports(b *testing.B, f func(b *testing.B, transport string)) {
@@ -179,4 +237,96 @@ func BenchmarkProcsWrite64KiB(b *testing.B) {
 			b.Fatalf("the server read %d bytes, want %d", n, want)
 		}
 	})
+}
+
+// BenchmarkProcsManyConns holds 1,000 connections from this process to
+// a server process, each echoing 64 bytes at once, and reports what
+// each costs this process (Go heap and stacks, which hold the
+// registered buffers of a software device) beside the buffers it was
+// configured with. One op is one round of echoes on every connection.
+func BenchmarkProcsManyConns(b *testing.B) {
+	const conns = 1000
+	for _, size := range []int{0, 16 << 10} {
+		name := "default-buffers"
+		if size != 0 {
+			name = fmt.Sprintf("%dKiB-buffers", size>>10)
+		}
+		b.Run(name, func(b *testing.B) {
+			job := "echo-many"
+			if size != 0 {
+				job += " " + strconv.Itoa(size)
+			}
+			startServer(b, "rsocket", job)
+			before := liveBytes()
+			cfg := rsocket.Config{RecvBuffer: size, SendBuffer: size}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cs := make([]net.Conn, 0, conns)
+			b.Cleanup(func() {
+				for _, c := range cs {
+					c.Close()
+				}
+			})
+			for range conns {
+				c, err := procDial(ctx, "rsocket", cfg)
+				if err != nil {
+					b.Fatalf("connection %d: %v", len(cs)+1, err)
+				}
+				cs = append(cs, c)
+			}
+			echo := func() {
+				var wg sync.WaitGroup
+				for _, c := range cs {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						buf := make([]byte, 64)
+						if _, err := c.Write(buf); err != nil {
+							b.Error(err)
+							return
+						}
+						if _, err := io.ReadFull(c, buf); err != nil {
+							b.Error(err)
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			echo()
+			per := float64(liveBytes()-before) / conns
+			rbuf, sbuf := size, size
+			if size == 0 {
+				rbuf, sbuf = 128<<10, 128<<10
+			}
+			b.ResetTimer()
+			for range b.N {
+				echo()
+			}
+			b.ReportMetric(per, "B/conn")
+			b.ReportMetric(per-float64(rbuf+sbuf), "B/conn-over-buffers")
+			// What the connections cost while idle: this process's CPU
+			// time over a few seconds of nobody reading or writing.
+			b.StopTimer()
+			const idle = 3 * time.Second
+			cpu0 := cpuTime()
+			time.Sleep(idle)
+			b.ReportMetric(100*float64(cpuTime()-cpu0)/float64(idle), "idle-CPU-%")
+		})
+	}
+}
+
+// liveBytes is what the process holds in Go memory after a collection:
+// heap objects and goroutine stacks.
+func liveBytes() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc + m.StackInuse)
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
