@@ -60,8 +60,7 @@ type Config struct {
 	// 128 KiB, at least 4 KiB.
 	RecvBuffer int
 	// SendBuffer is the size of the registered buffer sends are copied
-	// into (wmem_default; SO_SNDBUF), 64 bytes of which hold control
-	// messages. Default 128 KiB, at least 4 KiB.
+	// into (wmem_default; SO_SNDBUF). Default 128 KiB, at least 4 KiB.
 	SendBuffer int
 	// QueueSize is the number of send and of receive work requests
 	// (sqsize_default, rqsize_default): 384 by default, within [16,
@@ -157,7 +156,8 @@ type Conn struct {
 	rc     *rdmacm.Conn
 	qp     *verbs.QP
 	cq     *verbs.CQ
-	smr    *verbs.MR // the send buffer, then ctrlSlots control-message slots
+	smr    *verbs.MR // the send buffer
+	cmr    *verbs.MR // ctrlSlots control-message slots (the SGEs credit updates carry)
 	rmr    *verbs.MR // the receive ring
 	tmr    *verbs.MR // the target SGL array the peer writes receive buffers into
 	local  Addr
@@ -249,7 +249,13 @@ func (c *Conn) setup(rc *rdmacm.Conn) error {
 			return err
 		}
 	}
-	if c.smr, err = pd.RegMR(make([]byte, c.sbufSize+ctrlSlots*sgeLen), verbs.AccessLocalWrite); err != nil {
+	// The control slots have memory of their own, so that the send
+	// buffer's is exactly the size configured: a power of two stays
+	// one, wasting no page, and the ring wraps where chunks end.
+	if c.smr, err = pd.RegMR(make([]byte, c.sbufSize), verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	if c.cmr, err = pd.RegMR(make([]byte, ctrlSlots*sgeLen), verbs.AccessLocalWrite); err != nil {
 		return err
 	}
 	rw := verbs.AccessLocalWrite | verbs.AccessRemoteWrite
@@ -324,12 +330,12 @@ func (c *Conn) init(peer ConnData) {
 
 // release frees what setup made, on a connection that never started.
 func (c *Conn) release() {
-	for _, mr := range []*verbs.MR{c.smr, c.tmr, c.rmr} {
+	for _, mr := range []*verbs.MR{c.smr, c.cmr, c.tmr, c.rmr} {
 		if mr != nil {
 			mr.Dereg()
 		}
 	}
-	c.smr, c.tmr, c.rmr = nil, nil, nil
+	c.smr, c.cmr, c.tmr, c.rmr = nil, nil, nil, nil
 }
 
 // poll takes one batch of completions, reposts the receives they used
@@ -630,9 +636,9 @@ func (c *Conn) updateCredits() {
 	if c.peerBE {
 		o = binary.BigEndian
 	}
-	slot := c.sbufSize + int(c.ctrlSeq%ctrlSlots)*sgeLen
-	c.sgeBuf[0] = c.smr.SGE(slot, sgeLen)
-	putSGE(o, c.smr.Buf()[slot:], SGE{Addr: c.rmr.Addr() + uint64(c.rbufFree), Key: c.rmr.RKey(), Length: uint32(c.rbufSize / 2)})
+	slot := int(c.ctrlSeq%ctrlSlots) * sgeLen
+	c.sgeBuf[0] = c.cmr.SGE(slot, sgeLen)
+	putSGE(o, c.cmr.Buf()[slot:], SGE{Addr: c.rmr.Addr() + uint64(c.rbufFree), Key: c.rmr.RKey(), Length: uint32(c.rbufSize / 2)})
 	wr := verbs.SendWR{
 		WRID: uint64(limit), Opcode: verbs.WRRDMAWriteWithImm, ImmData: limit,
 		SGList:     c.sgeBuf[:1],

@@ -18,10 +18,6 @@ import (
 func newConn(cfg *Config) *Conn {
 	c := &Conn{ka0: cfg.keepAlive(), pollTime: cfg.pollTime()}
 	c.rbufSize, c.sbufSize, c.qsize, c.inline = cfg.sizes()
-	// The control-message slots come out of the send buffer, so that its
-	// registered memory is the size configured (a power of two stays
-	// one, and its allocation wastes no page).
-	c.sbufSize -= ctrlSlots * sgeLen
 	return c
 }
 

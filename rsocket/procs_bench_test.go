@@ -330,3 +330,40 @@ func cpuTime() time.Duration {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkProcsCopyFile sends a 64 MiB file to another process with
+// io.Copy (rsocket's ReadFrom reads the file straight into the send
+// buffer; TCP's uses sendfile), until that process has read it all.
+func BenchmarkProcsCopyFile(b *testing.B) {
+	procTransports(b, func(b *testing.B, transport string) {
+		const size = 64 << 20
+		name := b.TempDir() + "/data"
+		if err := os.WriteFile(name, make([]byte, size), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		c := procPair(b, transport, "sink")
+		b.SetBytes(size)
+		b.ResetTimer()
+		for range b.N {
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				b.Fatal(err)
+			}
+			if n, err := io.Copy(c, f); err != nil || n != size {
+				b.Fatalf("io.Copy: %d bytes, %v", n, err)
+			}
+		}
+		c.(interface{ CloseWrite() error }).CloseWrite()
+		var n int64
+		if err := binary.Read(c, binary.LittleEndian, &n); err != nil {
+			b.Fatal(err)
+		}
+		if want := int64(b.N) * size; n != want {
+			b.Fatalf("the server read %d bytes, want %d", n, want)
+		}
+	})
+}
