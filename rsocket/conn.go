@@ -482,14 +482,15 @@ func (c *Conn) broadcast() {
 }
 
 // wait lets go of c.mu until the state moves, dl passes or c is closed,
-// and takes it again. Like rsockets, the connection has no goroutine of
+// and takes it again; since is the calling Read's or Write's poll start
+// (spin). Like rsockets, the connection has no goroutine of
 // its own taking completions: the calls that wait take them. A wait first
 // polls the CQ itself for pollTime (spin), as rsockets do for
 // polling_time, so that a peer that answers within it is heard without a
 // wake-up; then one waiting goroutine sleeps on the CQ (waitCQ), and any
 // other on the connection's state.
-func (c *Conn) wait(dl *deadline) error {
-	if c.spin(dl) {
+func (c *Conn) wait(dl *deadline, since *time.Time) error {
+	if c.spin(dl, since) {
 		return nil
 	}
 	if c.cqWaiter == nil {
@@ -679,6 +680,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
+	var since time.Time // when this call first polled (spin)
 	for c.rmsgLen == 0 {
 		if c.closing {
 			return 0, c.opError("read", net.ErrClosed)
@@ -689,7 +691,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			}
 			return 0, io.EOF
 		}
-		if err := c.wait(c.rdl); err != nil {
+		if err := c.wait(c.rdl, &since); err != nil {
 			return 0, c.opError("read", err)
 		}
 	}
@@ -735,6 +737,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		return 0, c.opError("write", err)
 	}
 	n := 0
+	var since time.Time // when the call first polled since it last sent (spin)
 	for n < len(b) {
 		if c.closing {
 			return n, c.opError("write", net.ErrClosed)
@@ -743,7 +746,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 			return n, c.opError("write", c.writeErr())
 		}
 		if !c.canSend() {
-			if err := c.wait(c.wdl); err != nil {
+			if err := c.wait(c.wdl, &since); err != nil {
 				return n, c.opError("write", err)
 			}
 			continue
@@ -756,6 +759,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		size := min(len(b)-n, maxTransfer, c.sbufAvail, int(c.tgt[c.tgtIdx].Length))
 		c.writeData(b[n : n+size])
 		n += size
+		since = time.Time{}
 	}
 	return n, nil
 }
@@ -856,8 +860,9 @@ func (c *Conn) shutdown(ctrl uint32) {
 	dl := newDeadline()
 	dl.set(time.Now().Add(closeWait))
 	defer dl.stop()
+	var since time.Time
 	for c.connected && c.ctrlSeq == c.ctrlMax {
-		if c.wait(dl) != nil {
+		if c.wait(dl, &since) != nil {
 			return
 		}
 	}
@@ -867,7 +872,7 @@ func (c *Conn) shutdown(ctrl uint32) {
 	c.ctrlSeq++
 	c.post(verbs.SendWR{WRID: uint64(msg(opCtrl, ctrl)), Opcode: verbs.WRRDMAWriteWithImm, ImmData: msg(opCtrl, ctrl)})
 	for c.err == nil && !c.allSendsDone() {
-		if c.wait(dl) != nil {
+		if c.wait(dl, &since) != nil {
 			return
 		}
 	}

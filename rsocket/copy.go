@@ -3,6 +3,7 @@ package rsocket
 import (
 	"io"
 	"net"
+	"time"
 )
 
 // ReadFrom reads from r straight into the registered send buffer and
@@ -17,6 +18,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		return 0, c.opError("readfrom", err)
 	}
 	var sent int64
+	var since time.Time // when the call first polled since it last sent (spin)
 	for {
 		switch {
 		case c.closing:
@@ -24,7 +26,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		case !c.writable:
 			return sent, c.opError("readfrom", c.writeErr())
 		case !c.canSend():
-			if err := c.wait(c.wdl); err != nil {
+			if err := c.wait(c.wdl, &since); err != nil {
 				return sent, c.opError("readfrom", err)
 			}
 			continue
@@ -46,6 +48,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			}
 			c.postData(n)
 			sent += int64(n)
+			since = time.Time{}
 		}
 		if err == io.EOF {
 			return sent, nil
@@ -69,6 +72,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 		return 0, c.opError("writeto", err)
 	}
 	var written int64
+	var since time.Time // when the call first polled since it last wrote (spin)
 	ring := c.rmr.Buf()
 	for {
 		if c.closing {
@@ -83,7 +87,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			case !c.readable:
 				return written, nil
 			}
-			if err := c.wait(c.rdl); err != nil {
+			if err := c.wait(c.rdl, &since); err != nil {
 				return written, c.opError("writeto", err)
 			}
 		}
@@ -103,6 +107,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 		}
 		c.consume(n)
 		written += int64(n)
+		since = time.Time{}
 		c.updateCredits()
 		if err != nil {
 			return written, err

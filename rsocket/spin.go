@@ -23,12 +23,18 @@ var spinners atomic.Int32
 
 func maxSpinners() int32 { return int32(runtime.GOMAXPROCS(0)) }
 
-// spin polls the CQ for up to the connection's poll time while the state
-// stays as it is (c.mu held, let go of between polls). It reports whether
+// spin polls the CQ while the state stays as it is (c.mu held, let go of
+// between polls), until the connection's poll time has passed since the
+// call that waits first polled (since; set by the first spin of the
+// call): a call polls for that long in all, as rsockets' do, and a call
+// that has slept once (woken, say, by a send's completion rather than
+// what it waits for) sleeps again at once rather than polling, on a
+// machine where the poll would take a CPU from the peer that is about to
+// answer. It reports whether
 // it should be looked at again: completions came, the connection failed
 // or is closing, or dl passed. Under the device's manual progress each
 // empty poll reads the network on this goroutine.
-func (c *Conn) spin(dl *deadline) bool {
+func (c *Conn) spin(dl *deadline, since *time.Time) bool {
 	if c.pollTime <= 0 || c.cq == nil || !c.connected {
 		return false
 	}
@@ -37,12 +43,17 @@ func (c *Conn) spin(dl *deadline) bool {
 		return false
 	}
 	defer spinners.Add(-1)
-	start, moves := time.Now(), c.moves
+	if since.IsZero() {
+		*since = time.Now()
+	} else if time.Since(*since) >= c.pollTime {
+		return false
+	}
+	moves := c.moves
 	for {
 		if c.poll(c.wcs[:]) != 0 {
 			return true
 		}
-		if time.Since(start) >= c.pollTime {
+		if time.Since(*since) >= c.pollTime {
 			return false
 		}
 		c.mu.Unlock()
