@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"time"
 
 	"google.golang.org/grpc"
@@ -54,8 +55,20 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	op := fs.String("op", "unary", "what to measure: `unary` calls or a one-way stream")
 	size := fs.Int("size", 0, "message `bytes` (default 64 for unary, 65536 for stream)")
 	dur := fs.Duration("d", 2*time.Second, "how long to measure")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of this side to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
