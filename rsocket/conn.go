@@ -88,6 +88,12 @@ type Config struct {
 	// default, 19 (about 2.1 s). A peer that vanishes is given up on
 	// after 8 such timeouts.
 	ACKTimeout uint8
+	// IOMapSize is the number of entries of this side's target iomap
+	// (RDMA_IOMAPSIZE): how many buffers the peer may map with riomap
+	// for this side to riowrite into (see IOMap and IOWrite). 0, the
+	// default, means none; the value is rounded as rsockets rounds it
+	// and bounded by 32512.
+	IOMapSize int
 }
 
 func (c *Config) sizes() (rbuf, sbuf, qsize, inline int) {
@@ -140,11 +146,12 @@ type Conn struct {
 	cq     *verbs.CQ
 	smr    *verbs.MR // the send buffer, then ctrlSlots control-message slots
 	rmr    *verbs.MR // the receive ring
-	tmr    *verbs.MR // the target SGL array the peer writes receive buffers into
+	tmr    *verbs.MR // the target SGL array the peer writes receive buffers into, then the target iomap
 	local  Addr
 	remote Addr
 
 	rbufSize, sbufSize, qsize, inline int
+	iomapSize                         int // entries of this side's target iomap
 
 	rmu, wmu sync.Mutex // one Read, one Write at a time
 	rdl, wdl *deadline
@@ -203,6 +210,8 @@ type Conn struct {
 	doneAtKA  uint64
 	kaMisses  int
 	sinceKA   time.Duration
+
+	iom iomaps // riomap's mappings, both ways (iomap.go)
 }
 
 // errReset and errShutdown are the causes writes report after the peer
@@ -223,7 +232,7 @@ func (c *Conn) setup(rc *rdmacm.Conn) error {
 		return err
 	}
 	rw := verbs.AccessLocalWrite | verbs.AccessRemoteWrite
-	if c.tmr, err = pd.RegMR(make([]byte, sglSize*sgeLen), rw); err != nil {
+	if c.tmr, err = pd.RegMR(make([]byte, sglSize*sgeLen+c.iomapSize*iomapLen), rw); err != nil {
 		return err
 	}
 	if c.rmr, err = pd.RegMR(make([]byte, c.rbufSize), rw); err != nil {
@@ -240,8 +249,9 @@ func (c *Conn) setup(rc *rdmacm.Conn) error {
 func (c *Conn) connData() []byte {
 	d := ConnData{
 		Version:   Version,
-		Flags:     connFlagIOMap, // the SGL array is little-endian; the iomap is empty
+		Flags:     connFlagIOMap, // the SGL array and the iomap after it are little-endian
 		Credits:   uint16(c.qsize),
+		IOMapSize: valueToScale(c.iomapSize),
 		TargetSGL: SGE{Addr: c.tmr.Addr(), Key: c.tmr.RKey(), Length: sglSize},
 		DataBuf:   SGE{Addr: c.rmr.Addr(), Key: c.rmr.RKey(), Length: uint32(c.rbufSize / 2)},
 	}
@@ -290,6 +300,7 @@ func (c *Conn) init(peer ConnData) {
 	}
 	c.wake = make(chan struct{})
 	c.rdl, c.wdl = newDeadline(), newDeadline()
+	c.initIOMaps(peer)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 }
 
@@ -301,6 +312,7 @@ func (c *Conn) release() {
 		}
 	}
 	c.smr, c.tmr, c.rmr = nil, nil, nil
+	c.releaseIOMaps()
 }
 
 // progress takes the CQ's completions as they come (rs_poll_cq), for
@@ -401,8 +413,10 @@ func (c *Conn) message(imm, n uint32) {
 			c.tgt[c.tgtNext] = getSGE(binary.LittleEndian, c.tmr.Buf()[c.tgtNext*sgeLen:])
 			c.tgtNext = (c.tgtNext + 1) % sglSize
 		}
-	case opIOMap, opWrite:
-		// An iomap entry was written; this side maps none.
+	case opIOMap:
+		c.iomapWritten(msgData(imm), n)
+	case opWrite:
+		// Never on the wire: riowrite's writes carry no immediate.
 	case opCtrl:
 		switch msgData(imm) {
 		case ctrlDisconnect:
