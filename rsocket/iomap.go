@@ -116,7 +116,14 @@ func (c *Conn) initIOMaps(peer ConnData) {
 // of this side's target iomap, which RC ordering put in memory before
 // the message's completion. An index out of range or a write of the
 // wrong length is ignored, as rsockets ignores the message.
+//
+// The message took one of the peer's credits. rsockets never gives it
+// back, so that each riomap shrinks the peer's window for good, and a
+// connection stalls after as many riomaps as its receive queue holds;
+// this side gives it back with the next credit update, as it does for
+// a data message read, which is safe as its receive was reposted.
 func (c *Conn) iomapWritten(i, n uint32) {
+	c.rseqNo++
 	if n != iomapLen || int(i) >= len(c.iom.peer) {
 		return
 	}

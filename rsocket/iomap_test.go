@@ -6,6 +6,7 @@ import (
 	"io"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rdmago/rdmago/rsocket"
 )
@@ -146,5 +147,31 @@ func TestIOMapErrorsAreClear(t *testing.T) {
 	}
 	if err := zero.IOUnmap(buf); !errors.Is(err, syscall.EBADF) {
 		t.Errorf("IOUnmap on a nil Conn: %v", err)
+	}
+}
+
+// TestManyIOMapsDoNotUseUpCredits maps and unmaps many more times than
+// the peer's receive queue holds: each mapping's message takes a credit,
+// which the peer gives back, so mappings and writes go on.
+func TestManyIOMapsDoNotUseUpCredits(t *testing.T) {
+	defer noLeaks(t)
+	cli, srv, _ := pair(t, rsocket.Config{QueueSize: 16, IOMapSize: 1}, rsocket.Config{QueueSize: 16})
+	srv.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 64)
+	for i := range 100 {
+		if _, err := srv.IOMap(buf, rsocket.ProtWrite, 0); err != nil {
+			t.Fatalf("IOMap %d: %v", i, err)
+		}
+		if err := srv.IOUnmap(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := srv.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	var b [1]byte
+	cli.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(cli, b[:]); err != nil || b[0] != 'x' {
+		t.Fatalf("read %q, %v", b[:], err)
 	}
 }
