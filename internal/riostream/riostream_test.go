@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -122,5 +124,43 @@ func TestVerifyNamesTheFirstWrongByte(t *testing.T) {
 	buf := []byte{0, 1, 2, 9, 4, 7}
 	if err := s.recvXfer(nil, buf, 7); ExitStatus(err) != 255 || !strings.Contains(out.String(), "data verification failed byte 3") {
 		t.Fatalf("recvXfer = %v, printed %q", err, out.String())
+	}
+}
+
+// TestTwoProcesses runs `rdmago riostream` as server (127.0.0.2) and
+// client (127.0.0.1), each a process with its own software device, and
+// checks that both print the same row.
+func TestTwoProcesses(t *testing.T) {
+	bin := vmtest.BuildRdmago(t)
+	rxePort := vmtest.FreeUDPPort(t, "127.0.0.2", "127.0.0.1")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	flags := []string{"-S", "65537", "-C", "20", "-I", "2", "-T", "v", "-p", strconv.Itoa(30000 + rand.IntN(30000))}
+	tool := func(addr string, args ...string) (*exec.Cmd, *vmtest.ReadyBuffer) {
+		c := exec.CommandContext(ctx, bin, append(append([]string{"riostream"}, flags...), args...)...)
+		c.Env = append(os.Environ(), "RDMAGO_RXE_ADDR="+addr, "RDMAGO_RXE_PORT="+rxePort)
+		out := vmtest.NewReadyBuffer("usec/xfer")
+		c.Stdout, c.Stderr = out, out
+		return c, out
+	}
+	srv, so := tool("127.0.0.2", "-b", "127.0.0.2")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Kill()
+	select {
+	case <-so.Ready:
+	case <-ctx.Done():
+		t.Fatalf("the server never listened:\n%s", so.String())
+	}
+	cli, co := tool("127.0.0.1", "-s", "127.0.0.2")
+	cerr := cli.Run()
+	serr := srv.Wait()
+	if cerr != nil || serr != nil {
+		t.Fatalf("server %v, client %v\nserver:\n%s\nclient:\n%s", serr, cerr, so.String(), co.String())
+	}
+	sr, cr := row.FindAllStringSubmatch(so.String(), -1), row.FindAllStringSubmatch(co.String(), -1)
+	if len(sr) != 1 || len(cr) != 1 || strings.Join(sr[0][1:6], " ") != strings.Join(cr[0][1:6], " ") {
+		t.Fatalf("rows differ or are missing:\nserver:\n%s\nclient:\n%s", so.String(), co.String())
 	}
 }
