@@ -96,6 +96,12 @@ type Config struct {
 	// once, and an idle connection polls for no longer than this once
 	// before it sleeps.
 	PollTime time.Duration
+	// IOMapSize is the number of entries of this side's target iomap
+	// (RDMA_IOMAPSIZE): how many buffers the peer may map with riomap
+	// for this side to riowrite into (see IOMap and IOWrite). 0, the
+	// default, means none; the value is rounded as rsockets rounds it
+	// and bounded by 32512.
+	IOMapSize int
 }
 
 func (c *Config) pollTime() time.Duration {
@@ -159,12 +165,13 @@ type Conn struct {
 	smr    *verbs.MR // the send buffer
 	cmr    *verbs.MR // ctrlSlots control-message slots (the SGEs credit updates carry)
 	rmr    *verbs.MR // the receive ring
-	tmr    *verbs.MR // the target SGL array the peer writes receive buffers into
+	tmr    *verbs.MR // the target SGL array the peer writes receive buffers into, then the target iomap
 	local  Addr
 	remote Addr
 
 	rbufSize, sbufSize, qsize, inline int
 	pollTime                          time.Duration // how long a wait polls before it sleeps (spin)
+	iomapSize                         int           // entries of this side's target iomap
 
 	rmu, wmu sync.Mutex // one Read, one Write at a time
 	rdl, wdl *deadline
@@ -226,6 +233,8 @@ type Conn struct {
 	doneAtKA  uint64
 	kaMisses  int
 	sinceKA   time.Duration
+
+	iom iomaps // riomap's mappings, both ways (iomap.go)
 }
 
 // errReset and errShutdown are the causes writes report after the peer
@@ -259,7 +268,7 @@ func (c *Conn) setup(rc *rdmacm.Conn) error {
 		return err
 	}
 	rw := verbs.AccessLocalWrite | verbs.AccessRemoteWrite
-	if c.tmr, err = pd.RegMR(make([]byte, sglSize*sgeLen), rw); err != nil {
+	if c.tmr, err = pd.RegMR(make([]byte, sglSize*sgeLen+c.iomapSize*iomapLen), rw); err != nil {
 		return err
 	}
 	if c.rmr, err = pd.RegMR(make([]byte, c.rbufSize), rw); err != nil {
@@ -276,8 +285,9 @@ func (c *Conn) setup(rc *rdmacm.Conn) error {
 func (c *Conn) connData() []byte {
 	d := ConnData{
 		Version:   Version,
-		Flags:     connFlagIOMap, // the SGL array is little-endian; the iomap is empty
+		Flags:     connFlagIOMap, // the SGL array and the iomap after it are little-endian
 		Credits:   uint16(c.qsize),
+		IOMapSize: valueToScale(c.iomapSize),
 		TargetSGL: SGE{Addr: c.tmr.Addr(), Key: c.tmr.RKey(), Length: sglSize},
 		DataBuf:   SGE{Addr: c.rmr.Addr(), Key: c.rmr.RKey(), Length: uint32(c.rbufSize / 2)},
 	}
@@ -325,6 +335,7 @@ func (c *Conn) init(peer ConnData) {
 	}
 	c.wake = make(chan struct{})
 	c.rdl, c.wdl = newDeadline(), newDeadline()
+	c.initIOMaps(peer)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 }
 
@@ -336,6 +347,7 @@ func (c *Conn) release() {
 		}
 	}
 	c.smr, c.cmr, c.tmr, c.rmr = nil, nil, nil, nil
+	c.releaseIOMaps()
 }
 
 // poll takes one batch of completions, reposts the receives they used
@@ -418,8 +430,10 @@ func (c *Conn) message(imm, n uint32) {
 			c.tgt[c.tgtNext] = getSGE(binary.LittleEndian, c.tmr.Buf()[c.tgtNext*sgeLen:])
 			c.tgtNext = (c.tgtNext + 1) % sglSize
 		}
-	case opIOMap, opWrite:
-		// An iomap entry was written; this side maps none.
+	case opIOMap:
+		c.iomapWritten(msgData(imm), n)
+	case opWrite:
+		// Never on the wire: riowrite's writes carry no immediate.
 	case opCtrl:
 		switch msgData(imm) {
 		case ctrlDisconnect:

@@ -18,6 +18,7 @@ import (
 func newConn(cfg *Config) *Conn {
 	c := &Conn{ka0: cfg.keepAlive(), pollTime: cfg.pollTime()}
 	c.rbufSize, c.sbufSize, c.qsize, c.inline = cfg.sizes()
+	c.iomapSize = cfg.iomapSize()
 	return c
 }
 

@@ -1,7 +1,7 @@
 // Package rsocket is net.Conn over RDMA: byte streams that speak
 // librdmacm's rsockets protocol, so that a Go program and a C program
-// using rsockets (rsocket, rconnect, raccept, rsend, rrecv; rdma-core's
-// rstream) connect to each other.
+// using rsockets (rsocket, rconnect, raccept, rsend, rrecv, riomap,
+// riowrite; rdma-core's rstream and riostream) connect to each other.
 //
 // A Conn is an RC queue pair made with the connection manager (package
 // rdmacm) in its TCP port space: an rsocket port is an rdma_cm port,
@@ -51,10 +51,20 @@
 // two processes. At most GOMAXPROCS goroutines of a process poll at
 // once, and a connection that waits longer sleeps, using no CPU.
 //
-// What is left out: riomap and riowrite (rsockets' direct-placement
-// iomaps: a Conn offers none and ignores a peer's), datagram rsockets
-// (SOCK_DGRAM), AF_IB addresses, and iWARP's send-based messages.
-// rdma-core's riostream therefore cannot be a peer; rstream can.
+// # Iomaps
+//
+// With Config.IOMapSize (RDMA_IOMAPSIZE) a side keeps a target iomap:
+// an array of 24-byte entries after its SGL array, in the same
+// registered memory, whose size the connection data carries. IOMap
+// (riomap) registers a buffer and writes an entry naming it into the
+// peer's array, with an RDMA WRITE WITH IMMEDIATE whose immediate says
+// which entry; the peer's IOWrite (riowrite) then puts data straight
+// into that buffer with plain RDMA WRITEs, and its owner learns of it
+// from the data itself, or from a Write sent after it. rdma-core's
+// riostream and `rdmago riostream` work so, with each other.
+//
+// What is left out: datagram rsockets (SOCK_DGRAM), AF_IB addresses,
+// and iWARP's send-based messages.
 //
 // # C to Go
 //
@@ -72,4 +82,7 @@
 //	SO_KEEPALIVE, TCP_KEEPIDLE   Config.KeepAlive
 //	SO_RCVTIMEO, SO_SNDTIMEO     Conn.SetReadDeadline, Conn.SetWriteDeadline
 //	rsetsockopt on a listener    Listener.SetConfig
+//	RDMA_IOMAPSIZE               Config.IOMapSize
+//	riomap, riounmap             Conn.IOMap, Conn.IOUnmap
+//	riowrite                     Conn.IOWrite
 package rsocket

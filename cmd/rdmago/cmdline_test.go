@@ -66,6 +66,7 @@ func cliProfiles(capture string) map[string]cliProfile {
 		"ud_pingpong":  pp,
 		"srq_pingpong": pp,
 		"rping":        {client: []string{"-c", "-a", "127.0.0.1"}, server: []string{"-s", "-d", "-a", "127.0.0.1"}, ready: "rdma_listen", long: []string{"-C"}, serve: []string{"-s"}},
+		"riostream":    {client: []string{"-s", "127.0.0.1"}, server: []string{}, ready: "usec/xfer", long: []string{"-C", "-I"}, readyAny: true},
 		"rstream":      {client: []string{"-s", "127.0.0.1"}, server: []string{}, ready: "usec/xfer", long: []string{"-C", "-I"}, readyAny: true},
 		"udaddy":       {client: []string{"-s", "127.0.0.1"}, server: []string{}, ready: "starting server", long: []string{"-C"}},
 	}

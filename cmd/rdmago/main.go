@@ -22,6 +22,7 @@
 //	ud_pingpong   ping-pong over a UD QP, as ibv_ud_pingpong (interoperates with it)
 //	srq_pingpong  ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)
 //	rping         RDMA READ/WRITE ping-pong over rdma_cm, as rdma-core's rping (interoperates with it)
+//	riostream     transfers written into the peer's mapped buffer over rsockets' iomaps, as rdma-core's riostream (interoperates with it)
 //	rstream       byte streams over rsockets (package rsocket), as rdma-core's rstream (interoperates with it)
 //	udaddy        UD datagrams over rdma_cm's UDP port space, as rdma-core's udaddy (interoperates with it)
 //	version       print the module version and VCS revision this binary was built from
@@ -65,6 +66,7 @@ var commands = map[string]command{
 	"mckey":        {"UD datagrams to a multicast group joined through rdma_cm, as rdma-core's mckey (interoperates with it)", runMckey},
 	"rc_pingpong":  {"ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)", runRCPingpong},
 	"rping":        {"RDMA READ/WRITE ping-pong over rdma_cm, as rdma-core's rping (interoperates with it)", runRping},
+	"riostream":    {"transfers written into the peer's mapped buffer over rsockets' iomaps, as rdma-core's riostream (interoperates with it)", runRiostream},
 	"rstream":      {"byte streams over rsockets (package rsocket), as rdma-core's rstream (interoperates with it)", runRstream},
 	"srq_pingpong": {"ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)", runSRQPingpong},
 	"uc_pingpong":  {"ping-pong over a UC QP, as ibv_uc_pingpong (interoperates with it)", runUCPingpong},

@@ -1,0 +1,524 @@
+// Package riostream is `rdmago riostream`: rdma-core's riostream
+// (librdmacm/examples/riostream.c), flag for flag and line for line,
+// over package rsocket's iomaps, so that it runs against riostream on
+// Linux. Each side maps its transfer buffer for the peer (riomap) and
+// writes into the peer's (riowrite); the last byte of a transfer is a
+// marker the receiver watches for, as no message announces the data.
+// It prints rstream's table.
+package riostream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rdmago/rdmago/internal/getopt"
+	"github.com/rdmago/rdmago/internal/racesync"
+	"github.com/rdmago/rdmago/internal/units"
+	"github.com/rdmago/rdmago/rsocket"
+)
+
+// Options are riostream's settings.
+type Options struct {
+	Dst, Src   string // -s, -b
+	Port       string // -p (default 7471)
+	Buffer     int    // -B: SO_SNDBUF and SO_RCVBUF (0: 512 KiB)
+	Inline     int    // -i (64)
+	Iterations int    // -I
+	Count      int    // -C
+	Size       int    // -S n
+	AllSizes   bool   // -S all
+	Custom     bool   // -I, -C or -S n was given
+	Verify     bool   // -T v
+}
+
+// Defaults returns riostream's defaults.
+func Defaults() Options {
+	return Options{Port: "7471", Inline: 64, Iterations: 1, Count: 1000, Size: 1000}
+}
+
+// ExitError carries the status the tool exits with.
+type ExitError struct {
+	Status int
+	What   string
+}
+
+func (e *ExitError) Error() string { return e.What }
+
+// ExitStatus maps Run's and ParseArgs's errors to an exit status.
+func ExitStatus(err error) int {
+	var ee *ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.Status
+	}
+	return 1
+}
+
+// Usage prints riostream's usage text.
+func Usage(w io.Writer) {
+	fmt.Fprint(w, `usage: rdmago riostream
+	[-s server_address]
+	[-b bind_address]
+	[-f address_format]
+	    name, ip, ipv6, or gid
+	[-B buffer_size]
+	[-i inline_size]
+	[-I iterations]
+	[-C transfer_count]
+	[-S transfer_size or all]
+	[-p port_number]
+	[-T test_option]
+	    a|async - asynchronous operation (use poll)
+	    b|blocking - use blocking calls
+	    n|nonblocking - use nonblocking calls
+	    v|verify - verify data
+`)
+}
+
+// The largest values of the numeric options, bounded so that what they
+// size can be allocated.
+const (
+	// MaxTransfer is the largest -S: the run's buffer is this large.
+	MaxTransfer = 1 << 30
+	// MaxBuffer is the largest -B: each ring is twice this.
+	MaxBuffer = 1 << 29
+	// MaxInline is the largest -i (RDMA_INLINE).
+	MaxInline = 0xfffe
+)
+
+var maxArg = map[byte]int{'B': MaxBuffer, 'i': MaxInline, 'I': math.MaxInt32, 'C': math.MaxInt32, 'S': MaxTransfer}
+
+// ParseArgs parses riostream's command line: getopt "s:b:f:B:i:I:C:S:p:T:".
+// A bad option or -T value prints the usage, and the error exits 1 as
+// riostream does.
+func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
+	o := Defaults()
+	usage := func() (Options, error) {
+		Usage(stdout)
+		return o, &ExitError{Status: 1, What: "usage"}
+	}
+	num := func(opt byte, v string) (int, error) {
+		limit := maxArg[opt]
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || n > limit {
+			fmt.Fprintf(stderr, "rdmago riostream: -%c %q: want a number from 0 to %d\n", opt, v, limit)
+			return 0, &ExitError{Status: 1, What: "bad number"}
+		}
+		return n, nil
+	}
+	opts, _, err := getopt.Parse(args, "s:b:f:B:i:I:C:S:p:T:", nil) // riostream ignores operands
+	if err != nil {
+		fmt.Fprintf(stderr, "rdmago riostream: %v\n", err)
+		return usage()
+	}
+	for _, op := range opts {
+		val := op.Arg
+		var err error
+		switch op.Name {
+		case 's':
+			o.Dst = val
+		case 'b':
+			o.Src = val
+		case 'f':
+			switch v := strings.ToLower(val); {
+			case strings.HasPrefix(v, "gid"):
+				fmt.Fprintln(stderr, "rdmago riostream: -f gid: AF_IB addresses are not supported")
+				return o, &ExitError{Status: 1, What: "AF_IB"}
+			case strings.HasPrefix(v, "ip"), strings.HasPrefix(v, "name"):
+			default:
+				fmt.Fprintln(stderr, "Warning: unknown address format")
+			}
+		case 'B':
+			o.Buffer, err = num(op.Name, val)
+		case 'i':
+			o.Inline, err = num(op.Name, val)
+		case 'I':
+			o.Custom = true
+			o.Iterations, err = num(op.Name, val)
+		case 'C':
+			o.Custom = true
+			o.Count, err = num(op.Name, val)
+		case 'S':
+			if strings.HasPrefix(strings.ToLower(val), "all") {
+				o.AllSizes = true
+			} else {
+				o.Custom = true
+				o.Size, err = num(op.Name, val)
+			}
+		case 'p':
+			o.Port = val
+		case 'T':
+			if !setTestOpt(&o, val) {
+				return usage()
+			}
+		}
+		if err != nil {
+			return o, err
+		}
+	}
+	switch {
+	case o.Custom && o.Size == 0:
+		fmt.Fprintln(stderr, "rdmago riostream: -S 0: a transfer needs at least one byte (its last byte is the marker)")
+		return o, &ExitError{Status: 1, What: "bad size"}
+	case o.Custom && o.Count == 0:
+		// riostream's first transfer of each round is its last.
+		fmt.Fprintln(stderr, "rdmago riostream: -C 0: a round needs at least one transfer")
+		return o, &ExitError{Status: 1, What: "bad count"}
+	}
+	return o, nil
+}
+
+// setTestOpt takes one -T value (set_test_opt): a letter or a word.
+func setTestOpt(o *Options, arg string) bool {
+	c := byte(0)
+	if len(arg) == 1 {
+		c = arg[0]
+	} else {
+		for _, w := range []string{"async", "block", "nonblock", "verify"} {
+			if len(arg) >= len(w) && strings.EqualFold(arg[:len(w)], w) {
+				c = w[0]
+			}
+		}
+	}
+	switch c {
+	case 'v':
+		o.Verify = true
+	case 'a', 'b', 'n':
+		// Go's calls block their goroutine without holding a thread,
+		// so async, blocking and nonblocking runs are one.
+	default:
+		return false
+	}
+	return true
+}
+
+// testSize is riostream's test_size table: sizes marked all run only
+// with -S all.
+var testSize = []struct {
+	size int
+	all  bool
+}{
+	{1 << 6, false},
+	{1 << 7, true}, {1<<7 + 1<<6, true},
+	{1 << 8, true}, {1<<8 + 1<<7, true},
+	{1 << 9, true}, {1<<9 + 1<<8, true},
+	{1 << 10, true}, {1<<10 + 1<<9, true},
+	{1 << 11, true}, {1<<11 + 1<<10, true},
+	{1 << 12, false}, {1<<12 + 1<<11, true},
+	{1 << 13, true}, {1<<13 + 1<<12, true},
+	{1 << 14, true}, {1<<14 + 1<<13, true},
+	{1 << 15, true}, {1<<15 + 1<<14, true},
+	{1 << 16, false}, {1<<16 + 1<<15, true},
+	{1 << 17, true}, {1<<17 + 1<<16, true},
+	{1 << 18, true}, {1<<18 + 1<<17, true},
+	{1 << 19, true}, {1<<19 + 1<<18, true},
+	{1 << 20, false}, {1<<20 + 1<<19, true},
+	{1 << 21, true}, {1<<21 + 1<<20, true},
+	{1 << 22, true}, {1<<22 + 1<<21, true},
+}
+
+// sizeToCount is size_to_count: fewer transfers for larger sizes.
+func sizeToCount(size int) int {
+	switch {
+	case size >= 1<<20:
+		return 100
+	case size >= 1<<16:
+		return 1000
+	case size >= 1<<10:
+		return 10000
+	}
+	return 100000
+}
+
+type test struct {
+	name              string
+	size, count, iter int
+}
+
+// optimization is which way riostream tunes inline sends for a run.
+type optimization int
+
+const (
+	optMixed optimization = iota
+	optLatency
+	optBandwidth
+)
+
+type session struct {
+	ctx    context.Context
+	o      Options
+	out    io.Writer
+	errw   io.Writer
+	ln     *rsocket.Listener
+	buf    []byte
+	txData byte // format_buf's running byte
+	rxData byte // verify_buf's running byte
+	rxSeen int64
+}
+
+// Run runs riostream with o: as the client if o.Dst is set, else as the
+// server. It returns an *ExitError with riostream's status on failure.
+func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	s := &session{ctx: ctx, o: o, out: stdout, errw: stderr}
+	n := testSize[len(testSize)-1].size
+	if o.Custom {
+		n = o.Size
+	}
+	// The start exchange moves 16 bytes of the buffer, more than a
+	// custom run's transfers of 1 to 15 bytes.
+	s.buf = make([]byte, max(n, syncSize))
+	if o.Dst == "" {
+		lc := rsocket.ListenConfig{Config: s.config(optLatency)}
+		ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(o.Src, o.Port))
+		if err != nil {
+			fmt.Fprintf(stderr, "rlisten: %v\n", err)
+			return &ExitError{Status: 255, What: "listen"}
+		}
+		s.ln = ln
+		defer ln.Close()
+	}
+	fmt.Fprintf(stdout, "%-10s%-8s%-8s%-8s%-8s%8s %10s%13s\n", "name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer")
+	if o.Custom {
+		c, err := s.connect(optMixed)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return s.runTest(c, test{name: "custom", size: o.Size, count: o.Count, iter: o.Iterations})
+	}
+	for _, opt := range []optimization{optLatency, optBandwidth} {
+		c, err := s.connect(opt)
+		if err != nil {
+			return err
+		}
+		for _, ts := range testSize {
+			if ts.all && !o.AllSizes {
+				continue
+			}
+			t := test{name: units.Size(int64(ts.size)) + "_lat", size: ts.size, count: 1, iter: sizeToCount(ts.size)}
+			if opt == optBandwidth {
+				t = test{name: units.Size(int64(ts.size)) + "_bw", size: ts.size, count: sizeToCount(ts.size), iter: 1}
+			}
+			if err := s.runTest(c, t); err != nil {
+				// riostream goes on after a failed size, but a lost
+				// marker leaves the two sides out of step for good.
+				c.Close()
+				return err
+			}
+		}
+		c.Close() // rshutdown(SHUT_RDWR), rclose
+	}
+	return nil
+}
+
+// config is set_options: 512 KiB buffers unless -B, a one-entry iomap
+// (RDMA_IOMAPSIZE 1), and inline sends by optimization.
+func (s *session) config(opt optimization) rsocket.Config {
+	b := s.o.Buffer
+	if b == 0 {
+		b = 1 << 19
+	}
+	cfg := rsocket.Config{RecvBuffer: b << 1, SendBuffer: b << 1, KeepAlive: -1, IOMapSize: 1}
+	switch opt {
+	case optLatency:
+		cfg.InlineSize = s.o.Inline
+		if cfg.InlineSize == 0 {
+			cfg.InlineSize = -1
+		}
+	case optBandwidth:
+		cfg.InlineSize = -1
+	}
+	return cfg
+}
+
+// connect makes the run's connection (server_connect, client_connect).
+func (s *session) connect(opt optimization) (*rsocket.Conn, error) {
+	if s.o.Dst == "" {
+		s.ln.SetConfig(s.config(opt))
+		c, err := s.ln.AcceptRsocket(s.ctx)
+		if err != nil {
+			fmt.Fprintf(s.errw, "raccept: %v\n", err)
+			return nil, &ExitError{Status: 255, What: "accept"}
+		}
+		return c, nil
+	}
+	d := rsocket.Dialer{Config: s.config(opt)}
+	if s.o.Src != "" {
+		a, err := netip.ParseAddr(s.o.Src)
+		if err != nil {
+			fmt.Fprintf(s.out, "getaddrinfo src_addr: %v\n", err)
+			return nil, &ExitError{Status: 255, What: "src_addr"}
+		}
+		d.LocalAddr = netip.AddrPortFrom(a, 0)
+	}
+	c, err := d.Dial(s.ctx, "tcp", net.JoinHostPort(s.o.Dst, s.o.Port))
+	if err != nil {
+		fmt.Fprintf(s.errw, "rconnect: %v\n", err)
+		return nil, &ExitError{Status: 255, What: "connect"}
+	}
+	return c, nil
+}
+
+// syncSize is the size of run_test's start exchange (sync_test).
+const syncSize = 16
+
+// runTest is run_test: map the transfer buffer, exchange 16 bytes to
+// start together, then iter rounds: the client writes count transfers
+// into the server's buffer, the last with a new marker in its last
+// byte, and the server, once it sees the marker, writes count back.
+func (s *session) runTest(c *rsocket.Conn, t test) error {
+	client := s.o.Dst != ""
+	buf := s.buf[:t.size]
+	poll := t.size - 1
+	buf[poll] = 0xff
+	if _, err := c.IOMap(buf, rsocket.ProtWrite, 0); err != nil {
+		fmt.Fprintf(s.errw, "riomap: %v\n", err)
+		return &ExitError{Status: 255, What: "riomap"}
+	}
+	defer c.IOUnmap(buf)
+	if err := s.syncTest(c, client); err != nil {
+		return err
+	}
+	var marker byte
+	start := time.Now()
+	for range t.iter {
+		if !client {
+			if err := s.recvXfer(c, buf, marker); err != nil {
+				return err
+			}
+			marker++
+		}
+		for range t.count - 1 {
+			if err := s.sendXfer(c, buf); err != nil {
+				return err
+			}
+		}
+		buf[poll] = marker
+		marker++
+		if s.o.Verify {
+			s.format(buf[:poll])
+		}
+		if err := s.sendXfer(c, buf); err != nil {
+			return err
+		}
+		if client {
+			if err := s.recvXfer(c, buf, marker); err != nil {
+				return err
+			}
+			marker++
+		}
+	}
+	usec := float64(time.Since(start).Microseconds())
+	s.showPerf(t, usec)
+	return nil
+}
+
+// syncTest is sync_test: the client sends 16 bytes of the buffer and
+// reads 16 back; the server the other way round.
+func (s *session) syncTest(c *rsocket.Conn, client bool) error {
+	b := s.buf[:syncSize]
+	for _, send := range []bool{client, !client} {
+		if send {
+			if _, err := c.Write(b); err != nil {
+				fmt.Fprintf(s.errw, "rsend: %v\n", err)
+				return &ExitError{Status: 255, What: "send"}
+			}
+			continue
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			fmt.Fprintf(s.errw, "rrecv: %v\n", err)
+			return &ExitError{Status: 255, What: "recv"}
+		}
+	}
+	return nil
+}
+
+// sendXfer is send_xfer: buf into the peer's buffer at offset 0.
+func (s *session) sendXfer(c *rsocket.Conn, buf []byte) error {
+	if _, err := c.IOWrite(buf, 0); err != nil {
+		fmt.Fprintf(s.errw, "riowrite: %v\n", err)
+		return &ExitError{Status: 255, What: "riowrite"}
+	}
+	return nil
+}
+
+// recvXfer is recv_xfer: it waits until the peer's writes put marker in
+// the buffer's last byte, then with -T v checks the rest. riostream
+// spins on the byte; this spins a little, then sleeps between looks, and
+// gives up if the run is canceled.
+func (s *session) recvXfer(c *rsocket.Conn, buf []byte, marker byte) error {
+	last := &buf[len(buf)-1]
+	for spins := 0; loadByte(last) != marker; spins++ {
+		if spins < 100 {
+			runtime.Gosched()
+			continue
+		}
+		// Spinning longer would keep the processor from the device's
+		// goroutines, and, on a small machine, from the peer.
+		if err := s.ctx.Err(); err != nil {
+			fmt.Fprintf(s.errw, "riostream: waiting for the peer's data: %v\n", err)
+			return &ExitError{Status: 255, What: "canceled"}
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
+	if racesync.Enabled {
+		// The device's goroutine tells the race detector of its write
+		// just after making it; let it, before reading the buffer.
+		time.Sleep(2 * time.Millisecond)
+		racesync.Sync()
+	}
+	if s.o.Verify {
+		for i, b := range buf[:len(buf)-1] {
+			if b != s.rxData {
+				fmt.Fprintf(s.out, "data verification failed byte %d\n", s.rxSeen+int64(i))
+				return &ExitError{Status: 255, What: "verify"}
+			}
+			s.rxData++
+		}
+		s.rxSeen += int64(len(buf) - 1)
+	}
+	return nil
+}
+
+// loadByte reads *p, which the peer's RDMA WRITEs change from the
+// device's goroutines with nothing else to say when. It is kept from the
+// race detector, which cannot see that ordering (what follows the
+// marker is ordered by racesync), and from inlining, so that each look
+// loads the byte anew.
+//
+//go:norace
+//go:noinline
+func loadByte(p *byte) byte { return *p }
+
+// format is format_buf: the running byte pattern the peer's verify_buf
+// checks.
+func (s *session) format(b []byte) {
+	for i := range b {
+		b[i] = s.txData
+		s.txData++
+	}
+}
+
+// showPerf prints one row (show_perf).
+func (s *session) showPerf(t test, usec float64) {
+	bytes := int64(t.iter) * int64(t.count) * int64(t.size) * 2
+	gbps, perXfer := 0.0, 0.0
+	if usec > 0 {
+		gbps = float64(bytes*8) / (1000 * usec)
+		perXfer = usec / float64(t.iter) / float64(t.count*2)
+	}
+	fmt.Fprintf(s.out, "%-10s%-8s%-8s%-8s%-8s%8.2fs%10.2f%11.2f\n",
+		t.name, units.Size(int64(t.size)), units.Count(int64(t.count)), units.Count(int64(t.iter)), units.Size(bytes),
+		usec/1e6, gbps, perXfer)
+}
