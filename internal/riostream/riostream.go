@@ -22,7 +22,7 @@ import (
 
 	"github.com/rdmago/rdmago/internal/getopt"
 	"github.com/rdmago/rdmago/internal/racesync"
-	"github.com/rdmago/rdmago/internal/units"
+	"github.com/rdmago/rdmago/internal/rsperf"
 	"github.com/rdmago/rdmago/rsocket"
 )
 
@@ -203,49 +203,6 @@ func setTestOpt(o *Options, arg string) bool {
 	return true
 }
 
-// testSize is riostream's test_size table: sizes marked all run only
-// with -S all.
-var testSize = []struct {
-	size int
-	all  bool
-}{
-	{1 << 6, false},
-	{1 << 7, true}, {1<<7 + 1<<6, true},
-	{1 << 8, true}, {1<<8 + 1<<7, true},
-	{1 << 9, true}, {1<<9 + 1<<8, true},
-	{1 << 10, true}, {1<<10 + 1<<9, true},
-	{1 << 11, true}, {1<<11 + 1<<10, true},
-	{1 << 12, false}, {1<<12 + 1<<11, true},
-	{1 << 13, true}, {1<<13 + 1<<12, true},
-	{1 << 14, true}, {1<<14 + 1<<13, true},
-	{1 << 15, true}, {1<<15 + 1<<14, true},
-	{1 << 16, false}, {1<<16 + 1<<15, true},
-	{1 << 17, true}, {1<<17 + 1<<16, true},
-	{1 << 18, true}, {1<<18 + 1<<17, true},
-	{1 << 19, true}, {1<<19 + 1<<18, true},
-	{1 << 20, false}, {1<<20 + 1<<19, true},
-	{1 << 21, true}, {1<<21 + 1<<20, true},
-	{1 << 22, true}, {1<<22 + 1<<21, true},
-}
-
-// sizeToCount is size_to_count: fewer transfers for larger sizes.
-func sizeToCount(size int) int {
-	switch {
-	case size >= 1<<20:
-		return 100
-	case size >= 1<<16:
-		return 1000
-	case size >= 1<<10:
-		return 10000
-	}
-	return 100000
-}
-
-type test struct {
-	name              string
-	size, count, iter int
-}
-
 // optimization is which way riostream tunes inline sends for a run.
 type optimization int
 
@@ -271,7 +228,7 @@ type session struct {
 // server. It returns an *ExitError with riostream's status on failure.
 func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	s := &session{ctx: ctx, o: o, out: stdout, errw: stderr}
-	n := testSize[len(testSize)-1].size
+	n := rsperf.MaxSize()
 	if o.Custom {
 		n = o.Size
 	}
@@ -288,27 +245,27 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		s.ln = ln
 		defer ln.Close()
 	}
-	fmt.Fprintf(stdout, "%-10s%-8s%-8s%-8s%-8s%8s %10s%13s\n", "name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer")
+	rsperf.Heading(stdout)
 	if o.Custom {
 		c, err := s.connect(optMixed)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		return s.runTest(c, test{name: "custom", size: o.Size, count: o.Count, iter: o.Iterations})
+		return s.runTest(c, rsperf.Test{Name: "custom", Size: o.Size, Count: o.Count, Iter: o.Iterations})
 	}
 	for _, opt := range []optimization{optLatency, optBandwidth} {
 		c, err := s.connect(opt)
 		if err != nil {
 			return err
 		}
-		for _, ts := range testSize {
-			if ts.all && !o.AllSizes {
+		for _, ts := range rsperf.Sizes {
+			if ts.All && !o.AllSizes {
 				continue
 			}
-			t := test{name: units.Size(int64(ts.size)) + "_lat", size: ts.size, count: 1, iter: sizeToCount(ts.size)}
+			t := rsperf.Latency(ts.Bytes)
 			if opt == optBandwidth {
-				t = test{name: units.Size(int64(ts.size)) + "_bw", size: ts.size, count: sizeToCount(ts.size), iter: 1}
+				t = rsperf.Bandwidth(ts.Bytes)
 			}
 			if err := s.runTest(c, t); err != nil {
 				// riostream goes on after a failed size, but a lost
@@ -377,10 +334,10 @@ const syncSize = 16
 // start together, then iter rounds: the client writes count transfers
 // into the server's buffer, the last with a new marker in its last
 // byte, and the server, once it sees the marker, writes count back.
-func (s *session) runTest(c *rsocket.Conn, t test) error {
+func (s *session) runTest(c *rsocket.Conn, t rsperf.Test) error {
 	client := s.o.Dst != ""
-	buf := s.buf[:t.size]
-	poll := t.size - 1
+	buf := s.buf[:t.Size]
+	poll := t.Size - 1
 	buf[poll] = 0xff
 	if _, err := c.IOMap(buf, rsocket.ProtWrite, 0); err != nil {
 		fmt.Fprintf(s.errw, "riomap: %v\n", err)
@@ -392,14 +349,14 @@ func (s *session) runTest(c *rsocket.Conn, t test) error {
 	}
 	var marker byte
 	start := time.Now()
-	for range t.iter {
+	for range t.Iter {
 		if !client {
 			if err := s.recvXfer(c, buf, marker); err != nil {
 				return err
 			}
 			marker++
 		}
-		for range t.count - 1 {
+		for range t.Count - 1 {
 			if err := s.sendXfer(c, buf); err != nil {
 				return err
 			}
@@ -420,7 +377,7 @@ func (s *session) runTest(c *rsocket.Conn, t test) error {
 		}
 	}
 	usec := float64(time.Since(start).Microseconds())
-	s.showPerf(t, usec)
+	rsperf.Row(s.out, t, usec)
 	return nil
 }
 
@@ -508,17 +465,4 @@ func (s *session) format(b []byte) {
 		b[i] = s.txData
 		s.txData++
 	}
-}
-
-// showPerf prints one row (show_perf).
-func (s *session) showPerf(t test, usec float64) {
-	bytes := int64(t.iter) * int64(t.count) * int64(t.size) * 2
-	gbps, perXfer := 0.0, 0.0
-	if usec > 0 {
-		gbps = float64(bytes*8) / (1000 * usec)
-		perXfer = usec / float64(t.iter) / float64(t.count*2)
-	}
-	fmt.Fprintf(s.out, "%-10s%-8s%-8s%-8s%-8s%8.2fs%10.2f%11.2f\n",
-		t.name, units.Size(int64(t.size)), units.Count(int64(t.count)), units.Count(int64(t.iter)), units.Size(bytes),
-		usec/1e6, gbps, perXfer)
 }

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/internal/getopt"
-	"github.com/rdmago/rdmago/internal/units"
+	"github.com/rdmago/rdmago/internal/rsperf"
 	"github.com/rdmago/rdmago/rsocket"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -228,58 +228,6 @@ func setTestOpt(o *Options, arg string) bool {
 	return true
 }
 
-// testSize is rstream's test_size table: sizes with option 1 run only
-// with -S all.
-var testSize = []struct {
-	size int
-	all  bool
-}{
-	{1 << 6, false},
-	{1 << 7, true}, {1<<7 + 1<<6, true},
-	{1 << 8, true}, {1<<8 + 1<<7, true},
-	{1 << 9, true}, {1<<9 + 1<<8, true},
-	{1 << 10, true}, {1<<10 + 1<<9, true},
-	{1 << 11, true}, {1<<11 + 1<<10, true},
-	{1 << 12, false}, {1<<12 + 1<<11, true},
-	{1 << 13, true}, {1<<13 + 1<<12, true},
-	{1 << 14, true}, {1<<14 + 1<<13, true},
-	{1 << 15, true}, {1<<15 + 1<<14, true},
-	{1 << 16, false}, {1<<16 + 1<<15, true},
-	{1 << 17, true}, {1<<17 + 1<<16, true},
-	{1 << 18, true}, {1<<18 + 1<<17, true},
-	{1 << 19, true}, {1<<19 + 1<<18, true},
-	{1 << 20, false}, {1<<20 + 1<<19, true},
-	{1 << 21, true}, {1<<21 + 1<<20, true},
-	{1 << 22, true}, {1<<22 + 1<<21, true},
-}
-
-// sizeToCount is size_to_count: fewer transfers for larger sizes.
-func sizeToCount(size int) int {
-	switch {
-	case size >= 1<<20:
-		return 100
-	case size >= 1<<16:
-		return 1000
-	case size >= 1<<10:
-		return 10000
-	}
-	return 100000
-}
-
-// test is one row of the table.
-type test struct {
-	name              string
-	size, count, iter int
-}
-
-func latencyTest(size int) test {
-	return test{name: units.Size(int64(size)) + "_lat", size: size, count: 1, iter: sizeToCount(size)}
-}
-
-func bandwidthTest(size int) test {
-	return test{name: units.Size(int64(size)) + "_bw", size: size, count: sizeToCount(size), iter: 1}
-}
-
 // optimization is which way rstream tunes inline sends for a run.
 type optimization int
 
@@ -308,7 +256,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err := checkInlineFor(o, stderr); err != nil {
 		return err
 	}
-	n := testSize[len(testSize)-1].size
+	n := rsperf.MaxSize()
 	if o.Custom {
 		n = o.Size
 	}
@@ -321,27 +269,27 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		}
 		defer s.ln.Close()
 	}
-	fmt.Fprintf(stdout, "%-10s%-8s%-8s%-8s%-8s%8s %10s%13s\n", "name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer")
+	rsperf.Heading(stdout)
 	if o.Custom {
 		c, err := s.connect(ctx, optMixed)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		return s.runTest(c, test{name: "custom", size: o.Size, count: o.Count, iter: o.Iterations})
+		return s.runTest(c, rsperf.Test{Name: "custom", Size: o.Size, Count: o.Count, Iter: o.Iterations})
 	}
 	for _, opt := range []optimization{optLatency, optBandwidth} {
 		c, err := s.connect(ctx, opt)
 		if err != nil {
 			return err
 		}
-		for _, ts := range testSize {
-			if ts.all && !o.AllSizes {
+		for _, ts := range rsperf.Sizes {
+			if ts.All && !o.AllSizes {
 				continue
 			}
-			t := latencyTest(ts.size)
+			t := rsperf.Latency(ts.Bytes)
 			if opt == optBandwidth {
-				t = bandwidthTest(ts.size)
+				t = rsperf.Bandwidth(ts.Bytes)
 			}
 			s.runTest(c, t) // rstream goes on after a failed size
 		}
@@ -501,7 +449,7 @@ const syncSize = 16
 
 // runTest is run_test: a 16-byte exchange to start together, then
 // iter rounds of count transfers each way, timed.
-func (s *session) runTest(c net.Conn, t test) error {
+func (s *session) runTest(c net.Conn, t rsperf.Test) error {
 	client := s.o.Dst != ""
 	if err := s.xfer(c, syncSize, client); err != nil {
 		return err
@@ -510,20 +458,20 @@ func (s *session) runTest(c net.Conn, t test) error {
 		return err
 	}
 	start := time.Now()
-	for range t.iter {
-		for range t.count {
-			if err := s.xfer(c, t.size, client); err != nil {
+	for range t.Iter {
+		for range t.Count {
+			if err := s.xfer(c, t.Size, client); err != nil {
 				return err
 			}
 		}
-		for range t.count {
-			if err := s.xfer(c, t.size, !client); err != nil {
+		for range t.Count {
+			if err := s.xfer(c, t.Size, !client); err != nil {
 				return err
 			}
 		}
 	}
 	usec := float64(time.Since(start).Microseconds())
-	s.showPerf(t, usec)
+	rsperf.Row(s.out, t, usec)
 	return nil
 }
 
@@ -559,17 +507,4 @@ func (s *session) xfer(c net.Conn, size int, send bool) error {
 		}
 	}
 	return nil
-}
-
-// showPerf prints one row (show_perf).
-func (s *session) showPerf(t test, usec float64) {
-	bytes := int64(t.iter) * int64(t.count) * int64(t.size) * 2
-	gbps, perXfer := 0.0, 0.0
-	if usec > 0 {
-		gbps = float64(bytes*8) / (1000 * usec)
-		perXfer = usec / float64(t.iter) / float64(t.count*2)
-	}
-	fmt.Fprintf(s.out, "%-10s%-8s%-8s%-8s%-8s%8.2fs%10.2f%11.2f\n",
-		t.name, units.Size(int64(t.size)), units.Count(int64(t.count)), units.Count(int64(t.iter)), units.Size(bytes),
-		usec/1e6, gbps, perXfer)
 }

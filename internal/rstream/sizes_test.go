@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/internal/memnet"
+	"github.com/rdmago/rdmago/internal/rsperf"
 	"github.com/rdmago/rdmago/rsocket"
 )
 
@@ -174,7 +175,7 @@ func TestEverySizeOverOneConnection(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		for n := 1; n <= top; n++ {
-			if err := server.runTest(sc, test{name: "custom", size: n, count: 1, iter: 1}); err != nil {
+			if err := server.runTest(sc, rsperf.Test{Name: "custom", Size: n, Count: 1, Iter: 1}); err != nil {
 				errc <- err
 				return
 			}
@@ -182,7 +183,7 @@ func TestEverySizeOverOneConnection(t *testing.T) {
 		errc <- nil
 	}()
 	for n := 1; n <= top; n++ {
-		if err := client.runTest(cc, test{name: "custom", size: n, count: 1, iter: 1}); err != nil {
+		if err := client.runTest(cc, rsperf.Test{Name: "custom", Size: n, Count: 1, Iter: 1}); err != nil {
 			t.Fatalf("size %d: %v: %s", n, err, client.errw)
 		}
 	}
