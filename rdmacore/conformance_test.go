@@ -50,6 +50,10 @@ var linuxRXEQuirks = map[string]string{
 	"MW/send_with_invalidate": "Linux rxe invalidates the window and reports its key, but with wc_flags 0x5: " +
 		"the kernel's IB_WC_WITH_INVALIDATE (1<<2) reaches user space as is, where 1<<2 is IBV_WC_IP_CSUM_OK " +
 		"and IBV_WC_WITH_INV is 1<<3",
+	"Protection/send_with_invalidate_edges": "Linux rxe reports a window's invalidation with wc_flags 0x5 (see " +
+		"MW/send_with_invalidate), and when the key of a SEND_WITH_INV names no window of the QP (a region's " +
+		"key, a key of an older generation) it fails the receive with IBV_WC_REM_INV_REQ_ERR and moves its QP " +
+		"to ERR, yet the requester's send completes successfully",
 	"Errors/LocalLength": "Linux rxe completes a receive too small for the incoming SEND with " +
 		"IBV_WC_LOC_QP_OP_ERR instead of IBV_WC_LOC_LEN_ERR",
 }
