@@ -72,11 +72,6 @@ func (c *Counters) Map() map[string]uint64 {
 	return m
 }
 
-// CountersDriver is a device or QP driver that keeps Counters.
-type CountersDriver interface {
-	Counters() Counters
-}
-
 // QueryCounters returns the device's statistics since the program first
 // opened it (what `rdma statistic show link rxe0/1` shows for Linux's
 // Soft-RoCE device). It needs no open context; a device whose provider

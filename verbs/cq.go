@@ -81,15 +81,6 @@ func (c *Context) createCQ(op string, cqe int, channel *CompChannel, compVector 
 	return cq, nil
 }
 
-// CompVectors is implemented by context drivers whose device has more
-// than one completion vector (num_comp_vectors).
-type CompVectors interface {
-	NumCompVectors() int
-	// CreateCQOnVector is CreateCQ with the CQ's events on a vector
-	// other than 0.
-	CreateCQOnVector(cqe int, notify func(), vector int) (CQDriver, error)
-}
-
 // NumCompVectors is how many completion vectors the device has
 // (ibv_context's num_comp_vectors): 1 unless the provider says more.
 func (c *Context) NumCompVectors() int {

@@ -89,29 +89,6 @@ type WCEx struct {
 	CompletionWallclockNS uint64
 }
 
-// CQExCreator is a context driver with extended completion queues of its
-// own (ibv_create_cq_ex): it provides the fields attr.WCFlags asks for or
-// fails with ErrNotSupported. attr.Flags holds the flags only when
-// CompMask says so; the verbs layer has checked the rest as for CreateCQ.
-// Without it, CreateCQEx offers WCStandardFlags over the provider's
-// ordinary CQ.
-type CQExCreator interface {
-	CreateCQEx(attr *CQInitAttrEx, notify func()) (CQExDriver, error)
-}
-
-// CQExDriver is a completion queue that hands out completions one at a
-// time (the start_poll, next_poll and end_poll of struct ibv_cq_ex).
-// StartPoll and NextPoll fill cur with the next completion, or return
-// ErrNoEntry itself (not wrapped, so that polling an empty CQ allocates
-// nothing) when there is none; EndPoll ends the batch. A CQDriver that
-// also implements these serves CreateCQEx's ordinary CQs directly.
-type CQExDriver interface {
-	CQDriver
-	StartPoll(cur *WCEx) error
-	NextPoll(cur *WCEx) error
-	EndPoll()
-}
-
 // CQEx is an extended completion queue (struct ibv_cq_ex): completions
 // are read one at a time, in place, between StartPoll and EndPoll, with
 // the Read methods for the fields the CQ was created with.

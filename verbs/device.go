@@ -111,12 +111,6 @@ func NoProviderHint() string {
 	return "no RDMA provider is registered: import one, as import _ \"github.com/rdmago/rdmago/rxe\" does for the software device"
 }
 
-// ForkIniter is a provider that must prepare for fork before memory is
-// registered (its ForkInit is ibv_fork_init).
-type ForkIniter interface {
-	ForkInit() error
-}
-
 // ForkInit prepares every registered provider for the program's fork
 // (ibv_fork_init): call it before registering memory if a child process
 // may be forked while the parent keeps using RDMA. For the rdma-core

@@ -131,14 +131,6 @@ type PCIAtomicCaps struct {
 	CompareSwap uint16
 }
 
-// DeviceExDriver is a context driver that reports extended attributes
-// (ibv_query_device_ex). Without it, QueryDeviceEx returns QueryDevice's
-// attributes and zero for the rest, as libibverbs does for a provider
-// without query_device_ex.
-type DeviceExDriver interface {
-	QueryDeviceEx() (DeviceAttrEx, error)
-}
-
 // QueryDeviceEx returns the device's attributes with the extended ones
 // (ibv_query_device_ex). input may be nil; its CompMask must be 0.
 func (c *Context) QueryDeviceEx(input *QueryDeviceExInput) (DeviceAttrEx, error) {

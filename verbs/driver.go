@@ -26,35 +26,6 @@ type DeviceDriver interface {
 	Open(events EventSink) (ContextDriver, error)
 }
 
-// Optional capabilities: a DeviceDriver may also implement these, and the
-// layers above use them when it does.
-//
-//   - AddrLister: the device's IP addresses (its RoCE GIDs) without opening
-//     it. The connection manager uses it to find the device that serves an
-//     address; without it, it opens the device and reads the GID table.
-//   - NodeTyper: the device's node and transport types, for a device that
-//     is not a channel adapter on InfiniBand or RoCE (the default).
-//   - CountersDriver: the device's statistics (Device.QueryCounters); a
-//     QPDriver may implement it too (QP.QueryCounters).
-//
-// A ContextDriver may implement XRCDriver: XRC domains, XRC SRQs and
-// XRC_SEND / XRC_RECV QPs. Without it those calls fail with
-// ErrNotSupported before they reach the provider, and its PDDriver never
-// sees an XRC QP type.
-
-// AddrLister is a device driver that lists its IP addresses, its GID
-// table, without being opened.
-type AddrLister interface {
-	Addrs() []netip.Addr
-}
-
-// NodeTyper is a device driver whose node or transport type is not a
-// channel adapter's on InfiniBand or RoCE.
-type NodeTyper interface {
-	NodeType() NodeType
-	TransportType() TransportType
-}
-
 // EventSink takes asynchronous events from a provider.
 type EventSink interface {
 	// Event reports an asynchronous event. The provider names the QP by
@@ -161,6 +132,107 @@ type QPDriver interface {
 	AttachMcast(gid GID) error
 	DetachMcast(gid GID) error
 	Destroy() error
+}
+
+// Optional capabilities. A driver may implement any of the interfaces
+// below beside the one its object must; the verbs layer finds them by type
+// assertion and, where a driver lacks one, does what this list says.
+//
+//	interface       implemented by   without it
+//	ForkIniter      Provider         ForkInit has nothing to do for the provider
+//	AddrLister      DeviceDriver     rdmacm opens the device and reads its GID table
+//	NodeTyper       DeviceDriver     a channel adapter on InfiniBand or RoCE
+//	CountersDriver  DeviceDriver,    QueryCounters fails with ErrNotSupported
+//	                QPDriver
+//	ProgressDriver  ContextDriver    SetProgress is accepted and changes nothing
+//	DeviceExDriver  ContextDriver    QueryDeviceEx: QueryDevice's attributes, zero for the rest
+//	CompVectors     ContextDriver    one completion vector (0)
+//	CQExCreator     ContextDriver    CreateCQEx offers WCStandardFlags over an ordinary CQ
+//	CQExDriver      CQDriver         CreateCQEx's ordinary CQs are read through Poll
+//	BatchPoster     QPDriver         WRComplete posts with PostSend
+//	XRCDriver       ContextDriver    XRC domains, SRQs and QPs fail with ErrNotSupported
+//	                                 before they reach the provider
+//
+// The connection manager also looks, on a device that runs its own QP1
+// (the software device), for the hooks rdmacm documents with its IB CM.
+
+// ForkIniter is a provider that must prepare for fork before memory is
+// registered (its ForkInit is ibv_fork_init).
+type ForkIniter interface {
+	ForkInit() error
+}
+
+// AddrLister is a device driver that lists its IP addresses, its GID
+// table, without being opened.
+type AddrLister interface {
+	Addrs() []netip.Addr
+}
+
+// NodeTyper is a device driver whose node or transport type is not a
+// channel adapter's on InfiniBand or RoCE.
+type NodeTyper interface {
+	NodeType() NodeType
+	TransportType() TransportType
+}
+
+// CountersDriver is a device or QP driver that keeps Counters.
+type CountersDriver interface {
+	Counters() Counters
+}
+
+// ProgressDriver is a context driver whose device the program can drive
+// (a software device). Contexts of other providers accept either
+// Progress and keep behaving as they do.
+type ProgressDriver interface {
+	SetProgress(p Progress) error
+}
+
+// DeviceExDriver is a context driver that reports extended attributes
+// (ibv_query_device_ex). Without it, QueryDeviceEx returns QueryDevice's
+// attributes and zero for the rest, as libibverbs does for a provider
+// without query_device_ex.
+type DeviceExDriver interface {
+	QueryDeviceEx() (DeviceAttrEx, error)
+}
+
+// CompVectors is implemented by context drivers whose device has more
+// than one completion vector (num_comp_vectors).
+type CompVectors interface {
+	NumCompVectors() int
+	// CreateCQOnVector is CreateCQ with the CQ's events on a vector
+	// other than 0.
+	CreateCQOnVector(cqe int, notify func(), vector int) (CQDriver, error)
+}
+
+// CQExCreator is a context driver with extended completion queues of its
+// own (ibv_create_cq_ex): it provides the fields attr.WCFlags asks for or
+// fails with ErrNotSupported. attr.Flags holds the flags only when
+// CompMask says so; the verbs layer has checked the rest as for CreateCQ.
+// Without it, CreateCQEx offers WCStandardFlags over the provider's
+// ordinary CQ.
+type CQExCreator interface {
+	CreateCQEx(attr *CQInitAttrEx, notify func()) (CQExDriver, error)
+}
+
+// CQExDriver is a completion queue that hands out completions one at a
+// time (the start_poll, next_poll and end_poll of struct ibv_cq_ex).
+// StartPoll and NextPoll fill cur with the next completion, or return
+// ErrNoEntry itself (not wrapped, so that polling an empty CQ allocates
+// nothing) when there is none; EndPoll ends the batch. A CQDriver that
+// also implements these serves CreateCQEx's ordinary CQs directly.
+type CQExDriver interface {
+	CQDriver
+	StartPoll(cur *WCEx) error
+	NextPoll(cur *WCEx) error
+	EndPoll()
+}
+
+// BatchPoster is a QP driver that can post a list of send work requests
+// all or none, as WRComplete promises: it checks each as PostSend would
+// and, if one is refused, posts none and returns a *WRError naming it.
+// Without it, WRComplete posts with PostSend.
+type BatchPoster interface {
+	PostSendBatch(wrs []SendWR) error
 }
 
 // XRCDriver is a context driver whose device does XRC (IBV_DEVICE_XRC).

@@ -43,13 +43,6 @@ func (p Progress) String() string {
 	return fmt.Sprintf("Progress(%d)", uint8(p))
 }
 
-// ProgressDriver is a context driver whose device the program can drive
-// (a software device). Contexts of other providers accept either
-// Progress and keep behaving as they do.
-type ProgressDriver interface {
-	SetProgress(p Progress) error
-}
-
 // SetProgress chooses who moves the data of this context's QPs and CQs
 // (see Progress); it may be called at any time. The C verbs have no
 // counterpart: it is libfabric's domain attribute data_progress.

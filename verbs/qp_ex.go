@@ -597,11 +597,3 @@ func (qx *QPEx) release() {
 		mr.Dereg()
 	}
 }
-
-// BatchPoster is a QP driver that can post a list of send work requests
-// all or none, as WRComplete promises: it checks each as PostSend would
-// and, if one is refused, posts none and returns a *WRError naming it.
-// Without it, WRComplete posts with PostSend.
-type BatchPoster interface {
-	PostSendBatch(wrs []SendWR) error
-}
