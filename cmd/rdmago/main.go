@@ -36,43 +36,66 @@
 package main
 
 import (
-	"errors"
-	"flag"
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
 
+	"github.com/rdmago/rdmago/internal/demo"
+	"github.com/rdmago/rdmago/internal/devinfo"
+	"github.com/rdmago/rdmago/internal/dump"
+	"github.com/rdmago/rdmago/internal/fiinfo"
+	"github.com/rdmago/rdmago/internal/fipingpong"
+	"github.com/rdmago/rdmago/internal/mckey"
+	"github.com/rdmago/rdmago/internal/perftest"
+	"github.com/rdmago/rdmago/internal/pingpong"
+	"github.com/rdmago/rdmago/internal/riostream"
+	"github.com/rdmago/rdmago/internal/rping"
+	"github.com/rdmago/rdmago/internal/rstream"
+	"github.com/rdmago/rdmago/internal/tool"
+	"github.com/rdmago/rdmago/internal/udaddy"
 	"github.com/rdmago/rdmago/verbs"
 )
 
-// command is one subcommand: run gets the arguments after its name and
-// returns the process exit status.
+// command is one subcommand: its line in the usage text and its Main,
+// which gets the arguments after the command's name.
 type command struct {
 	summary string
-	run     func(args []string, stdout, stderr io.Writer) int
+	main    tool.Main
 }
 
+// commands maps each name to its tool. cmd parses nothing of a tool's
+// own: each tool's package parses its flags, runs and says its exit
+// status (internal/tool), and only --stats and --cpuprofile, which every
+// tool takes, are handled here.
 var commands = map[string]command{
-	"demo":         {"the RDMA_RC_example flow on two software RoCE devices over loopback", runDemo},
-	"devices":      {"list RDMA devices and their node GUIDs, as ibv_devices does", runDevices},
-	"devinfo":      {"print RDMA device and port attributes, as ibv_devinfo does", runDevinfo},
-	"dump":         {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", runDump},
-	"fi_info":      {"list the fabric API's providers and endpoints, as libfabric's fi_info", runFiInfo},
-	"fi_pingpong":  {"ping-pong over the fabric API, as libfabric's fi_pingpong (interoperates with it)", runFiPingpong},
-	"mckey":        {"UD datagrams to a multicast group joined through rdma_cm, as rdma-core's mckey (interoperates with it)", runMckey},
-	"rc_pingpong":  {"ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)", runRCPingpong},
-	"rping":        {"RDMA READ/WRITE ping-pong over rdma_cm, as rdma-core's rping (interoperates with it)", runRping},
-	"riostream":    {"transfers written into the peer's mapped buffer over rsockets' iomaps, as rdma-core's riostream (interoperates with it)", runRiostream},
-	"rstream":      {"byte streams over rsockets (package rsocket), as rdma-core's rstream (interoperates with it)", runRstream},
-	"srq_pingpong": {"ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)", runSRQPingpong},
-	"uc_pingpong":  {"ping-pong over a UC QP, as ibv_uc_pingpong (interoperates with it)", runUCPingpong},
-	"ud_pingpong":  {"ping-pong over a UD QP, as ibv_ud_pingpong (interoperates with it)", runUDPingpong},
+	"demo":         {"the RDMA_RC_example flow on two software RoCE devices over loopback", demo.Main(noteDevice)},
+	"devices":      {"list RDMA devices and their node GUIDs, as ibv_devices does", devinfo.Devices},
+	"devinfo":      {"print RDMA device and port attributes, as ibv_devinfo does", devinfo.Devinfo},
+	"dump":         {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", dump.Main},
+	"fi_info":      {"list the fabric API's providers and endpoints, as libfabric's fi_info", fiinfo.Main},
+	"fi_pingpong":  {"ping-pong over the fabric API, as libfabric's fi_pingpong (interoperates with it)", fipingpong.Main},
+	"mckey":        {"UD datagrams to a multicast group joined through rdma_cm, as rdma-core's mckey (interoperates with it)", tool.Of(mckey.ParseArgs, mckey.Run, tool.Status)},
+	"rc_pingpong":  {"ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)", pingpong.Main(pingpong.RC)},
+	"rping":        {"RDMA READ/WRITE ping-pong over rdma_cm, as rdma-core's rping (interoperates with it)", tool.Of(rping.ParseArgs, rping.Run, rping.ExitStatus)},
+	"riostream":    {"transfers written into the peer's mapped buffer over rsockets' iomaps, as rdma-core's riostream (interoperates with it)", tool.Of(riostream.ParseArgs, riostream.Run, tool.Status)},
+	"rstream":      {"byte streams over rsockets (package rsocket), as rdma-core's rstream (interoperates with it)", tool.Of(rstream.ParseArgs, rstream.Run, tool.Status)},
+	"srq_pingpong": {"ping-pong over RC QPs sharing an SRQ, as ibv_srq_pingpong (interoperates with it)", pingpong.Main(pingpong.SRQ)},
+	"uc_pingpong":  {"ping-pong over a UC QP, as ibv_uc_pingpong (interoperates with it)", pingpong.Main(pingpong.UC)},
+	"ud_pingpong":  {"ping-pong over a UD QP, as ibv_ud_pingpong (interoperates with it)", pingpong.Main(pingpong.UD)},
 	"version":      {"print the module version and VCS revision this binary was built from", runVersion},
-	"udaddy":       {"UD datagrams over rdma_cm's UDP port space, as rdma-core's udaddy (interoperates with it)", runUdaddy},
+	"udaddy":       {"UD datagrams over rdma_cm's UDP port space, as rdma-core's udaddy (interoperates with it)", tool.Of(udaddy.ParseArgs, udaddy.Run, tool.Status)},
+}
+
+func init() {
+	for _, t := range perftest.Tools {
+		commands[t.Name()] = command{t.Summary(), perftest.Main(t)}
+	}
 }
 
 func main() {
@@ -116,7 +139,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			f.Close()
 		}()
 	}
-	status := c.run(rest, stdout, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	status := c.main(ctx, rest, stdout, stderr)
 	if common.stats {
 		printStats(stderr)
 	}
@@ -207,33 +232,4 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nrun 'rdmago <command> -h' for a command's flags; every command takes --stats,")
 	fmt.Fprintln(w, "which prints the counters of the devices it used at exit")
-}
-
-// parseInterspersed parses flags that may come before, between or after the
-// positional arguments, as GNU tools allow, and returns the positional ones.
-// "--" ends the flags.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
-
-// flagError turns a flag parsing error into an exit status: 0 for -h, 2 otherwise.
-func flagError(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	return 2
 }

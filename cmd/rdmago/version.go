@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"runtime"
@@ -9,7 +10,7 @@ import (
 
 // runVersion is `rdmago version`: the module version and the VCS revision
 // the binary was built from, as the build recorded them.
-func runVersion(args []string, stdout, stderr io.Writer) int {
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" {
 		fmt.Fprintf(stderr, "rdmago version: takes no arguments, got %q\n", args[0])
 		return 2

@@ -13,44 +13,17 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/internal/getopt"
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/verbs"
 )
-
-// ExitError ends a run with Status after its messages were printed.
-type ExitError struct {
-	Status int
-	Msg    string
-}
-
-func (e *ExitError) Error() string { return e.Msg }
-
-// Fail is an *ExitError with status 1.
-func Fail(format string, args ...any) error {
-	return &ExitError{Status: 1, Msg: fmt.Sprintf(format, args...)}
-}
-
-// ExitStatus is the process status after err: 0 for nil, the status of an
-// *ExitError, 130 for an interrupt, and 1 otherwise.
-func ExitStatus(err error) int {
-	var e *ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &e):
-		return e.Status
-	case errors.Is(err, context.Canceled):
-		return 130
-	}
-	return 1
-}
 
 // Finish ends a run that ended with err (nil for success) as the C
 // programs end theirs: "test complete", the resources released by
 // cleanup, the error on stderr, and "return status N"; it returns err.
 // An interrupted run (ctx cancelled) only cleans up, as the C programs
 // die on SIGINT.
-func Finish(ctx context.Context, tool string, err error, stdout, stderr io.Writer, cleanup func()) error {
+func Finish(ctx context.Context, name string, err error, stdout, stderr io.Writer, cleanup func()) error {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		cleanup()
 		return err
@@ -58,9 +31,9 @@ func Finish(ctx context.Context, tool string, err error, stdout, stderr io.Write
 	fmt.Fprintln(stdout, "test complete")
 	cleanup()
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", tool, err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	}
-	fmt.Fprintf(stdout, "return status %d\n", ExitStatus(err))
+	fmt.Fprintf(stdout, "return status %d\n", tool.Status(err))
 	return err
 }
 
@@ -97,26 +70,26 @@ type Flags struct {
 	stderr io.Writer
 }
 
-// Parse parses args with getopt's optstring for tool. -h alone prints
+// Parse parses args with getopt's optstring for the tool name. -h alone prints
 // usage to stdout and ends with status 0; an unknown flag or a missing
 // argument prints the message and the usage and ends with status 1, as
 // the C programs do; operands are refused.
-func Parse(tool string, args []string, optstring string, usage func(io.Writer), stdout, stderr io.Writer) (*Flags, []getopt.Option, error) {
-	f := &Flags{tool: tool, stderr: stderr}
+func Parse(name string, args []string, optstring string, usage func(io.Writer), stdout, stderr io.Writer) (*Flags, []getopt.Option, error) {
+	f := &Flags{tool: name, stderr: stderr}
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		usage(stdout)
-		return f, nil, &ExitError{Status: 0, Msg: "help"}
+		return f, nil, &tool.ExitError{Status: 0, Msg: "help"}
 	}
 	opts, operands, err := getopt.Parse(args, optstring, nil)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", tool, err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		usage(stdout)
-		return f, nil, &ExitError{Status: 1, Msg: err.Error()}
+		return f, nil, &tool.ExitError{Status: 1, Msg: err.Error()}
 	}
 	if len(operands) > 0 {
-		msg := fmt.Sprintf("%q: %s takes no operands", operands[0], tool)
-		fmt.Fprintf(stderr, "%s: %s\n", tool, msg)
-		return f, nil, &ExitError{Status: 1, Msg: msg}
+		msg := fmt.Sprintf("%q: %s takes no operands", operands[0], name)
+		fmt.Fprintf(stderr, "%s: %s\n", name, msg)
+		return f, nil, &tool.ExitError{Status: 1, Msg: msg}
 	}
 	return f, opts, nil
 }
@@ -126,7 +99,7 @@ func Parse(tool string, args []string, optstring string, usage func(io.Writer), 
 func (f *Flags) Bad(flag, val, why string) error {
 	msg := fmt.Sprintf("-%s %q: %s", flag, val, why)
 	fmt.Fprintf(f.stderr, "%s: %s\n", f.tool, msg)
-	return &ExitError{Status: 1, Msg: msg}
+	return &tool.ExitError{Status: 1, Msg: msg}
 }
 
 // Number parses a flag's number (decimal, 0x hex or 0 octal, as strtol
@@ -163,7 +136,7 @@ func (n *Node) InitUD(count, size int) error {
 		return err
 	}
 	if mtu := pa.ActiveMTU.Bytes(); count > 0 && size > mtu {
-		return Fail("message_size %d is larger than active mtu %d", size, mtu)
+		return tool.Failf("message_size %d is larger than active mtu %d", size, mtu)
 	}
 	if n.PD, err = ctx.AllocPD(); err != nil {
 		return fmt.Errorf("unable to allocate PD: %w", err)

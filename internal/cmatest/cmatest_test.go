@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/rdmago/rdmago/internal/tool"
 )
 
 func TestNumberTakesStrtolFormsWithinRange(t *testing.T) {
@@ -30,11 +32,11 @@ func TestExitStatusOfEachEnding(t *testing.T) {
 		err  error
 		want int
 	}{
-		{nil, 0}, {&ExitError{Status: 0, Msg: "help"}, 0}, {Fail("x %d", 1), 1},
-		{fmt.Errorf("wrapped: %w", &ExitError{Status: 3}), 3}, {context.Canceled, 130}, {io.EOF, 1},
+		{nil, 0}, {&tool.ExitError{Status: 0, Msg: "help"}, 0}, {tool.Failf("x %d", 1), 1},
+		{fmt.Errorf("wrapped: %w", &tool.ExitError{Status: 3}), 3}, {context.Canceled, 130}, {io.EOF, 1},
 	} {
-		if got := ExitStatus(tc.err); got != tc.want {
-			t.Errorf("ExitStatus(%v) = %d, want %d", tc.err, got, tc.want)
+		if got := tool.Status(tc.err); got != tc.want {
+			t.Errorf("tool.Status(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
 }
@@ -53,8 +55,8 @@ func TestParseReportsAsTheCToolsDo(t *testing.T) {
 	} {
 		var out, errs bytes.Buffer
 		_, _, err := Parse("tool", strings.Fields(tc.args), "a:b", usage, &out, &errs)
-		if ExitStatus(err) != tc.status || err == nil || !strings.Contains(out.String(), tc.stdout) || !strings.Contains(errs.String(), tc.stderr) {
-			t.Errorf("%q: %v (status %d)\nstdout %q\nstderr %q", tc.args, err, ExitStatus(err), out.String(), errs.String())
+		if tool.Status(err) != tc.status || err == nil || !strings.Contains(out.String(), tc.stdout) || !strings.Contains(errs.String(), tc.stderr) {
+			t.Errorf("%q: %v (status %d)\nstdout %q\nstderr %q", tc.args, err, tool.Status(err), out.String(), errs.String())
 		}
 	}
 	_, opts, err := Parse("tool", []string{"-a1", "-b"}, "a:b", usage, io.Discard, io.Discard)

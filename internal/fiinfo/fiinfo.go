@@ -4,12 +4,15 @@
 package fiinfo
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/rdmago/rdmago/fabric"
+	_ "github.com/rdmago/rdmago/fabric/tcp" // the tcp provider
+	_ "github.com/rdmago/rdmago/fabric/vrb" // the verbs provider
 	"github.com/rdmago/rdmago/internal/getopt"
 )
 
@@ -37,8 +40,9 @@ var specs = []getopt.Spec{
 // "fi_getinfo: -61" and exits with 61.
 var ErrNoData = fabric.ErrNoData
 
-// Run runs fi_info with args and returns the exit status.
-func Run(args []string, stdout, stderr io.Writer) int {
+// Main is `rdmago fi_info`: libfabric's fi_info with args; it returns the
+// exit status.
+func Main(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	opts, operands, err := getopt.ParseSpecs(args, specs)
 	if err != nil || len(operands) > 0 {
 		if err == nil {

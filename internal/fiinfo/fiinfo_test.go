@@ -2,6 +2,7 @@ package fiinfo
 
 import (
 	"bytes"
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
@@ -11,7 +12,7 @@ import (
 
 func run(args ...string) (string, string, int) {
 	var out, errw bytes.Buffer
-	rc := Run(args, &out, &errw)
+	rc := Main(context.Background(), args, &out, &errw)
 	return out.String(), errw.String(), rc
 }
 

@@ -42,6 +42,7 @@ import (
 
 	"github.com/rdmago/rdmago/internal/cmatest"
 	"github.com/rdmago/rdmago/internal/getopt"
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -74,10 +75,6 @@ type Options struct {
 func Defaults() Options {
 	return Options{Connections: 1, Count: 10, Size: 100, PortSpace: rdmacm.PSUDP, Pause: 3 * time.Second, Idle: 10 * time.Second}
 }
-
-// ExitStatus is the process status after err: 0 for nil, the status of a
-// *cmatest.ExitError, 130 for an interrupt, and 1 otherwise.
-func ExitStatus(err error) int { return cmatest.ExitStatus(err) }
 
 // Usage prints mckey's usage.
 func Usage(w io.Writer) {
@@ -137,7 +134,7 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 	if o.Group == "" {
 		fmt.Fprintln(stderr, "mckey: -m multicast_address is required")
 		Usage(stdout)
-		return o, cmatest.Fail("no multicast address")
+		return o, tool.Failf("no multicast address")
 	}
 	if o.PortSpace != rdmacm.PSUDP && o.PortSpace != rdmacm.PSIPoIB {
 		return o, f.Bad("p", fmt.Sprintf("%#x", uint16(o.PortSpace)), "mckey needs a datagram port space: 0x111 (UDP) or 0x2 (IPoIB)")
@@ -167,7 +164,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	ch, err := rdmacm.CreateEventChannel()
 	if err != nil {
 		fmt.Fprintf(stderr, "mckey: failed to create event channel: %v\n", err)
-		return cmatest.Fail("%v", err)
+		return tool.Failf("%v", err)
 	}
 	r.ch = ch
 	err = r.run(ctx)
@@ -211,7 +208,7 @@ func (r *runner) run(ctx context.Context) error {
 		return err
 	}
 	if !g.IsMulticast() {
-		return cmatest.Fail("%v is not a multicast address", g)
+		return tool.Failf("%v is not a multicast address", g)
 	}
 	r.group = g
 	fmt.Fprintln(r.out, "mckey: joining")

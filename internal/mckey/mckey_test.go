@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/internal/memnet"
+	"github.com/rdmago/rdmago/internal/tool"
 )
 
 func parse(t *testing.T, args string) Options {
@@ -88,7 +89,7 @@ func TestMckeyReceiverWithoutSenderGivesUp(t *testing.T) {
 	o.Idle = 200 * time.Millisecond
 	var out, errs memnet.Buffer
 	err := Run(context.Background(), o, &out, &errs)
-	if ExitStatus(err) != 1 || !strings.Contains(errs.String(), "0 of 3 datagrams received") || !strings.HasSuffix(out.String(), "return status 1\n") {
+	if tool.Status(err) != 1 || !strings.Contains(errs.String(), "0 of 3 datagrams received") || !strings.HasSuffix(out.String(), "return status 1\n") {
 		t.Fatalf("%v\nstdout %q\nstderr %q", err, out.String(), errs.String())
 	}
 }
@@ -105,7 +106,7 @@ func TestMckeyFailuresAreReported(t *testing.T) {
 		srv, _, _ := memnet.Pair(t, 76, false) // a software device closes with its last context
 		var out, errs memnet.Buffer
 		err := Run(context.Background(), parse(t, tc.args+" -b "+srv.String()), &out, &errs)
-		if ExitStatus(err) != 1 || !strings.Contains(errs.String(), tc.msg) || !strings.HasSuffix(out.String(), "return status 1\n") {
+		if tool.Status(err) != 1 || !strings.Contains(errs.String(), tc.msg) || !strings.HasSuffix(out.String(), "return status 1\n") {
 			t.Errorf("%s: %v\nstdout %q\nstderr %q", tc.args, err, out.String(), errs.String())
 		}
 	}
@@ -129,7 +130,7 @@ func TestMckeyFlags(t *testing.T) {
 	} {
 		var out, errs bytes.Buffer
 		_, err := ParseArgs(strings.Fields(tc.args), &out, &errs)
-		if got := ExitStatus(err); got != tc.status || err == nil {
+		if got := tool.Status(err); got != tc.status || err == nil {
 			t.Errorf("%q: status %d (%v), want %d", tc.args, got, err, tc.status)
 		}
 		if !strings.Contains(errs.String(), tc.stderr) {

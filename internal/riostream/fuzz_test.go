@@ -4,6 +4,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/rdmago/rdmago/internal/tool"
 )
 
 // FuzzParseArgs: any command line is refused or parsed into options a
@@ -23,7 +25,7 @@ func FuzzParseArgs(f *testing.F) {
 		}
 		o, err := ParseArgs(args, io.Discard, io.Discard)
 		if err != nil {
-			if ExitStatus(err) == 0 {
+			if tool.Status(err) == 0 {
 				t.Fatalf("%q: error %v exits 0", args, err)
 			}
 			return

@@ -9,7 +9,6 @@ package riostream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -23,6 +22,7 @@ import (
 	"github.com/rdmago/rdmago/internal/getopt"
 	"github.com/rdmago/rdmago/internal/racesync"
 	"github.com/rdmago/rdmago/internal/rsperf"
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/rsocket"
 )
 
@@ -43,26 +43,6 @@ type Options struct {
 // Defaults returns riostream's defaults.
 func Defaults() Options {
 	return Options{Port: "7471", Inline: 64, Iterations: 1, Count: 1000, Size: 1000}
-}
-
-// ExitError carries the status the tool exits with.
-type ExitError struct {
-	Status int
-	What   string
-}
-
-func (e *ExitError) Error() string { return e.What }
-
-// ExitStatus maps Run's and ParseArgs's errors to an exit status.
-func ExitStatus(err error) int {
-	var ee *ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		return ee.Status
-	}
-	return 1
 }
 
 // Usage prints riostream's usage text.
@@ -106,14 +86,14 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 	o := Defaults()
 	usage := func() (Options, error) {
 		Usage(stdout)
-		return o, &ExitError{Status: 1, What: "usage"}
+		return o, &tool.ExitError{Status: 1, Msg: "usage"}
 	}
 	num := func(opt byte, v string) (int, error) {
 		limit := maxArg[opt]
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 0 || n > limit {
 			fmt.Fprintf(stderr, "rdmago riostream: -%c %q: want a number from 0 to %d\n", opt, v, limit)
-			return 0, &ExitError{Status: 1, What: "bad number"}
+			return 0, &tool.ExitError{Status: 1, Msg: "bad number"}
 		}
 		return n, nil
 	}
@@ -134,7 +114,7 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 			switch v := strings.ToLower(val); {
 			case strings.HasPrefix(v, "gid"):
 				fmt.Fprintln(stderr, "rdmago riostream: -f gid: AF_IB addresses are not supported")
-				return o, &ExitError{Status: 1, What: "AF_IB"}
+				return o, &tool.ExitError{Status: 1, Msg: "AF_IB"}
 			case strings.HasPrefix(v, "ip"), strings.HasPrefix(v, "name"):
 			default:
 				fmt.Fprintln(stderr, "Warning: unknown address format")
@@ -170,11 +150,11 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 	switch {
 	case o.Custom && o.Size == 0:
 		fmt.Fprintln(stderr, "rdmago riostream: -S 0: a transfer needs at least one byte (its last byte is the marker)")
-		return o, &ExitError{Status: 1, What: "bad size"}
+		return o, &tool.ExitError{Status: 1, Msg: "bad size"}
 	case o.Custom && o.Count == 0:
 		// riostream's first transfer of each round is its last.
 		fmt.Fprintln(stderr, "rdmago riostream: -C 0: a round needs at least one transfer")
-		return o, &ExitError{Status: 1, What: "bad count"}
+		return o, &tool.ExitError{Status: 1, Msg: "bad count"}
 	}
 	return o, nil
 }
@@ -225,7 +205,7 @@ type session struct {
 }
 
 // Run runs riostream with o: as the client if o.Dst is set, else as the
-// server. It returns an *ExitError with riostream's status on failure.
+// server. It returns a *tool.ExitError with riostream's status on failure.
 func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	s := &session{ctx: ctx, o: o, out: stdout, errw: stderr}
 	n := rsperf.MaxSize()
@@ -240,7 +220,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(o.Src, o.Port))
 		if err != nil {
 			fmt.Fprintf(stderr, "rlisten: %v\n", err)
-			return &ExitError{Status: 255, What: "listen"}
+			return &tool.ExitError{Status: 255, Msg: "listen"}
 		}
 		s.ln = ln
 		defer ln.Close()
@@ -306,7 +286,7 @@ func (s *session) connect(opt optimization) (*rsocket.Conn, error) {
 		c, err := s.ln.AcceptRsocket(s.ctx)
 		if err != nil {
 			fmt.Fprintf(s.errw, "raccept: %v\n", err)
-			return nil, &ExitError{Status: 255, What: "accept"}
+			return nil, &tool.ExitError{Status: 255, Msg: "accept"}
 		}
 		return c, nil
 	}
@@ -315,14 +295,14 @@ func (s *session) connect(opt optimization) (*rsocket.Conn, error) {
 		a, err := netip.ParseAddr(s.o.Src)
 		if err != nil {
 			fmt.Fprintf(s.out, "getaddrinfo src_addr: %v\n", err)
-			return nil, &ExitError{Status: 255, What: "src_addr"}
+			return nil, &tool.ExitError{Status: 255, Msg: "src_addr"}
 		}
 		d.LocalAddr = netip.AddrPortFrom(a, 0)
 	}
 	c, err := d.Dial(s.ctx, "tcp", net.JoinHostPort(s.o.Dst, s.o.Port))
 	if err != nil {
 		fmt.Fprintf(s.errw, "rconnect: %v\n", err)
-		return nil, &ExitError{Status: 255, What: "connect"}
+		return nil, &tool.ExitError{Status: 255, Msg: "connect"}
 	}
 	return c, nil
 }
@@ -341,7 +321,7 @@ func (s *session) runTest(c *rsocket.Conn, t rsperf.Test) error {
 	buf[poll] = 0xff
 	if _, err := c.IOMap(buf, rsocket.ProtWrite, 0); err != nil {
 		fmt.Fprintf(s.errw, "riomap: %v\n", err)
-		return &ExitError{Status: 255, What: "riomap"}
+		return &tool.ExitError{Status: 255, Msg: "riomap"}
 	}
 	defer c.IOUnmap(buf)
 	if err := s.syncTest(c, client); err != nil {
@@ -389,13 +369,13 @@ func (s *session) syncTest(c *rsocket.Conn, client bool) error {
 		if send {
 			if _, err := c.Write(b); err != nil {
 				fmt.Fprintf(s.errw, "rsend: %v\n", err)
-				return &ExitError{Status: 255, What: "send"}
+				return &tool.ExitError{Status: 255, Msg: "send"}
 			}
 			continue
 		}
 		if _, err := io.ReadFull(c, b); err != nil {
 			fmt.Fprintf(s.errw, "rrecv: %v\n", err)
-			return &ExitError{Status: 255, What: "recv"}
+			return &tool.ExitError{Status: 255, Msg: "recv"}
 		}
 	}
 	return nil
@@ -405,7 +385,7 @@ func (s *session) syncTest(c *rsocket.Conn, client bool) error {
 func (s *session) sendXfer(c *rsocket.Conn, buf []byte) error {
 	if _, err := c.IOWrite(buf, 0); err != nil {
 		fmt.Fprintf(s.errw, "riowrite: %v\n", err)
-		return &ExitError{Status: 255, What: "riowrite"}
+		return &tool.ExitError{Status: 255, Msg: "riowrite"}
 	}
 	return nil
 }
@@ -425,7 +405,7 @@ func (s *session) recvXfer(c *rsocket.Conn, buf []byte, marker byte) error {
 		// goroutines, and, on a small machine, from the peer.
 		if err := s.ctx.Err(); err != nil {
 			fmt.Fprintf(s.errw, "riostream: waiting for the peer's data: %v\n", err)
-			return &ExitError{Status: 255, What: "canceled"}
+			return &tool.ExitError{Status: 255, Msg: "canceled"}
 		}
 		time.Sleep(10 * time.Microsecond)
 	}
@@ -439,7 +419,7 @@ func (s *session) recvXfer(c *rsocket.Conn, buf []byte, marker byte) error {
 		for i, b := range buf[:len(buf)-1] {
 			if b != s.rxData {
 				fmt.Fprintf(s.out, "data verification failed byte %d\n", s.rxSeen+int64(i))
-				return &ExitError{Status: 255, What: "verify"}
+				return &tool.ExitError{Status: 255, Msg: "verify"}
 			}
 			s.rxData++
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/internal/vmtest"
 	_ "github.com/rdmago/rdmago/rxe"
 )
@@ -64,7 +65,7 @@ func TestParseArgs(t *testing.T) {
 				tc.check(t, o)
 				return
 			}
-			if got := ExitStatus(err); got != tc.status {
+			if got := tool.Status(err); got != tc.status {
 				t.Errorf("exit status %d, want %d (stderr %q)", got, tc.status, errw.String())
 			}
 			if !strings.Contains(out.String(), tc.out) {
@@ -122,7 +123,7 @@ func TestVerifyNamesTheFirstWrongByte(t *testing.T) {
 	var out bytes.Buffer
 	s.out = &out
 	buf := []byte{0, 1, 2, 9, 4, 7}
-	if err := s.recvXfer(nil, buf, 7); ExitStatus(err) != 255 || !strings.Contains(out.String(), "data verification failed byte 3") {
+	if err := s.recvXfer(nil, buf, 7); tool.Status(err) != 255 || !strings.Contains(out.String(), "data verification failed byte 3") {
 		t.Fatalf("recvXfer = %v, printed %q", err, out.String())
 	}
 }
@@ -136,14 +137,14 @@ func TestTwoProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	flags := []string{"-S", "65537", "-C", "20", "-I", "2", "-T", "v", "-p", strconv.Itoa(30000 + rand.IntN(30000))}
-	tool := func(addr string, args ...string) (*exec.Cmd, *vmtest.ReadyBuffer) {
+	runTool := func(addr string, args ...string) (*exec.Cmd, *vmtest.ReadyBuffer) {
 		c := exec.CommandContext(ctx, bin, append(append([]string{"riostream"}, flags...), args...)...)
 		c.Env = append(os.Environ(), "RDMAGO_RXE_ADDR="+addr, "RDMAGO_RXE_PORT="+rxePort)
 		out := vmtest.NewReadyBuffer("usec/xfer")
 		c.Stdout, c.Stderr = out, out
 		return c, out
 	}
-	srv, so := tool("127.0.0.2", "-b", "127.0.0.2")
+	srv, so := runTool("127.0.0.2", "-b", "127.0.0.2")
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestTwoProcesses(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("the server never listened:\n%s", so.String())
 	}
-	cli, co := tool("127.0.0.1", "-s", "127.0.0.2")
+	cli, co := runTool("127.0.0.1", "-s", "127.0.0.2")
 	cerr := cli.Run()
 	serr := srv.Wait()
 	if cerr != nil || serr != nil {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rdmago/rdmago/internal/tool"
 )
 
 // optstring is rping's getopt option string: a letter followed by ':'
@@ -32,10 +34,10 @@ func optKind(opt byte) (known, hasArg bool) {
 // word, words that are not options are skipped, and "--" ends the options.
 // -a and -I take a host name or address and are resolved at once. On bad
 // flags it prints what rping prints (the usage goes to stdout) and returns
-// an *ExitError with rping's status: EINVAL (22) for usage errors, and
+// an *tool.ExitError with rping's status: EINVAL (22) for usage errors, and
 // 256 plus getaddrinfo's negative error code (254 for EAI_NONAME) for an
 // address that does not resolve. -h, -help and --help print the usage and
-// return an *ExitError with status 0.
+// return an *tool.ExitError with status 0.
 func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 	o := Defaults()
 	role := -1 // rping's cb->server: -1 until -s or -c
@@ -47,13 +49,13 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 	}
 	usageErr := func() (Options, error) {
 		Usage(stdout)
-		return o, &ExitError{Status: einval, What: "usage"}
+		return o, &tool.ExitError{Status: einval, Msg: "rping: usage"}
 	}
 	if len(args) == 1 {
 		switch args[0] {
 		case "-h", "-help", "--help":
 			Usage(stdout)
-			return o, &ExitError{Status: 0, What: "help"}
+			return o, &tool.ExitError{Status: 0, Msg: "rping: help"}
 		}
 	}
 	for i := 0; i < len(args); i++ {
@@ -157,7 +159,7 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 		}
 	}
 	if status != 0 {
-		return o, &ExitError{Status: status, What: "bad flags"}
+		return o, &tool.ExitError{Status: status, Msg: "rping: bad flags"}
 	}
 	if role == -1 {
 		return usageErr()

@@ -5,32 +5,19 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/verbs"
 )
 
-// ExitError is an error after which rping exits with Status; the messages
-// rping prints for it have been written.
-type ExitError struct {
-	Status int
-	What   string
-}
-
-func (e *ExitError) Error() string {
-	if e.What != "" {
-		return "rping: " + e.What
-	}
-	return "rping: exit status " + strconv.Itoa(e.Status)
-}
-
 // ExitStatus returns the exit status rping has after err: 0 for nil, the
-// status of an *ExitError, 130 (as after SIGINT) when the run was
+// status of a *tool.ExitError, 130 (as after SIGINT) when the run was
 // interrupted, and otherwise the value rping's failing function returned,
 // -1 or an errno, as a process exit status.
 func ExitStatus(err error) int {
 	if err == nil {
 		return 0
 	}
-	var e *ExitError
+	var e *tool.ExitError
 	if errors.As(err, &e) {
 		return e.Status
 	}
@@ -46,9 +33,9 @@ const einval = 22
 var (
 	// errFatal ends a run whose CM event handler failed: rping's CM
 	// thread calls exit(-1) then.
-	errFatal = &ExitError{Status: 255, What: "connection manager event failed"}
+	errFatal = &tool.ExitError{Status: 255, Msg: "rping: connection manager event failed"}
 	// errFailed is a step that returned -1 after printing why.
-	errFailed = &ExitError{Status: 255, What: "failed"}
+	errFailed = &tool.ExitError{Status: 255, Msg: "rping: failed"}
 )
 
 // cmError is the failure of an rdma_* call, which returns -1 and sets
@@ -67,7 +54,7 @@ func retval(err error) int {
 	if errors.As(err, &ce) {
 		return -1
 	}
-	var ee *ExitError
+	var ee *tool.ExitError
 	if errors.As(err, &ee) {
 		return -1
 	}

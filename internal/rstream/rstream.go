@@ -7,7 +7,6 @@ package rstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/rdmago/rdmago/internal/getopt"
 	"github.com/rdmago/rdmago/internal/rsperf"
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/rsocket"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -42,26 +42,6 @@ type Options struct {
 // Defaults returns rstream's defaults.
 func Defaults() Options {
 	return Options{Port: "7471", Inline: 64, Iterations: 1, Count: 1000, Size: 1000}
-}
-
-// ExitError carries the status the tool exits with.
-type ExitError struct {
-	Status int
-	What   string
-}
-
-func (e *ExitError) Error() string { return e.What }
-
-// ExitStatus maps Run's and ParseArgs's errors to an exit status.
-func ExitStatus(err error) int {
-	var ee *ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		return ee.Status
-	}
-	return 1
 }
 
 // Usage prints rstream's usage text.
@@ -124,14 +104,14 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 	o := Defaults()
 	usage := func() (Options, error) {
 		Usage(stdout)
-		return o, &ExitError{Status: 1, What: "usage"}
+		return o, &tool.ExitError{Status: 1, Msg: "usage"}
 	}
 	num := func(opt byte, v string) (int, error) {
 		limit := maxArg[opt]
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 0 || n > limit {
 			fmt.Fprintf(stderr, "rdmago rstream: -%c %q: want a number from 0 to %d%s\n", opt, v, limit, maxArgWhy[opt])
-			return 0, &ExitError{Status: 1, What: "bad number"}
+			return 0, &tool.ExitError{Status: 1, Msg: "bad number"}
 		}
 		return n, nil
 	}
@@ -152,7 +132,7 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 			switch v := strings.ToLower(val); {
 			case strings.HasPrefix(v, "gid"):
 				fmt.Fprintln(stderr, "rdmago rstream: -f gid: AF_IB addresses are not supported")
-				return o, &ExitError{Status: 1, What: "AF_IB"}
+				return o, &tool.ExitError{Status: 1, Msg: "AF_IB"}
 			case strings.HasPrefix(v, "ip"), strings.HasPrefix(v, "name"):
 				// Addresses are numeric or names either way.
 			default:
@@ -190,7 +170,7 @@ func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 	}
 	if o.Custom && o.Size == 0 {
 		fmt.Fprintln(stderr, "rdmago rstream: -S 0: a transfer needs at least one byte")
-		return o, &ExitError{Status: 1, What: "bad size"}
+		return o, &tool.ExitError{Status: 1, Msg: "bad size"}
 	}
 	return o, nil
 }
@@ -250,7 +230,7 @@ type session struct {
 }
 
 // Run runs rstream with o: as the client if o.Dst is set, else as the
-// server. It returns an *ExitError with rstream's status on failure.
+// server. It returns a *tool.ExitError with rstream's status on failure.
 func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	s := &session{o: o, out: stdout, errw: stderr}
 	if err := checkInlineFor(o, stderr); err != nil {
@@ -326,7 +306,7 @@ func checkInlineFor(o Options, stderr io.Writer) error {
 	}
 	if limit >= 0 && inline > limit {
 		fmt.Fprintf(stderr, "rdmago rstream: -i %d: device %s sends at most %d bytes inline (its max_inline_data)\n", inline, name, limit)
-		return &ExitError{Status: 1, What: "inline size"}
+		return &tool.ExitError{Status: 1, Msg: "inline size"}
 	}
 	return nil
 }
@@ -366,7 +346,7 @@ func (s *session) listen(ctx context.Context) error {
 	}
 	if err != nil {
 		fmt.Fprintf(s.errw, "rlisten: %v\n", err)
-		return &ExitError{Status: 255, What: "listen"}
+		return &tool.ExitError{Status: 255, Msg: "listen"}
 	}
 	return nil
 }
@@ -383,7 +363,7 @@ func (s *session) connect(ctx context.Context, opt optimization) (net.Conn, erro
 		c, err = s.accept(ctx)
 		if err != nil {
 			fmt.Fprintf(s.errw, "raccept: %v\n", err)
-			return nil, &ExitError{Status: 255, What: "accept"}
+			return nil, &tool.ExitError{Status: 255, Msg: "accept"}
 		}
 	} else {
 		addr := net.JoinHostPort(s.o.Dst, s.o.Port)
@@ -399,7 +379,7 @@ func (s *session) connect(ctx context.Context, opt optimization) (net.Conn, erro
 				a, perr := netip.ParseAddr(s.o.Src)
 				if perr != nil {
 					fmt.Fprintf(s.out, "getaddrinfo src_addr: %v\n", perr)
-					return nil, &ExitError{Status: 255, What: "src_addr"}
+					return nil, &tool.ExitError{Status: 255, Msg: "src_addr"}
 				}
 				d.LocalAddr = netip.AddrPortFrom(a, 0)
 			}
@@ -407,7 +387,7 @@ func (s *session) connect(ctx context.Context, opt optimization) (net.Conn, erro
 		}
 		if err != nil {
 			fmt.Fprintf(s.errw, "rconnect: %v\n", err)
-			return nil, &ExitError{Status: 255, What: "connect"}
+			return nil, &tool.ExitError{Status: 255, Msg: "connect"}
 		}
 	}
 	if s.o.KeepAlive > 0 && !s.o.Sockets {
@@ -488,19 +468,19 @@ func (s *session) xfer(c net.Conn, size int, send bool) error {
 		}
 		if _, err := c.Write(b); err != nil {
 			fmt.Fprintf(s.errw, "rsend: %v\n", err)
-			return &ExitError{Status: 255, What: "send"}
+			return &tool.ExitError{Status: 255, Msg: "send"}
 		}
 		return nil
 	}
 	if _, err := io.ReadFull(c, b); err != nil {
 		fmt.Fprintf(s.errw, "rrecv: %v\n", err)
-		return &ExitError{Status: 255, What: "recv"}
+		return &tool.ExitError{Status: 255, Msg: "recv"}
 	}
 	if s.o.Verify {
 		for i := range b {
 			if b[i] != s.rxData {
 				fmt.Fprintf(s.out, "data verification failed byte %d\n", s.rxSeen)
-				return &ExitError{Status: 255, What: "verify"}
+				return &tool.ExitError{Status: 255, Msg: "verify"}
 			}
 			s.rxData++
 			s.rxSeen++

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/internal/vmtest"
 )
 
@@ -65,7 +66,7 @@ func TestParseArgs(t *testing.T) {
 				tc.check(t, o)
 				return
 			}
-			if got := ExitStatus(err); got != tc.status {
+			if got := tool.Status(err); got != tc.status {
 				t.Errorf("exit status %d, want %d (stderr %q)", got, tc.status, errw.String())
 			}
 			if !strings.Contains(out.String(), tc.out) {
@@ -80,7 +81,7 @@ var row = regexp.MustCompile(`(?m)^(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+\d+\.
 
 // tool runs the rdmago binary's rstream on the software device of
 // addr, at the RoCE port rxePort.
-func tool(ctx context.Context, bin, addr, rxePort string, args ...string) *exec.Cmd {
+func runTool(ctx context.Context, bin, addr, rxePort string, args ...string) *exec.Cmd {
 	c := exec.CommandContext(ctx, bin, append([]string{"rstream"}, args...)...)
 	c.Env = append(os.Environ(), "RDMAGO_RXE_ADDR="+addr, "RDMAGO_RXE_PORT="+rxePort)
 	return c
@@ -90,7 +91,7 @@ func tool(ctx context.Context, bin, addr, rxePort string, args ...string) *exec.
 // and waits until it listens; it returns the command and its output.
 func startServer(t *testing.T, ctx context.Context, bin, rxePort string, flags []string) (*exec.Cmd, *vmtest.ReadyBuffer) {
 	t.Helper()
-	srv := tool(ctx, bin, "127.0.0.2", rxePort, append(flags, "-b", "127.0.0.2")...)
+	srv := runTool(ctx, bin, "127.0.0.2", rxePort, append(flags, "-b", "127.0.0.2")...)
 	out := vmtest.NewReadyBuffer("usec/xfer") // the header, printed once it listens
 	srv.Stdout, srv.Stderr = out, out
 	if err := srv.Start(); err != nil {
@@ -106,7 +107,7 @@ func startServer(t *testing.T, ctx context.Context, bin, rxePort string, flags [
 
 // client is `rdmago rstream` with flags on 127.0.0.1, to the server.
 func client(ctx context.Context, bin, rxePort string, flags []string) (*exec.Cmd, *vmtest.ReadyBuffer) {
-	cli := tool(ctx, bin, "127.0.0.1", rxePort, append(flags, "-s", "127.0.0.2")...)
+	cli := runTool(ctx, bin, "127.0.0.1", rxePort, append(flags, "-s", "127.0.0.2")...)
 	out := vmtest.NewReadyBuffer("usec/xfer")
 	cli.Stdout, cli.Stderr = out, out
 	return cli, out

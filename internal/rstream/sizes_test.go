@@ -13,6 +13,7 @@ import (
 
 	"github.com/rdmago/rdmago/internal/memnet"
 	"github.com/rdmago/rdmago/internal/rsperf"
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/rsocket"
 )
 
@@ -220,8 +221,8 @@ func TestSizeLimits(t *testing.T) {
 			t.Errorf("ParseArgs(%q): %v, stderr %q", tc.args, err, errw.String())
 			continue
 		}
-		if !tc.ok && (ExitStatus(err) == 0 || !strings.Contains(errw.String(), tc.msg) || strings.Count(errw.String(), "\n") != 1) {
-			t.Errorf("ParseArgs(%q): status %d, stderr %q, want one line with %q", tc.args, ExitStatus(err), errw.String(), tc.msg)
+		if !tc.ok && (tool.Status(err) == 0 || !strings.Contains(errw.String(), tc.msg) || strings.Count(errw.String(), "\n") != 1) {
+			t.Errorf("ParseArgs(%q): status %d, stderr %q, want one line with %q", tc.args, tool.Status(err), errw.String(), tc.msg)
 		}
 	}
 }
@@ -237,8 +238,8 @@ func TestInlineBeyondTheDeviceIsRefused(t *testing.T) {
 	o.Port = "1" // never reached
 	var out, errw bytes.Buffer
 	err := Run(context.Background(), o, &out, &errw)
-	if ExitStatus(err) != 1 || !strings.Contains(errw.String(), "-i 1000: device rxe_lo sends at most 400 bytes inline") {
-		t.Fatalf("Run with -i 1000: status %d, stderr %q, stdout %q", ExitStatus(err), errw.String(), out.String())
+	if tool.Status(err) != 1 || !strings.Contains(errw.String(), "-i 1000: device rxe_lo sends at most 400 bytes inline") {
+		t.Fatalf("Run with -i 1000: status %d, stderr %q, stdout %q", tool.Status(err), errw.String(), out.String())
 	}
 	if out.Len() != 0 {
 		t.Errorf("it printed %q before refusing", out.String())

@@ -41,6 +41,7 @@ import (
 
 	"github.com/rdmago/rdmago/internal/cmatest"
 	"github.com/rdmago/rdmago/internal/getopt"
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -69,10 +70,6 @@ type Options struct {
 func Defaults() Options {
 	return Options{Connections: 1, Count: 10, Size: 100, TOS: -1, Port: "7174", PortSpace: rdmacm.PSUDP, Idle: 10 * time.Second}
 }
-
-// ExitStatus is the process status after err: 0 for nil, the status of a
-// *cmatest.ExitError, 130 for an interrupt, and 1 otherwise.
-func ExitStatus(err error) int { return cmatest.ExitStatus(err) }
 
 // Usage prints udaddy's usage.
 func Usage(w io.Writer) {
@@ -168,7 +165,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	ch, err := rdmacm.CreateEventChannel()
 	if err != nil {
 		fmt.Fprintf(stderr, "udaddy: failed to create event channel: %v\n", err)
-		return cmatest.Fail("%v", err)
+		return tool.Failf("%v", err)
 	}
 	r.ch = ch
 	if o.Server != "" {
@@ -268,7 +265,7 @@ func (r *runner) client(ctx context.Context) error {
 		return err
 	}
 	if r.failed {
-		return cmatest.Fail("connecting failed")
+		return tool.Failf("connecting failed")
 	}
 	if r.o.Count == 0 {
 		return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/internal/memnet"
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/rdmacm"
 )
 
@@ -99,7 +100,7 @@ func TestUdaddyClientWithoutServerFailsClearly(t *testing.T) {
 	}
 	var out, errs syncBuffer
 	err = Run(context.Background(), parse(t, "-s "+srvAddr.String()+" -b "+cliAddr.String()), &out, &errs)
-	if err == nil || ExitStatus(err) == 0 {
+	if err == nil || tool.Status(err) == 0 {
 		t.Fatalf("Run succeeded with no server:\n%s", out.String())
 	}
 	if !strings.Contains(out.String(), "udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1\n") || !strings.Contains(out.String(), "return status 1") {
@@ -125,7 +126,7 @@ func TestUdaddyFlags(t *testing.T) {
 	} {
 		var out, errs bytes.Buffer
 		_, err := ParseArgs(strings.Fields(tc.args), &out, &errs)
-		if got := ExitStatus(err); got != tc.status || err == nil {
+		if got := tool.Status(err); got != tc.status || err == nil {
 			t.Errorf("%q: status %d (%v), want %d", tc.args, got, err, tc.status)
 		}
 		if !strings.Contains(errs.String(), tc.stderr) {

@@ -1,4 +1,5 @@
-package main
+// Package devinfo is rdma-core's ibv_devices and ibv_devinfo (libibverbs/examples/device_list.c and devinfo.c): the same options and, line for line, the same output, for every provider's devices.
+package devinfo
 
 // The devices and devinfo commands print what rdma-core's ibv_devices and
 // ibv_devinfo print (libibverbs/examples/device_list.c and devinfo.c,
@@ -8,6 +9,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -19,8 +21,8 @@ import (
 	"github.com/rdmago/rdmago/verbs"
 )
 
-// runDevices implements `rdmago devices`, the counterpart of ibv_devices.
-func runDevices(args []string, stdout, stderr io.Writer) int {
+// Devices implements `rdmago devices`, the counterpart of ibv_devices.
+func Devices(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	opts, rest, err := getopt.ParseSpecs(args, []getopt.Spec{{Short: 'h', Long: "help"}})
 	switch {
 	case err != nil:
@@ -83,10 +85,10 @@ func writeDeviceList(w io.Writer, names []string) {
 	fmt.Fprintln(w)
 }
 
-// runDevinfo implements `rdmago devinfo`, the counterpart of ibv_devinfo:
+// Devinfo implements `rdmago devinfo`, the counterpart of ibv_devinfo:
 // it opens each device (or the one -d names), queries it, prints its
 // attributes and closes it again.
-func runDevinfo(args []string, stdout, stderr io.Writer) int {
+func Devinfo(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	var (
 		devName       string
 		port          int

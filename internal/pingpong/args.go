@@ -1,4 +1,4 @@
-package main
+package pingpong
 
 import (
 	"context"
@@ -6,46 +6,22 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"os/signal"
 	"strconv"
 
 	"github.com/rdmago/rdmago/internal/getopt"
-	"github.com/rdmago/rdmago/internal/pingpong"
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/verbs"
 )
 
-// runRCPingpong is `rdmago rc_pingpong`, flag for flag ibv_rc_pingpong.
-func runRCPingpong(args []string, stdout, stderr io.Writer) int {
-	return runPingpong(pingpong.RC, args, stdout, stderr)
-}
-
-// runUCPingpong is `rdmago uc_pingpong`, flag for flag ibv_uc_pingpong.
-func runUCPingpong(args []string, stdout, stderr io.Writer) int {
-	return runPingpong(pingpong.UC, args, stdout, stderr)
-}
-
-// runUDPingpong is `rdmago ud_pingpong`, flag for flag ibv_ud_pingpong
-// (which has no -m: a UD message is one packet of at most the port's MTU).
-func runUDPingpong(args []string, stdout, stderr io.Writer) int {
-	return runPingpong(pingpong.UD, args, stdout, stderr)
-}
-
-// runSRQPingpong is `rdmago srq_pingpong`, flag for flag ibv_srq_pingpong
-// (less its -o, on-demand paging, which rdmago's device does not offer).
-func runSRQPingpong(args []string, stdout, stderr io.Writer) int {
-	return runPingpong(pingpong.SRQ, args, stdout, stderr)
-}
-
-// pingpongSpecs are the options of t's C program, with its long names.
-func pingpongSpecs(t pingpong.Transport) []getopt.Spec {
-	o := pingpong.DefaultsFor(t)
+// specs are the options of t's C program, with its long names.
+func specs(t Transport) []getopt.Spec {
+	o := DefaultsFor(t)
 	size := "size of message to exchange"
-	if t == pingpong.UD {
+	if t == UD {
 		size += ", at most the port's active MTU"
 	}
 	iters := "number of exchanges"
-	if t == pingpong.SRQ {
+	if t == SRQ {
 		iters += " (in total over all QPs)"
 	}
 	specs := []getopt.Spec{
@@ -54,10 +30,10 @@ func pingpongSpecs(t pingpong.Transport) []getopt.Spec {
 		{Short: 'i', Long: "ib-port", Arg: "PORT", Usage: "use port of IB device", Default: "1"},
 		{Short: 's', Long: "size", Arg: "SIZE", Usage: size, Default: strconv.Itoa(o.Size)},
 	}
-	if t != pingpong.UD {
+	if t != UD {
 		specs = append(specs, getopt.Spec{Short: 'm', Long: "mtu", Arg: "MTU", Usage: "path MTU", Default: strconv.Itoa(o.MTU.Bytes())})
 	}
-	if t == pingpong.SRQ {
+	if t == SRQ {
 		specs = append(specs, getopt.Spec{Short: 'q', Long: "num-qp", Arg: "NUM", Usage: "number of QPs to use", Default: strconv.Itoa(o.NumQP)})
 	}
 	return append(specs,
@@ -71,15 +47,15 @@ func pingpongSpecs(t pingpong.Transport) []getopt.Spec {
 	)
 }
 
-// errPingpongHelp is parsePingpongArgs' answer to -h.
-var errPingpongHelp = errors.New("help requested")
+// errHelp is ParseArgs' answer to -h.
+var errHelp = errors.New("help requested")
 
-// parsePingpongArgs parses the options of t's C program, as its getopt_long
+// ParseArgs parses the options of t's C program, as its getopt_long
 // does, into the options of a run: an error says what is wrong with them,
-// in one line, or is errPingpongHelp.
-func parsePingpongArgs(t pingpong.Transport, args []string) (pingpong.Options, error) {
-	o := pingpong.DefaultsFor(t)
-	opts, rest, err := getopt.ParseSpecs(args, pingpongSpecs(t))
+// in one line, or is errHelp.
+func ParseArgs(t Transport, args []string) (Options, error) {
+	o := DefaultsFor(t)
+	opts, rest, err := getopt.ParseSpecs(args, specs(t))
 	if err != nil {
 		return o, err
 	}
@@ -88,7 +64,7 @@ func parsePingpongArgs(t pingpong.Transport, args []string) (pingpong.Options, e
 		var err error
 		switch op.Name {
 		case 'h':
-			return o, errPingpongHelp
+			return o, errHelp
 		case 'p':
 			o.Port, err = op.Int(0, 65535)
 		case 'd':
@@ -132,7 +108,7 @@ func parsePingpongArgs(t pingpong.Transport, args []string) (pingpong.Options, e
 		o.Server = rest[0]
 	}
 	o.MTU = verbs.MTUFromBytes(mtu)
-	if t == pingpong.SRQ && o.NumQP > o.RxDepth {
+	if t == SRQ && o.NumQP > o.RxDepth {
 		return o, fmt.Errorf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP (-r >= -q)", o.RxDepth, o.NumQP)
 	}
 	if o.Server != "" && o.Port == 0 {
@@ -141,18 +117,27 @@ func parsePingpongArgs(t pingpong.Transport, args []string) (pingpong.Options, e
 	return o, nil
 }
 
-// runPingpong parses the options of t's C program and runs it.
-func runPingpong(t pingpong.Transport, args []string, stdout, stderr io.Writer) int {
+// Main is the command of t's C program (rdmago rc_pingpong, uc_pingpong,
+// ud_pingpong, srq_pingpong): flag for flag ibv_rc_pingpong and its
+// siblings (srq_pingpong less -o, on-demand paging, which the software
+// device does not offer; ud_pingpong has no -m).
+func Main(t Transport) tool.Main {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+		return run(ctx, t, args, stdout, stderr)
+	}
+}
+
+func run(ctx context.Context, t Transport, args []string, stdout, stderr io.Writer) int {
 	name := t.String() + "_pingpong"
 	usage := func(w io.Writer) {
 		fmt.Fprintln(w, "usage:")
 		fmt.Fprintf(w, "  rdmago %s [options]         start a server and wait for connection\n", name)
 		fmt.Fprintf(w, "  rdmago %s [options] <host>  connect to server at <host>\n", name)
-		fmt.Fprintf(w, "\n%s\n\noptions (those of %s):\n", pingpongAbout(t), t.Tool())
-		getopt.PrintUsage(w, pingpongSpecs(t))
+		fmt.Fprintf(w, "\n%s\n\noptions (those of %s):\n", about(t), t.Tool())
+		getopt.PrintUsage(w, specs(t))
 	}
-	o, err := parsePingpongArgs(t, args)
-	if errors.Is(err, errPingpongHelp) {
+	o, err := ParseArgs(t, args)
+	if errors.Is(err, errHelp) {
 		usage(stdout)
 		return 0
 	}
@@ -162,11 +147,9 @@ func runPingpong(t pingpong.Transport, args []string, stdout, stderr io.Writer) 
 		return 2
 	}
 	o.Notice = stderr
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if _, err := pingpong.Run(ctx, stdout, o); err != nil {
+	if _, err := Run(ctx, stdout, o); err != nil {
 		if ctx.Err() != nil {
-			return exitInterrupted // Ctrl-C: quietly, as after SIGINT
+			return tool.Interrupted // Ctrl-C: quietly, as after SIGINT
 		}
 		fmt.Fprintf(stderr, "rdmago %s: %v\n", name, err)
 		return 1
@@ -174,18 +157,14 @@ func runPingpong(t pingpong.Transport, args []string, stdout, stderr io.Writer) 
 	return 0
 }
 
-// exitInterrupted is the status of a tool stopped by Ctrl-C: 128 + SIGINT,
-// what a shell reports for a C program the signal killed.
-const exitInterrupted = 130
-
-// pingpongAbout is the line of usage text that says what t's tool does.
-func pingpongAbout(t pingpong.Transport) string {
+// about is the line of usage text that says what t's tool does.
+func about(t Transport) string {
 	switch t {
-	case pingpong.UC:
+	case UC:
 		return "Ping-pong of SENDs over a UC QP; interoperates with ibv_uc_pingpong."
-	case pingpong.UD:
+	case UD:
 		return "Ping-pong of SENDs over a UD QP (Q_Key 0x11111111); interoperates with ibv_ud_pingpong."
-	case pingpong.SRQ:
+	case SRQ:
 		return "Ping-pong of SENDs over -q RC QPs receiving from one SRQ; interoperates with ibv_srq_pingpong\n(use the same -q on both sides)."
 	}
 	return "Ping-pong of SENDs over an RC QP; interoperates with ibv_rc_pingpong."

@@ -1,19 +1,21 @@
-package main
+package dump
 
 import (
 	"bufio"
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 
-	"github.com/rdmago/rdmago/internal/dump"
+	"github.com/rdmago/rdmago/internal/tool"
 )
 
-func runDump(args []string, stdout, stderr io.Writer) int {
+// Main is `rdmago dump`: it decodes the files its arguments name.
+func Main(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dump", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var opt dump.Options
+	var opt Options
 	check := fs.Bool("check", false, "exit with status 1 if any RoCEv2 packet is malformed or has a bad ICRC (a file that cannot be read always fails)")
 	fs.BoolVar(&opt.All, "a", false, "print packets that are not RoCEv2 too (they are always counted)")
 	fs.BoolVar(&opt.AbsTime, "abs", false, "print absolute timestamps instead of seconds since the file's first packet")
@@ -28,9 +30,9 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
-	files, err := parseInterspersed(fs, args)
+	files, err := tool.ParseInterspersed(fs, args)
 	if err != nil {
-		return flagError(err)
+		return tool.FlagStatus(err)
 	}
 	if *port == 0 || *port > 65535 {
 		fmt.Fprintf(stderr, "rdmago dump: -port %d is not a UDP port\n", *port)
@@ -61,7 +63,7 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 			readFailed = true
 			continue
 		}
-		st, err := dump.File(out, f, opt)
+		st, err := File(out, f, opt)
 		f.Close()
 		if err != nil {
 			out.Flush()

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -6,14 +6,21 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
-	"os/signal"
 	"time"
 
-	"github.com/rdmago/rdmago/internal/demo"
+	"github.com/rdmago/rdmago/internal/tool"
+	"github.com/rdmago/rdmago/verbs"
 )
 
-func runDemo(args []string, stdout, stderr io.Writer) int {
+// Main is `rdmago demo`: its flags, then Run. devices, if not nil, is
+// given each device the demo makes (for --stats).
+func Main(devices func(*verbs.Device)) tool.Main {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+		return command(ctx, devices, args, stdout, stderr)
+	}
+}
+
+func command(ctx context.Context, devices func(*verbs.Device), args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	server := fs.String("server", "127.0.0.1", "IP address of the server's device")
@@ -29,15 +36,15 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
-	rest, err := parseInterspersed(fs, args)
+	rest, err := tool.ParseInterspersed(fs, args)
 	if err != nil {
-		return flagError(err)
+		return tool.FlagStatus(err)
 	}
 	if len(rest) > 0 {
 		fmt.Fprintf(stderr, "rdmago demo: unexpected argument %q: demo takes flags only (rdmago demo -h)\n", rest[0])
 		return 2
 	}
-	opt := demo.Options{Port: uint16(*port), BWSize: *size, BWTime: *dur, Devices: noteDevice}
+	opt := Options{Port: uint16(*port), BWSize: *size, BWTime: *dur, Devices: devices}
 	if opt.ServerAddr, err = netip.ParseAddr(*server); err != nil {
 		fmt.Fprintf(stderr, "rdmago demo: -server: %v\n", err)
 		return 2
@@ -50,9 +57,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rdmago demo: -port must be 1-65535, -size 1 to 8388608 bytes, -time positive")
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := demo.Run(ctx, stdout, opt); err != nil {
+	if err := Run(ctx, stdout, opt); err != nil {
 		fmt.Fprintf(stderr, "rdmago demo: %v\n", err)
 		return 1
 	}
