@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/prov"
 )
 
 // cmTimeout bounds each step of connection setup.
@@ -60,6 +61,7 @@ type rdEntry struct {
 }
 
 type ep struct {
+	prov.NoTagged
 	fabric.NoAtomics
 	d    *fabric.Domain
 	info *fabric.Info
@@ -148,25 +150,16 @@ func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabr
 	return e, nil
 }
 
-func (e *ep) BindEQ(eq *fabric.EQ) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.eq = eq
-	return nil
-}
+func (e *ep) BindEQ(eq *fabric.EQ) error { return prov.BindEQ(&e.mu, &e.eq, eq) }
 
 func (e *ep) BindCQ(cq *fabric.CQ, flags uint64) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.comp.BindCQ(cq, flags, e)
+	return prov.BindCQ(&e.mu, &e.comp, cq, flags, e)
 }
 
 // BindCounter binds a counter for the operations flags names (fi_ep_bind
 // with a counter).
 func (e *ep) BindCounter(c *fabric.Counter, flags uint64) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.comp.BindCounter(c, flags, e)
+	return prov.BindCounter(&e.mu, &e.comp, c, flags, e)
 }
 
 func (e *ep) Enable() error {
@@ -627,24 +620,6 @@ func (e *ep) SendMsg(m *fabric.Msg, flags uint64) error {
 	return e.send(m.Buf, m.Data, m.Context, flags)
 }
 
-// The tcp provider's connected endpoints have no tagged messages, as in
-// C; FI_EP_RDM has them.
-func (e *ep) TRecv([]byte, any, fabric.Addr, uint64, uint64, any) error {
-	return fabric.Errorf("fi_trecv", fabric.ErrNotSupported, "FI_EP_MSG endpoints of the tcp provider have no tagged messages")
-}
-
-func (e *ep) TSend([]byte, any, fabric.Addr, uint64, any) error {
-	return fabric.Errorf("fi_tsend", fabric.ErrNotSupported, "FI_EP_MSG endpoints of the tcp provider have no tagged messages")
-}
-
-func (e *ep) TSendMsg(*fabric.Msg, uint64, uint64) error {
-	return fabric.Errorf("fi_tsendmsg", fabric.ErrNotSupported, "FI_EP_MSG endpoints of the tcp provider have no tagged messages")
-}
-
-func (e *ep) TInject([]byte, fabric.Addr, uint64) error {
-	return fabric.Errorf("fi_tinject", fabric.ErrNotSupported, "FI_EP_MSG endpoints of the tcp provider have no tagged messages")
-}
-
 // BindAV is accepted and ignored: connected endpoints need no AV.
 func (e *ep) BindAV(*fabric.AV) error { return nil }
 
@@ -738,17 +713,10 @@ func (e *ep) InjectWrite(buf []byte, _ fabric.Addr, addr, key uint64) error {
 }
 
 // GetOpt has FI_OPT_CM_DATA_SIZE, as C's tcp endpoints do.
-func (e *ep) GetOpt(opt fabric.Opt) (int, error) {
-	if opt == fabric.OptCMDataSize {
-		return maxCMData, nil
-	}
-	return 0, fabric.Errorf("fi_getopt", fabric.ErrNoProtoOpt, "")
-}
+func (e *ep) GetOpt(opt fabric.Opt) (int, error) { return prov.GetOpt(opt, maxCMData) }
 
 // SetOpt has no options to set, as C's tcp endpoints have none.
-func (e *ep) SetOpt(fabric.Opt, int) error {
-	return fabric.Errorf("fi_setopt", fabric.ErrNoProtoOpt, "")
-}
+func (e *ep) SetOpt(o fabric.Opt, v int) error { return prov.SetOpt(o, v) }
 
 func (e *ep) WriteData(buf []byte, desc any, data uint64, _ fabric.Addr, addr, key uint64, context any) error {
 	h := header{op: opWrite, flags: flagRemoteCQData, cqData: data, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/prov"
 )
 
 // The passive endpoint (fi_pep): listening, the connection requests it
@@ -40,12 +41,7 @@ func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any
 	return &pep{info: info.Dup(), ctx: context, conns: map[*connReq]bool{}}, nil
 }
 
-func (p *pep) Bind(eq *fabric.EQ) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.eq = eq
-	return nil
-}
+func (p *pep) Bind(eq *fabric.EQ) error { return prov.BindEQ(&p.mu, &p.eq, eq) }
 
 // Listen binds the info's source address (port 0: any) and starts taking
 // connection requests.
@@ -167,14 +163,11 @@ func (p *pep) Reject(handle any, param []byte) error {
 }
 
 func (p *pep) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !prov.Closing(&p.mu, &p.closed) {
 		return nil
 	}
-	p.closed = true
-	ln := p.ln
-	reqs := p.conns
+	p.mu.Lock()
+	ln, reqs := p.ln, p.conns
 	p.conns = map[*connReq]bool{}
 	p.mu.Unlock()
 	if ln != nil {

@@ -39,6 +39,7 @@ import (
 	"net/netip"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/prov"
 )
 
 func init() { fabric.RegisterProvider(provider{}) }
@@ -185,15 +186,7 @@ func (p provider) Infos(node, service string, flags uint64, hints *fabric.Info) 
 		}
 		// Addresses, as the node, service and hints give them.
 		shape := func(i *fabric.Info) *fabric.Info {
-			if flags&fabric.FlagSource != 0 && (node != "" || service != "") {
-				i.SrcAddr = netip.AddrPortFrom(x.addr, port)
-			} else if flags&fabric.FlagSource == 0 && nodeAddr.IsValid() {
-				i.DestAddr = netip.AddrPortFrom(nodeAddr, port)
-			}
-			if hints != nil && hints.SrcAddr.IsValid() {
-				i.SrcAddr = netip.AddrPortFrom(x.addr, hints.SrcAddr.Port())
-			}
-			return i
+			return prov.Addrs(i, x.addr, node, service, nodeAddr, port, flags, hints)
 		}
 		if hints == nil || hints.EPAttr == nil || hints.EPAttr.Type == fabric.EPUnspec || hints.EPAttr.Type == fabric.EPRDM {
 			rdms = append(rdms, shape(rdmTemplate(x)))

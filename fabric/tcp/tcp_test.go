@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/fabrictest"
 	_ "github.com/rdmago/rdmago/fabric/tcp"
 )
 
@@ -66,38 +67,11 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// event and comp wait for the side's next event and completion.
 func (s *side) event(want fabric.EventType) fabric.EQEntry {
-	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	e, err := s.eq.SRead(ctx)
-	if err != nil {
-		if errors.Is(err, fabric.ErrAvail) {
-			ee, _ := s.eq.ReadErr()
-			s.t.Fatalf("waiting for %s: error entry %v", want, ee.Err)
-		}
-		s.t.Fatalf("waiting for %s: %v", want, err)
-	}
-	if e.Event != want {
-		s.t.Fatalf("event %s, want %s", e.Event, want)
-	}
-	return e
+	return fabrictest.Event(s.t, s.eq, want, 5*time.Second)
 }
-
-func (s *side) comp() fabric.CQEntry {
-	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var buf [1]fabric.CQEntry
-	if _, err := s.cq.SRead(ctx, buf[:]); err != nil {
-		if errors.Is(err, fabric.ErrAvail) {
-			ee, _ := s.cq.ReadErr()
-			s.t.Fatalf("error completion %v (%+v)", ee.Err, ee)
-		}
-		s.t.Fatalf("no completion: %v", err)
-	}
-	return buf[0]
-}
+func (s *side) comp() fabric.CQEntry { return fabrictest.Comp(s.t, s.cq, 5*time.Second) }
 
 // pair takes one completion from each of a and b, driving both: with
 // manual progress a large message moves only while both sides poll.
@@ -130,17 +104,8 @@ func pair(t *testing.T, a, b *side) (fabric.CQEntry, fabric.CQEntry) {
 // connected returns a connected client and server over 127.0.0.1.
 func connected(t *testing.T, pdata []byte) (cli, srv *side) {
 	srvInfo := loopbackInfo(t, fabric.FlagSource, "127.0.0.1")
-	fab, err := fabric.OpenFabric(srvInfo)
-	must(t, err)
-	eq, err := fab.OpenEQ()
-	must(t, err)
-	pep, err := fab.OpenPassiveEndpoint(srvInfo, nil)
-	must(t, err)
-	t.Cleanup(func() { pep.Close() })
-	must(t, pep.Bind(eq))
-	must(t, pep.Listen())
-	name, err := pep.Name()
-	must(t, err)
+	l := fabrictest.Listen(t, srvInfo)
+	fab, eq, name := l.Fab, l.EQ, l.Name
 
 	cliInfo := loopbackInfo(t, 0, "127.0.0.1")
 	cfab, err := fabric.OpenFabric(cliInfo)
@@ -407,4 +372,37 @@ func TestCloseEndsAHandshakeInProgress(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("Close took %v during the handshake", d)
 	}
+}
+
+// rdmSide is an FI_EP_RDM endpoint with its CQ and AV.
+type rdmSide struct {
+	dom *fabric.Domain
+	ep  fabric.Endpoint
+	cq  *fabric.CQ
+	av  *fabric.AV
+}
+
+func newRDM(t *testing.T, opts ...func(*rdmSide)) *rdmSide {
+	t.Helper()
+	r := fabrictest.OpenRDM(t, "tcp", "tcp;ofi_rxm")
+	s := &rdmSide{dom: r.Dom, ep: r.EP, cq: r.CQ, av: r.AV}
+	for _, o := range opts {
+		o(s)
+	}
+	must(t, s.ep.Enable())
+	t.Cleanup(func() { s.ep.Close() })
+	return s
+}
+
+// peer puts o's name in s's AV.
+func (s *rdmSide) peer(t *testing.T, o *rdmSide) fabric.Addr { return fabrictest.Peer(t, s.av, o.ep) }
+
+func (s *rdmSide) next(t *testing.T) (fabric.CQEntry, *fabric.CQErrEntry) {
+	t.Helper()
+	return fabrictest.Next(t, s.cq, 5*time.Second)
+}
+
+func (s *rdmSide) ok(t *testing.T) fabric.CQEntry {
+	t.Helper()
+	return fabrictest.Comp(t, s.cq, 5*time.Second)
 }

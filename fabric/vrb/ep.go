@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/prov"
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -66,6 +67,7 @@ type op struct {
 }
 
 type ep struct {
+	prov.NoTagged
 	d    *fabric.Domain
 	dom  *domain
 	info *fabric.Info
@@ -235,23 +237,14 @@ func (e *ep) resolve(dst netip.AddrPort) error {
 	return wait(rdmacm.EventRouteResolved)
 }
 
-func (e *ep) BindEQ(eq *fabric.EQ) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.eq = eq
-	return nil
-}
+func (e *ep) BindEQ(eq *fabric.EQ) error { return prov.BindEQ(&e.mu, &e.eq, eq) }
 
 func (e *ep) BindCQ(cq *fabric.CQ, flags uint64) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.comp.BindCQ(cq, flags, e)
+	return prov.BindCQ(&e.mu, &e.comp, cq, flags, e)
 }
 
 func (e *ep) BindCounter(c *fabric.Counter, flags uint64) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.comp.BindCounter(c, flags, e)
+	return prov.BindCounter(&e.mu, &e.comp, c, flags, e)
 }
 
 // BindAV binds the address vector a datagram endpoint sends by; a
@@ -610,22 +603,6 @@ func (e *ep) SendMsg(m *fabric.Msg, flags uint64) error {
 	return e.post("fi_sendmsg", wr, m.Buf, m.Desc, m.Addr, o, inject)
 }
 
-func (e *ep) TRecv([]byte, any, fabric.Addr, uint64, uint64, any) error {
-	return fabric.Errorf("fi_trecv", fabric.ErrNotSupported, "the verbs provider's MSG endpoints have no FI_TAGGED")
-}
-
-func (e *ep) TSend([]byte, any, fabric.Addr, uint64, any) error {
-	return fabric.Errorf("fi_tsend", fabric.ErrNotSupported, "the verbs provider's MSG endpoints have no FI_TAGGED")
-}
-
-func (e *ep) TSendMsg(*fabric.Msg, uint64, uint64) error {
-	return fabric.Errorf("fi_tsendmsg", fabric.ErrNotSupported, "the verbs provider's MSG endpoints have no FI_TAGGED")
-}
-
-func (e *ep) TInject([]byte, fabric.Addr, uint64) error {
-	return fabric.Errorf("fi_tinject", fabric.ErrNotSupported, "the verbs provider's MSG endpoints have no FI_TAGGED")
-}
-
 var writeOp = op{flags: fabric.CompRMA | fabric.CompWrite}
 
 // Write writes buf to the peer's region key at virtual address addr
@@ -657,15 +634,8 @@ func (e *ep) Read(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context
 }
 
 // GetOpt has FI_OPT_CM_DATA_SIZE (55, as C's provider).
-func (e *ep) GetOpt(opt fabric.Opt) (int, error) {
-	if opt == fabric.OptCMDataSize {
-		return maxCMData, nil
-	}
-	return 0, fabric.Errorf("fi_getopt", fabric.ErrNoProtoOpt, "")
-}
+func (e *ep) GetOpt(opt fabric.Opt) (int, error) { return prov.GetOpt(opt, maxCMData) }
 
-func (e *ep) SetOpt(fabric.Opt, int) error {
-	return fabric.Errorf("fi_setopt", fabric.ErrNoProtoOpt, "")
-}
+func (e *ep) SetOpt(o fabric.Opt, v int) error { return prov.SetOpt(o, v) }
 
 // ---- Progress ----

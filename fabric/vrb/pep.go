@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/prov"
 	"github.com/rdmago/rdmago/rdmacm"
 )
 
@@ -47,12 +48,7 @@ func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any
 	return &pep{info: info.Dup(), ctx: context, ch: ch, id: id}, nil
 }
 
-func (p *pep) Bind(eq *fabric.EQ) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.eq = eq
-	return nil
-}
+func (p *pep) Bind(eq *fabric.EQ) error { return prov.BindEQ(&p.mu, &p.eq, eq) }
 
 // Listen binds the info's source address and listens (rdma_bind_addr,
 // rdma_listen).
@@ -135,12 +131,10 @@ func (p *pep) Reject(handle any, param []byte) error {
 }
 
 func (p *pep) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !prov.Closing(&p.mu, &p.closed) {
 		return nil
 	}
-	p.closed = true
+	p.mu.Lock()
 	cancel := p.cancel
 	p.mu.Unlock()
 	if cancel != nil {

@@ -60,6 +60,7 @@ import (
 	"strings"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/prov"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -211,16 +212,7 @@ func (provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([
 	var out []*fabric.Info
 	add := func(mk func(devAddr) *fabric.Info) {
 		for _, x := range xs {
-			i := mk(x)
-			if flags&fabric.FlagSource != 0 && (node != "" || service != "") {
-				i.SrcAddr = netip.AddrPortFrom(x.addr, port)
-			} else if flags&fabric.FlagSource == 0 && nodeAddr.IsValid() {
-				i.DestAddr = netip.AddrPortFrom(nodeAddr, port)
-			}
-			if hints != nil && hints.SrcAddr.IsValid() {
-				i.SrcAddr = netip.AddrPortFrom(x.addr, hints.SrcAddr.Port())
-			}
-			out = append(out, i)
+			out = append(out, prov.Addrs(mk(x), x.addr, node, service, nodeAddr, port, flags, hints))
 		}
 	}
 	// In C's order: MSG, DGRAM, then verbs;ofi_rxm's RDM.

@@ -2,12 +2,12 @@ package vrb_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/fabrictest"
 )
 
 // rdmSide is an FI_EP_RDM endpoint (verbs;ofi_rxm) on the software
@@ -24,27 +24,13 @@ type rdmSide struct {
 
 func newRDMSide(t *testing.T) *rdmSide {
 	t.Helper()
-	hints := fabric.AllocInfo()
-	hints.FabricAttr.ProvName = "verbs"
-	hints.EPAttr.Type = fabric.EPRDM
-	infos, err := fabric.GetInfo("127.0.0.1", "0", fabric.FlagSource, hints)
-	must(t, err)
-	info := infos[0]
-	if info.FabricAttr.ProvName != "verbs;ofi_rxm" || info.EPAttr.Protocol != fabric.ProtoRXM {
-		t.Fatalf("RDM entry of provider %q, protocol %v", info.FabricAttr.ProvName, info.EPAttr.Protocol)
+	r := fabrictest.OpenRDM(t, "verbs", "verbs;ofi_rxm")
+	if r.Info.EPAttr.Protocol != fabric.ProtoRXM {
+		t.Fatalf("RDM entry of protocol %v", r.Info.EPAttr.Protocol)
 	}
-	fab, err := fabric.OpenFabric(info)
-	must(t, err)
-	s := &rdmSide{t: t}
-	s.dom, err = fab.OpenDomain(info)
-	must(t, err)
-	s.cq, _ = s.dom.OpenCQ(nil)
-	s.av, _ = s.dom.OpenAV(nil)
-	s.ep, err = s.dom.OpenEndpoint(info, nil)
-	must(t, err)
-	must(t, s.ep.BindAV(s.av))
-	must(t, s.ep.BindCQ(s.cq, fabric.BindTransmit|fabric.BindRecv))
+	s := &rdmSide{t: t, dom: r.Dom, ep: r.EP, cq: r.CQ, av: r.AV}
 	must(t, s.ep.Enable())
+	var err error
 	s.buf = make([]byte, 2<<20)
 	s.mr, err = s.dom.RegMR(s.buf, fabric.AccessSend|fabric.AccessRecv|fabric.AccessRemoteRead|fabric.AccessRemoteWrite, 0)
 	must(t, err)
@@ -59,38 +45,17 @@ func newRDMSide(t *testing.T) *rdmSide {
 }
 
 // peer puts o's name in s's AV.
-func (s *rdmSide) peer(o *rdmSide) fabric.Addr {
-	name, err := o.ep.Name()
-	must(s.t, err)
-	h, err := s.av.Insert(name)
-	must(s.t, err)
-	return h[0]
-}
+func (s *rdmSide) peer(o *rdmSide) fabric.Addr { return fabrictest.Peer(s.t, s.av, o.ep) }
 
 // next waits for a completion or an error entry.
 func (s *rdmSide) next() (fabric.CQEntry, *fabric.CQErrEntry) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var e [1]fabric.CQEntry
-	_, err := s.cq.SRead(ctx, e[:])
-	if errors.Is(err, fabric.ErrAvail) {
-		ee, _ := s.cq.ReadErr()
-		return fabric.CQEntry{}, &ee
-	}
-	if err != nil {
-		s.t.Fatalf("no completion: %v", err)
-	}
-	return e[0], nil
+	return fabrictest.Next(s.t, s.cq, 10*time.Second)
 }
 
 func (s *rdmSide) comp() fabric.CQEntry {
 	s.t.Helper()
-	e, ee := s.next()
-	if ee != nil {
-		s.t.Fatalf("error completion %v (%+v)", ee.Err, ee)
-	}
-	return e
+	return fabrictest.Comp(s.t, s.cq, 10*time.Second)
 }
 
 func pattern(n, seed int) []byte {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/fabrictest"
 	_ "github.com/rdmago/rdmago/fabric/vrb"
 	_ "github.com/rdmago/rdmago/rxe" // the software device
 )
@@ -77,56 +78,19 @@ func (s *side) register(n int, access uint64) {
 	})
 }
 
+// event and comp wait for the side's next event and completion.
 func (s *side) event(want fabric.EventType) fabric.EQEntry {
-	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	e, err := s.eq.SRead(ctx)
-	if errors.Is(err, fabric.ErrAvail) {
-		ee, _ := s.eq.ReadErr()
-		s.t.Fatalf("waiting for %s: error entry %v", want, ee.Err)
-	}
-	if err != nil {
-		s.t.Fatalf("waiting for %s: %v", want, err)
-	}
-	if e.Event != want {
-		s.t.Fatalf("event %s, want %s", e.Event, want)
-	}
-	return e
+	return fabrictest.Event(s.t, s.eq, want, 10*time.Second)
 }
-
-func (s *side) comp() fabric.CQEntry {
-	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var e [1]fabric.CQEntry
-	_, err := s.cq.SRead(ctx, e[:])
-	if errors.Is(err, fabric.ErrAvail) {
-		ee, _ := s.cq.ReadErr()
-		s.t.Fatalf("error completion %v (%+v)", ee.Err, ee)
-	}
-	if err != nil {
-		s.t.Fatalf("no completion: %v", err)
-	}
-	return e[0]
-}
+func (s *side) comp() fabric.CQEntry { return fabrictest.Comp(s.t, s.cq, 10*time.Second) }
 
 // connected returns a client and a server connected over 127.0.0.1, the
 // client's private data checked at the server and the server's at the
 // client.
 func connected(t testing.TB) (cli, srv *side) {
 	sinfo := loopback(t, fabric.FlagSource, "127.0.0.1")
-	fab, err := fabric.OpenFabric(sinfo)
-	must(t, err)
-	eq, err := fab.OpenEQ()
-	must(t, err)
-	pep, err := fab.OpenPassiveEndpoint(sinfo, nil)
-	must(t, err)
-	t.Cleanup(func() { pep.Close() })
-	must(t, pep.Bind(eq))
-	must(t, pep.Listen())
-	name, err := pep.Name()
-	must(t, err)
+	l := fabrictest.Listen(t, sinfo)
+	fab, eq, name := l.Fab, l.EQ, l.Name
 
 	hints := fabric.AllocInfo()
 	hints.FabricAttr.ProvName = "verbs"

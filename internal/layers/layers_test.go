@@ -47,8 +47,8 @@ var rules = []rule{
 	// The verbs provider goes through verbs and rdmacm, whichever device
 	// is under them.
 	{dir: "fabric/vrb", forbid: []string{module + "/rxe", module + "/rdmacore", module + "/fabric/tcp"}},
-	// ofi_rxm's engine runs over any provider's connections.
-	{dir: "fabric/internal/rxm", forbid: []string{module + "/fabric/tcp", module + "/fabric/vrb", module + "/verbs", module + "/rdmacm", module + "/rxe", module + "/rdmacore"}},
+	// ofi_rxm's engine and what the providers share run over any provider.
+	{dir: "fabric/internal", forbid: []string{module + "/fabric/tcp", module + "/fabric/vrb", module + "/verbs", module + "/rdmacm", module + "/rxe", module + "/rdmacore"}},
 	// The capture reader is a leaf.
 	{dir: "internal/pcap", forbid: []string{module + "/"}},
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/prov"
 )
 
 // SendFunc is an RDM endpoint's one way of sending a message: op names
@@ -111,16 +112,12 @@ func (b *Binds) BindAV(av *fabric.AV) error {
 }
 
 func (b *Binds) BindCQ(cq *fabric.CQ, flags uint64) error {
-	b.Mu.Lock()
-	defer b.Mu.Unlock()
-	return b.Comp.BindCQ(cq, flags, b.Self)
+	return prov.BindCQ(&b.Mu, &b.Comp, cq, flags, b.Self)
 }
 
 // BindCounter binds a counter for the operations flags names.
 func (b *Binds) BindCounter(c *fabric.Counter, flags uint64) error {
-	b.Mu.Lock()
-	defer b.Mu.Unlock()
-	return b.Comp.BindCounter(c, flags, b.Self)
+	return prov.BindCounter(&b.Mu, &b.Comp, c, flags, b.Self)
 }
 
 // Bound checks, with Mu held, that an AV and CQs for both directions are
