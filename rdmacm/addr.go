@@ -232,7 +232,7 @@ func GetDevices() (*DeviceList, error) {
 	l := &DeviceList{}
 	seen := map[*verbs.Device]bool{}
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	var first error
 	for _, dev := range candidates() {
 		if seen[dev] {
@@ -271,7 +271,7 @@ func GetDevices() (*DeviceList, error) {
 // harmless.
 func (l *DeviceList) Free() {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	l.freeLocked()
 }
 

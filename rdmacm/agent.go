@@ -24,6 +24,21 @@ var cm struct {
 	agents map[*verbs.Device]*agent
 	// ports holds the bound IDs of each port space and port.
 	ports map[portKey][]*ID
+	// pending are the agents with MADs queued to post: whoever lets go
+	// of mu posts them (unlock), so that no lock of the connection
+	// manager is held while a device sends.
+	pending []*agent
+}
+
+// cmUnlock lets go of cm.mu, then posts the MADs queued meanwhile.
+// Every holder of cm.mu lets go of it here.
+func cmUnlock() {
+	p := cm.pending
+	cm.pending = nil
+	cm.mu.Unlock()
+	for _, a := range p {
+		a.drain()
+	}
 }
 
 type portKey struct {
@@ -61,7 +76,7 @@ type agent struct {
 	gids []netip.Addr // the port's GID table, as addresses
 	// owner is the upper 8 bits of the agent's communication IDs: on a
 	// device that several processes share, what routes the answers to our
-	// messages to this process (see commIDOwner).
+	// messages to this process (see CommIDOwner).
 	owner uint8
 
 	// Guarded by cm.mu.
@@ -78,6 +93,9 @@ type agent struct {
 	sentCh    chan struct{} // made by flush to wait on, closed when finished grows
 	awaited   uint64        // the finished count the flushes wait for
 	reaping   bool          // a reapLoop runs
+	queued    bool          // in cm.pending
+	draining  bool          // a drain posts (the one that may use sendWR)
+	drainers  sync.WaitGroup
 	// stopReaper ends the reapLoop's wait, set while it waits.
 	stopReaper context.CancelFunc
 	sendWR     [1]verbs.SendWR
@@ -146,17 +164,23 @@ func (a *agent) release() {
 	}
 	delete(cm.agents, a.dev)
 	a.dead = true
-	if n, ok := verbs.DeviceDriverOf(a.dev).(unreachableNotifier); ok {
+	if n, ok := verbs.DeviceDriverOf(a.dev).(UnreachableNotifier); ok {
 		n.OnCMUnreachable(nil)
 	}
 	a.cancel()
+	// QP1 goes now, so that the device may have a new one at once; a
+	// drain posting on it meanwhile (without cm.mu) gets an error.
 	a.qp.Destroy()
-	for _, ah := range a.ahs {
-		ah.Destroy()
-	}
+	ahs := a.ahs
+	a.ahs = map[ahKey]*verbs.AH{}
 	go func() {
-		// The receive loop may be inside a handler waiting for cm.mu;
-		// let it finish before freeing what it uses.
+		// The receive loop may be inside a handler waiting for cm.mu,
+		// and a drain may be posting with one of the AHs: let them
+		// finish before freeing what they use.
+		a.drainers.Wait()
+		for _, ah := range ahs {
+			ah.Destroy()
+		}
 		<-a.done
 		a.reapers.Wait()
 		a.mr.Dereg()
@@ -190,10 +214,10 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 		return nil, err
 	}
 	a.mtu = pa.ActiveMTU
-	if o, ok := verbs.DeviceDriverOf(dev).(commIDOwner); ok {
+	if o, ok := verbs.DeviceDriverOf(dev).(CommIDOwner); ok {
 		a.owner, _ = o.CommIDOwner()
 	}
-	if n, ok := verbs.DeviceDriverOf(dev).(unreachableNotifier); ok {
+	if n, ok := verbs.DeviceDriverOf(dev).(UnreachableNotifier); ok {
 		n.OnCMUnreachable(a.unreachable)
 	}
 	for i := 0; i < pa.GIDTblLen; i++ {
@@ -345,21 +369,12 @@ func (a *agent) reaperNeeded() bool {
 	return len(a.sendQueue) > 0 || a.finished < a.awaited
 }
 
-// pump sends the queued MADs in order as slots free up. MADs still queued
-// when every slot is taken are left to reapLoop. Called with cm.mu held.
+// pump has the queued MADs posted when cm.mu is let go (drain). Called
+// with cm.mu held.
 func (a *agent) pump() {
-	for len(a.sendQueue) > 0 {
-		if len(a.sendFree) == 0 {
-			a.takeSent()
-			if len(a.sendFree) == 0 {
-				a.startReaper()
-				return
-			}
-		}
-		q := a.sendQueue[0]
-		a.sendQueue[0] = queuedMAD{}
-		a.sendQueue = a.sendQueue[1:]
-		a.postSlot(q.b, q.dst, q.sgid)
+	if len(a.sendQueue) > 0 && !a.queued {
+		a.queued = true
+		cm.pending = append(cm.pending, a)
 	}
 }
 
@@ -381,7 +396,7 @@ func (a *agent) reapLoop() {
 	for !a.dead && a.rctx.Err() == nil && a.reaperNeeded() {
 		ctx, cancel := context.WithCancel(a.rctx)
 		a.stopReaper = cancel // by takeSent, when another took what it waits for
-		cm.mu.Unlock()
+		cmUnlock()
 		err := a.scq.Wait(ctx)
 		cancel()
 		cm.mu.Lock()
@@ -391,7 +406,7 @@ func (a *agent) reapLoop() {
 		}
 	}
 	a.reaping = false
-	cm.mu.Unlock()
+	cmUnlock()
 }
 
 // receive handles one MAD from QP1's receive buffer (GRH area first).
@@ -401,7 +416,7 @@ func (a *agent) receive(b []byte) {
 	}
 	src, dst, _, _, ok := verbs.GRHAddrs(b[:verbs.GRHLen])
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if a.dead {
 		return
 	}
@@ -479,47 +494,69 @@ func (a *agent) send(b []byte, dst netip.Addr, sgid int) {
 	a.post(b, dst, sgid)
 }
 
-// post is send for a MAD already counted in issued: at once in a free
-// slot, or after the MADs queued before it.
+// post is send for a MAD already counted in issued: it queues the MAD,
+// which the holder of cm.mu posts when it lets go (cmUnlock), after
+// the MADs queued before it. Called with cm.mu held.
 func (a *agent) post(b []byte, dst netip.Addr, sgid int) {
 	if a.dead {
 		a.sent()
 		return
 	}
-	if len(a.sendQueue) == 0 {
-		if len(a.sendFree) == 0 {
-			a.takeSent()
-		}
-		if len(a.sendFree) > 0 {
-			a.postSlot(b, dst, sgid)
-			return
-		}
-	}
 	a.sendQueue = append(a.sendQueue, queuedMAD{b, dst, sgid})
 	a.pump()
 }
 
-// postSlot posts a MAD in a free send slot.
-func (a *agent) postSlot(b []byte, dst netip.Addr, sgid int) {
-	ah, err := a.ah(dst, sgid)
-	if err != nil {
-		a.stats.Dropped++
-		a.sent()
+// drain posts the queued MADs in order, each without cm.mu held while
+// QP1 sends it (the software device runs the send on the poster's
+// goroutine). One drain posts at a time; one that finds another at work
+// leaves the queue to it. MADs that find no free slot wait for reapLoop.
+// Called without cm.mu.
+func (a *agent) drain() {
+	cm.mu.Lock()
+	a.queued = false
+	if a.draining {
+		cm.mu.Unlock()
 		return
 	}
-	slot := a.sendFree[len(a.sendFree)-1]
-	a.sendFree = a.sendFree[:len(a.sendFree)-1]
-	copy(a.sendSlot(slot), b)
-	a.sendSGE[0] = a.mr.SGE(agentRecvs*recvSlotLen+slot*mad.MADLen, mad.MADLen)
-	a.sendWR[0] = verbs.SendWR{WRID: sendWRBit | uint64(slot), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
-		SGList: a.sendSGE[:], AH: ah, RemoteQPN: 1, RemoteQKey: mad.QP1QKey}
-	if err := a.qp.PostSend(a.sendWR[:]); err != nil {
-		a.sendFree = append(a.sendFree, slot)
-		a.stats.Dropped++
-		a.sent()
-		return
+	for !a.dead && len(a.sendQueue) > 0 {
+		if len(a.sendFree) == 0 {
+			a.takeSent()
+			if len(a.sendFree) == 0 {
+				a.startReaper()
+				break
+			}
+		}
+		q := a.sendQueue[0]
+		a.sendQueue[0] = queuedMAD{}
+		a.sendQueue = a.sendQueue[1:]
+		ah, err := a.ah(q.dst, q.sgid)
+		if err != nil {
+			a.stats.Dropped++
+			a.sent()
+			continue
+		}
+		slot := a.sendFree[len(a.sendFree)-1]
+		a.sendFree = a.sendFree[:len(a.sendFree)-1]
+		copy(a.sendSlot(slot), q.b)
+		a.sendSGE[0] = a.mr.SGE(agentRecvs*recvSlotLen+slot*mad.MADLen, mad.MADLen)
+		a.sendWR[0] = verbs.SendWR{WRID: sendWRBit | uint64(slot), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+			SGList: a.sendSGE[:], AH: ah, RemoteQPN: 1, RemoteQKey: mad.QP1QKey}
+		a.draining = true
+		a.drainers.Add(1)
+		cm.mu.Unlock()
+		err = a.qp.PostSend(a.sendWR[:])
+		cm.mu.Lock()
+		a.draining = false
+		a.drainers.Done()
+		if err != nil {
+			a.sendFree = append(a.sendFree, slot)
+			a.stats.Dropped++
+			a.sent()
+			continue
+		}
+		a.stats.Sent++
 	}
-	a.stats.Sent++
+	cm.mu.Unlock()
 }
 
 // sent counts a MAD that left (or was dropped) and wakes flush. Called
@@ -551,7 +588,7 @@ func (a *agent) flush(n uint64, d time.Duration) {
 			}
 		}
 		ch := a.sentCh
-		cm.mu.Unlock()
+		cmUnlock()
 		if done {
 			return
 		}
@@ -618,19 +655,6 @@ func (a *agent) answer(b []byte, dst netip.Addr, sgid int) {
 	}
 }
 
-// commIDOwner is what a device that several processes share tells its
-// connection managers: the upper 8 bits their communication IDs (and SIDR
-// request IDs) must have for the device to route the answers to them.
-type commIDOwner interface {
-	CommIDOwner() (owner uint8, ok bool)
-}
-
-// unreachableNotifier is a device that says when a MAD it sent found no
-// RoCE device at its destination (an ICMP port unreachable).
-type unreachableNotifier interface {
-	OnCMUnreachable(fn func(dst netip.Addr, errno syscall.Errno, pkt []byte))
-}
-
 // unreachable fails at once the connection request or SIDR request whose
 // MAD the network could not deliver: nothing listens for RoCE at the
 // destination (as when the host has no RDMA device, or the device there
@@ -648,7 +672,7 @@ func (a *agent) unreachable(dst netip.Addr, errno syscall.Errno, pkt []byte) {
 	}
 	commID := binary.BigEndian.Uint32(m[mad.HeaderLen:])
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	id := a.conns[commID]
 	if id == nil || a.dead || id.c.peerGID.WithZone("") != dst.WithZone("") {
 		return
@@ -670,13 +694,6 @@ func (a *agent) unreachable(dst netip.Addr, errno syscall.Errno, pkt []byte) {
 		id.toIdle()
 		id.event(&Event{Type: EventUnreachable, Status: -int(errno)})
 	}
-}
-
-// serviceClaimer is a device that several processes share, on which a
-// listener claims its service ID (on one of its addresses, or all if addr
-// is unspecified) so that connection requests for it reach its process.
-type serviceClaimer interface {
-	ClaimService(addr netip.Addr, id uint64) (release func(), err error)
 }
 
 // newCommID returns an unused local communication ID, nonzero, its upper 8
@@ -711,7 +728,7 @@ type retrier struct {
 	left    int
 	gen     int
 	stopped bool
-	timer   *time.Timer
+	timer   stopper
 	expired func() // called with cm.mu held when the retries run out
 }
 
@@ -730,12 +747,12 @@ func (r *retrier) arm(d time.Duration) {
 	}
 	r.gen++
 	gen := r.gen
-	r.timer = time.AfterFunc(d, func() { r.fire(gen) })
+	r.timer = cmClock.afterFunc(d, func() { r.fire(gen) })
 }
 
 func (r *retrier) fire(gen int) {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if r.stopped || gen != r.gen {
 		return
 	}

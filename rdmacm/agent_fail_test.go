@@ -27,7 +27,7 @@ func TestAgentOfADeviceThatCannotComeUpFails(t *testing.T) {
 	defer RegisterDevice(dev)()
 	cm.mu.Lock()
 	_, err = agentFor(dev)
-	cm.mu.Unlock()
+	cmUnlock()
 	if !errors.Is(err, verbs.ErrAddrInUse) {
 		t.Fatalf("agentFor: %v; want the device's EADDRINUSE", err)
 	}

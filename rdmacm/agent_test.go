@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -18,8 +19,9 @@ import (
 
 // TestAgentStopsWithItsLastID: a device's connection manager (QP1 and its
 // receive loop) runs while IDs use the device, stays through a destroyed
-// connection's timewait, and stops after that.
+// connection's timewait (on the CM's clock), and stops after that.
 func TestAgentStopsWithItsLastID(t *testing.T) {
+	clk := useFakeClock(t)
 	n := link.NewNetwork(1)
 	cliAddr, srvAddr := netip.MustParseAddr("10.7.0.1"), netip.MustParseAddr("10.7.0.2")
 	devs := map[netip.Addr]*verbs.Device{}
@@ -34,7 +36,7 @@ func TestAgentStopsWithItsLastID(t *testing.T) {
 	}
 	agentOf := func(a netip.Addr) *agent {
 		cm.mu.Lock()
-		defer cm.mu.Unlock()
+		defer cmUnlock()
 		return cm.agents[devs[a]]
 	}
 	caps := &verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
@@ -78,6 +80,20 @@ func TestAgentStopsWithItsLastID(t *testing.T) {
 	cli.Destroy() // sends the DREQ; the connection lingers
 	srv.Destroy() // answers it
 	lis.Destroy()
+	// Both sides enter timewait: the client on the DREP, the server on
+	// the DREQ. Their agents stay until it ends.
+	for deadline := time.Now().Add(10 * time.Second); clk.armed() != 2 || !timewaiting(ca) || !timewaiting(sa); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d timers armed; client in timewait %v, server %v", clk.armed(), timewaiting(ca), timewaiting(sa))
+		}
+		runtime.Gosched()
+	}
+	d, _ := clk.pending()
+	clk.advance(d - time.Microsecond)
+	if agentOf(cliAddr) == nil || agentOf(srvAddr) == nil {
+		t.Fatal("an agent stopped before its connection's timewait ended")
+	}
+	clk.advance(time.Hour)
 	for _, a := range []*agent{ca, sa} {
 		select {
 		case <-a.done:
@@ -125,12 +141,14 @@ func TestAgentSendsMADsBeyondItsSendSlotsInOrder(t *testing.T) {
 	cm.mu.Lock()
 	a, err := agentFor(dev)
 	if err != nil {
-		cm.mu.Unlock()
+		cmUnlock()
 		t.Fatal(err)
 	}
 	for i := range total {
 		a.send(marshal(uint64(i+1), &mad.DREQ{LocalCommID: uint32(i + 1), RemoteCommID: 7}), dst, 0)
 	}
+	cmUnlock() // posts them, after letting go of cm.mu
+	cm.mu.Lock()
 	queued, reaping := len(a.sendQueue), a.reaping
 	cm.mu.Unlock()
 	// The first MAD went into the link's queue, which QP1 then saw full:
@@ -146,7 +164,7 @@ func TestAgentSendsMADsBeyondItsSendSlotsInOrder(t *testing.T) {
 		a.reap() // completions stay in the CQ until a post or flush needs them
 		done := a.finished == a.issued && len(a.sendQueue) == 0 && !a.reaping
 		finished, issued := a.finished, a.issued
-		cm.mu.Unlock()
+		cmUnlock()
 		if done {
 			break
 		}
@@ -168,10 +186,22 @@ func TestAgentSendsMADsBeyondItsSendSlotsInOrder(t *testing.T) {
 	}
 	cm.mu.Lock()
 	a.release()
-	cm.mu.Unlock()
+	cmUnlock()
 	select {
 	case <-a.done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the agent did not stop")
 	}
+}
+
+// timewaiting reports whether one of a's connections is in timewait.
+func timewaiting(a *agent) bool {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	for _, id := range a.conns {
+		if id.c.state == cmTimewait {
+			return true
+		}
+	}
+	return false
 }

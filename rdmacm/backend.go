@@ -172,7 +172,7 @@ func (k *kdevice) release() {
 // serves.
 func (id *ID) kernel() BackendID {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	return id.k
 }
 
@@ -211,7 +211,7 @@ func (id *ID) bindDevice() {
 // backendEvent turns a backend event into the ID's event.
 func (id *ID) backendEvent(be BackendEvent) {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if id.state == stateDestroying {
 		if be.Child != nil {
 			be.Child.SetHandler(func(BackendEvent) {})
@@ -284,7 +284,7 @@ func (id *ID) kdestroy(k BackendID) {
 			}
 		}
 	}
-	cm.mu.Unlock()
+	cmUnlock()
 	id.leaveAll()
 	id.freeQP()
 	id.DestroySRQ()
@@ -294,7 +294,7 @@ func (id *ID) kdestroy(k BackendID) {
 		id.kdev.release()
 		id.kdev = nil
 	}
-	cm.mu.Unlock()
+	cmUnlock()
 }
 
 func (id *ID) kwait(op string, err error, want EventType) error {

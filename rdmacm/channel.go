@@ -129,7 +129,7 @@ func (ch *EventChannel) take(id *ID) []*Event {
 // fails with ErrBusy otherwise. A GetEvent blocked on the channel returns.
 func (ch *EventChannel) Close() error {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if ch.ids > 0 {
 		return verbs.Errorf("rdma_destroy_event_channel", verbs.ErrBusy, "IDs still use the channel")
 	}

@@ -63,7 +63,7 @@ type conn struct {
 	rnrRetry  uint8
 	pathMTU   verbs.MTU
 
-	timewait     *time.Timer
+	timewait     stopper
 	counted      bool   // counted in the listener's pending requests
 	reqEvent     *Event // GetRequest's CONNECT_REQUEST event
 	lingering    bool   // destroyed by the user, kept until timewait ends
@@ -183,17 +183,17 @@ func (id *ID) Connect(p *ConnParam) error {
 		if id.qp == nil && id.ps != PSUDP {
 			want = EventConnectResponse
 		}
-		cm.mu.Unlock()
+		cmUnlock()
 		return id.kwait(op, k.Connect(p), want)
 	}
 	cm.mu.Lock()
 	if id.state != stateRouteResolved {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the route is not resolved")
 	}
 	param, err := id.connParam(p)
 	if err != nil {
-		cm.mu.Unlock()
+		cmUnlock()
 		return err
 	}
 	if id.ps == PSUDP || id.qpType == verbs.QPTUD {
@@ -202,7 +202,7 @@ func (id *ID) Connect(p *ConnParam) error {
 		err = id.sendREQ(param)
 	}
 	if err != nil {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, err.Error())
 	}
 	id.state = stateConnect
@@ -210,7 +210,7 @@ func (id *ID) Connect(p *ConnParam) error {
 	if id.qp == nil && id.ps != PSUDP {
 		want = EventConnectResponse
 	}
-	cm.mu.Unlock()
+	cmUnlock()
 	return id.wait(op, want)
 }
 
@@ -414,7 +414,7 @@ func (id *ID) Establish() error {
 		return k.Establish()
 	}
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if id.c.state != cmRepRcvd {
 		return verbs.Errorf("rdma_establish", verbs.ErrInvalidArgument, "no connect response to answer")
 	}
@@ -584,7 +584,7 @@ func (id *ID) Accept(p *ConnParam) error {
 	if k := id.kernel(); k != nil {
 		cm.mu.Lock()
 		id.countDone()
-		cm.mu.Unlock()
+		cmUnlock()
 		if id.ps == PSUDP {
 			return k.Accept(p) // the SIDR_REP ends it: no ESTABLISHED here
 		}
@@ -594,11 +594,11 @@ func (id *ID) Accept(p *ConnParam) error {
 	c := &id.c
 	if c.state == cmSIDRReqRcvd {
 		err := id.acceptSIDR(p)
-		cm.mu.Unlock()
+		cmUnlock()
 		return err
 	}
 	if c.state != cmReqRcvd && c.state != cmMRAReqSent {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "no connection request to accept")
 	}
 	var param ConnParam
@@ -608,21 +608,21 @@ func (id *ID) Accept(p *ConnParam) error {
 		param = ConnParam{ResponderResources: c.peerInitDepth, InitiatorDepth: c.peerRespRes, RNRRetryCount: 7}
 	}
 	if len(param.PrivateData) > mad.REPPrivateDataLen {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, errf("private data of %d bytes: a REP carries at most %d", len(param.PrivateData), mad.REPPrivateDataLen).Error())
 	}
 	qpn, srq := param.QPNum, param.SRQ != 0
 	if id.qp != nil {
 		qpn, srq = id.qp.Num(), id.qp.SRQ() != nil
 	} else if qpn == 0 {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID has no QP and ConnParam.QPNum is 0")
 	}
 	c.respRes = min(param.ResponderResources, 255)
 	c.initDepth = min(param.InitiatorDepth, c.peerRespRes)
 	if id.qp != nil {
 		if err := id.qpToRTS(); err != nil {
-			cm.mu.Unlock()
+			cmUnlock()
 			return err
 		}
 	}
@@ -644,7 +644,7 @@ func (id *ID) Accept(p *ConnParam) error {
 	id.countDone()
 	id.agent.qpns[remoteKey{c.remoteQPN, c.remoteGUID}] = id
 	c.retr = id.agent.startRetrier(marshal(c.tid, rep), c.peerGID, c.sgid, c.timeout, c.retries, id.repTimedOut)
-	cm.mu.Unlock()
+	cmUnlock()
 	return id.wait(op, EventEstablished)
 }
 
@@ -685,7 +685,7 @@ func (id *ID) Reject(privateData []byte) error {
 		return k.Reject(privateData)
 	}
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	c := &id.c
 	switch c.state {
 	case cmSIDRReqRcvd:
@@ -742,7 +742,7 @@ func (id *ID) Disconnect() error {
 	if a != nil {
 		issued = a.issued
 	}
-	cm.mu.Unlock()
+	cmUnlock()
 	if err == nil && a != nil {
 		a.flush(issued, flushTimeout)
 	}
@@ -827,9 +827,9 @@ func (id *ID) enterTimewait() {
 	if k := (remoteKey{c.remoteQPN, c.remoteGUID}); id.agent.qpns[k] == id {
 		delete(id.agent.qpns, k)
 	}
-	c.timewait = time.AfterFunc(ibTime(c.ackTO), func() {
+	c.timewait = cmClock.afterFunc(ibTime(c.ackTO), func() {
 		cm.mu.Lock()
-		defer cm.mu.Unlock()
+		defer cmUnlock()
 		if c.state != cmTimewait || c.timewait == nil {
 			return
 		}

@@ -577,7 +577,7 @@ var canceledCtx = func() context.Context {
 
 // wireUDPPort is the UDP port the ID's device speaks RoCEv2 on.
 func wireUDPPort(id *ID) int {
-	if p, ok := verbs.DeviceDriverOf(id.Device()).(interface{ UDPPort() uint16 }); ok {
+	if p, ok := verbs.DeviceDriverOf(id.Device()).(UDPPorter); ok {
 		return int(p.UDPPort())
 	}
 	return 4791

@@ -86,7 +86,7 @@ func TestFloodOfAnsweredMessagesQueuesBoundedAnswers(t *testing.T) {
 			}
 			dropped := a.stats.Dropped
 			pending := lis.pending
-			cm.mu.Unlock()
+			cmUnlock()
 			if maxQueued > maxQueuedAnswers {
 				t.Errorf("%d MADs queued for a send slot after %d answered messages, want at most %d", maxQueued, flood, maxQueuedAnswers)
 			}
@@ -162,7 +162,7 @@ func TestListenBacklogIsCappedAtMaxBacklog(t *testing.T) {
 			}
 			pending, held := lis.pending, len(a.remotes)
 			dropped = a.stats.Dropped - dropped
-			cm.mu.Unlock()
+			cmUnlock()
 			if pending != tc.want || held != tc.want {
 				t.Errorf("after %d requests: %d pending, %d held by the CM; want the backlog, %d", sent, pending, held, tc.want)
 			}

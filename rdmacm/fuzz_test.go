@@ -80,7 +80,7 @@ func FuzzAgentReceive(f *testing.F) {
 	}
 	cm.mu.Lock()
 	srvAgent := lis.agent
-	cm.mu.Unlock()
+	cmUnlock()
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 1 {
@@ -89,7 +89,7 @@ func FuzzAgentReceive(f *testing.F) {
 		flags, m := data[0], append([]byte(nil), data[1:]...)
 		cm.mu.Lock()
 		c := cli.c
-		cm.mu.Unlock()
+		cmUnlock()
 		if len(m) >= mad.HeaderLen+8 {
 			if flags&1 != 0 {
 				binary.BigEndian.PutUint32(m[mad.HeaderLen:], c.localID)
@@ -114,7 +114,7 @@ func FuzzAgentReceive(f *testing.F) {
 		srvAgent.receive(append(grh, m...))
 
 		cm.mu.Lock()
-		defer cm.mu.Unlock()
+		defer cmUnlock()
 		for k, id := range srvAgent.conns {
 			if id.c.localID != k || !id.c.registered {
 				t.Fatalf("conns[%#x] holds an ID with local ID %#x (registered %v)", k, id.c.localID, id.c.registered)

@@ -130,7 +130,7 @@ func CreateID(ch *EventChannel, context any, ps PortSpace) (*ID, error) {
 		id.qpType = verbs.QPTRC
 	}
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if ch == nil {
 		ch = newChannel()
 		id.sync = true
@@ -150,14 +150,14 @@ func CreateID(ch *EventChannel, context any, ps PortSpace) (*ID, error) {
 // Context returns the user's value given to CreateID (id->context).
 func (id *ID) Context() any {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	return id.context
 }
 
 // SetContext replaces the user's value (assigning id->context).
 func (id *ID) SetContext(v any) {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	id.context = v
 }
 
@@ -168,7 +168,7 @@ func (id *ID) PortSpace() PortSpace { return id.ps }
 // before it is bound or resolved. All IDs on a device share it.
 func (id *ID) Verbs() *verbs.Context {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if id.kdev != nil {
 		return id.kdev.ctx
 	}
@@ -181,7 +181,7 @@ func (id *ID) Verbs() *verbs.Context {
 // Device returns the device the ID is bound to, or nil.
 func (id *ID) Device() *verbs.Device {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if id.kdev != nil {
 		return id.kdev.dev
 	}
@@ -195,7 +195,7 @@ func (id *ID) Device() *verbs.Device {
 // bound, 0 before.
 func (id *ID) PortNum() uint8 {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if id.agent == nil && id.kdev == nil {
 		return 0
 	}
@@ -206,7 +206,7 @@ func (id *ID) PortNum() uint8 {
 // synchronous ID, and once the ID is destroyed.
 func (id *ID) Channel() *EventChannel {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if id.sync {
 		return nil
 	}
@@ -217,7 +217,7 @@ func (id *ID) Channel() *EventChannel {
 // rdma_get_src_port).
 func (id *ID) LocalAddr() netip.AddrPort {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	return id.local
 }
 
@@ -225,34 +225,34 @@ func (id *ID) LocalAddr() netip.AddrPort {
 // rdma_get_dst_port).
 func (id *ID) PeerAddr() netip.AddrPort {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	return id.peer
 }
 
 // Route returns the resolved route (id->route).
 func (id *ID) Route() Route {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	return id.route
 }
 
 // QP returns the ID's QP (id->qp), or nil.
-func (id *ID) QP() *verbs.QP { cm.mu.Lock(); defer cm.mu.Unlock(); return id.qp }
+func (id *ID) QP() *verbs.QP { cm.mu.Lock(); defer cmUnlock(); return id.qp }
 
 // PD returns the protection domain of the ID's QP (id->pd), or nil.
-func (id *ID) PD() *verbs.PD { cm.mu.Lock(); defer cm.mu.Unlock(); return id.pd }
+func (id *ID) PD() *verbs.PD { cm.mu.Lock(); defer cmUnlock(); return id.pd }
 
 // SendCQ returns the CQ of the QP's send queue (id->send_cq).
-func (id *ID) SendCQ() *verbs.CQ { cm.mu.Lock(); defer cm.mu.Unlock(); return id.sendCQ }
+func (id *ID) SendCQ() *verbs.CQ { cm.mu.Lock(); defer cmUnlock(); return id.sendCQ }
 
 // RecvCQ returns the CQ of the QP's receive queue (id->recv_cq).
-func (id *ID) RecvCQ() *verbs.CQ { cm.mu.Lock(); defer cm.mu.Unlock(); return id.recvCQ }
+func (id *ID) RecvCQ() *verbs.CQ { cm.mu.Lock(); defer cmUnlock(); return id.recvCQ }
 
 // SendCompChannel returns the completion channel of the CQ CreateQP made
 // for sends (id->send_cq_channel), or nil if the user gave the CQ.
 func (id *ID) SendCompChannel() *verbs.CompChannel {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	return id.sendCh
 }
 
@@ -260,7 +260,7 @@ func (id *ID) SendCompChannel() *verbs.CompChannel {
 // for receives (id->recv_cq_channel), or nil if the user gave the CQ.
 func (id *ID) RecvCompChannel() *verbs.CompChannel {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	return id.recvCh
 }
 
@@ -268,7 +268,7 @@ func (id *ID) RecvCompChannel() *verbs.CompChannel {
 // (rdma_set_option RDMA_OPTION_ID_TOS), before the route is resolved.
 func (id *ID) SetTOS(tos uint8) error {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	id.opts.tos = tos
 	if id.k != nil {
 		return id.k.SetTOS(tos)
@@ -280,7 +280,7 @@ func (id *ID) SetTOS(tos uint8) error {
 // (rdma_set_option RDMA_OPTION_ID_REUSEADDR).
 func (id *ID) SetReuseAddr(on bool) error {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	id.opts.reuseAddr = on
 	if id.k != nil {
 		return id.k.SetReuseAddr(on)
@@ -297,7 +297,7 @@ func (id *ID) SetACKTimeout(code uint8) error {
 		return verbs.Errorf("rdma_set_option", verbs.ErrInvalidArgument, "ACK timeout code must be 1..31")
 	}
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	id.opts.ackTimeout = code
 	if id.k != nil {
 		return id.k.SetACKTimeout(code)
@@ -314,7 +314,7 @@ func (id *ID) SetCMTimeouts(responseTimeout, maxRetries uint8) error {
 		return verbs.Errorf("rdma_set_option", verbs.ErrInvalidArgument, "response timeout code must be 0..31 and retries 0..15")
 	}
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	id.opts.cmSet = true
 	id.opts.cmTimeout = responseTimeout
 	id.opts.cmRetries = maxRetries
@@ -362,7 +362,7 @@ func (id *ID) event(ev *Event) {
 func (id *ID) BindAddr(addr netip.AddrPort) error {
 	const op = "rdma_bind_addr"
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if id.state != stateIdle {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is already bound")
 	}
@@ -377,7 +377,7 @@ func (id *ID) bind(op string, addr netip.AddrPort) error {
 	}
 	var a *agent
 	if ip.IsUnspecified() {
-		cm.mu.Unlock()
+		cmUnlock()
 		b := wildcardBackend(ip)
 		cm.mu.Lock()
 		if id.state != stateIdle {
@@ -387,7 +387,7 @@ func (id *ID) bind(op string, addr netip.AddrPort) error {
 			return id.kbind(b, nil, addr)
 		}
 	} else {
-		cm.mu.Unlock()
+		cmUnlock()
 		dev := deviceFor(ip)
 		cm.mu.Lock()
 		if id.state != stateIdle {
@@ -434,35 +434,35 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	const op = "rdma_resolve_addr"
 	cm.mu.Lock()
 	if id.state != stateIdle && id.state != stateAddrBound {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not idle")
 	}
 	d := dst.Addr().Unmap()
 	if !d.IsValid() || d.IsUnspecified() || d.IsMulticast() && id.ps != PSUDP && id.ps != PSIPoIB {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "bad destination "+dst.String())
 	}
 	if src.Addr().IsValid() && id.state == stateIdle {
 		if err := id.bind(op, src); err != nil {
-			cm.mu.Unlock()
+			cmUnlock()
 			return err
 		}
 	}
 	if id.state == stateIdle && id.k == nil {
 		// Unbound: a backend takes the ID if it serves the device the
 		// route leaves from.
-		cm.mu.Unlock()
+		cmUnlock()
 		b := routeBackend(d)
 		cm.mu.Lock()
 		if b != nil && id.state == stateIdle && id.k == nil {
 			if err := id.startBackend(b); err != nil {
-				cm.mu.Unlock()
+				cmUnlock()
 				return err
 			}
 		}
 	}
 	if k := id.k; k != nil {
-		cm.mu.Unlock()
+		cmUnlock()
 		return id.kwait(op, k.ResolveAddr(src, dst, timeout), EventAddrResolved)
 	}
 	status := id.resolveAddr(d)
@@ -473,7 +473,7 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	} else {
 		id.event(&Event{Type: EventAddrError, Status: status})
 	}
-	cm.mu.Unlock()
+	cmUnlock()
 	return id.wait(op, EventAddrResolved)
 }
 
@@ -487,7 +487,7 @@ func (id *ID) resolveAddr(d netip.Addr) int {
 		return 0
 	}
 	// Unbound, or bound to the unspecified address: route.
-	cm.mu.Unlock()
+	cmUnlock()
 	src, err := routeSource(d)
 	var dev *verbs.Device
 	if err == nil {
@@ -535,13 +535,13 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 	}
 	cm.mu.Lock()
 	if id.state != stateAddrResolved {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the address is not resolved")
 	}
 	id.route = id.makeRoute()
 	id.state = stateRouteResolved
 	id.event(&Event{Type: EventRouteResolved})
-	cm.mu.Unlock()
+	cmUnlock()
 	return id.wait(op, EventRouteResolved)
 }
 
@@ -576,7 +576,7 @@ const maxBacklog = 1024
 func (id *ID) Listen(backlog int) error {
 	const op = "rdma_listen"
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if id.k != nil {
 		if err := id.k.Listen(backlog); err != nil {
 			return err
@@ -593,7 +593,7 @@ func (id *ID) Listen(backlog int) error {
 	id.backlog = backlog
 	if id.agent == nil {
 		// A wildcard: listen on every device of the address family.
-		cm.mu.Unlock()
+		cmUnlock()
 		devs := candidates()
 		cm.mu.Lock()
 		if id.state != stateAddrBound || id.agents != nil {
@@ -625,7 +625,7 @@ func (id *ID) Listen(backlog int) error {
 		agents = []*agent{id.agent}
 	}
 	for _, a := range agents {
-		c, ok := verbs.DeviceDriverOf(a.dev).(serviceClaimer)
+		c, ok := verbs.DeviceDriverOf(a.dev).(ServiceClaimer)
 		if !ok {
 			continue
 		}
@@ -671,11 +671,11 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 	const op = "rdma_get_request"
 	cm.mu.Lock()
 	if !id.sync || id.state != stateListen {
-		cm.mu.Unlock()
+		cmUnlock()
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "not a synchronous listening ID")
 	}
 	ch := id.ch
-	cm.mu.Unlock()
+	cmUnlock()
 	for {
 		ev, err := ch.GetEvent(ctx)
 		if err != nil {
@@ -692,7 +692,7 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 		child.ch.ids++
 		child.sync = true
 		child.c.reqEvent = ev
-		cm.mu.Unlock()
+		cmUnlock()
 		if attr != nil {
 			a := *attr
 			if err := child.CreateQP(pd, &a); err != nil {
@@ -710,7 +710,7 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 // data (librdmacm's id->event).
 func (id *ID) RequestEvent() *Event {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	return id.c.reqEvent
 }
 
@@ -719,7 +719,7 @@ func (id *ID) RequestEvent() *Event {
 // endpoint).
 func (id *ID) SetEndpointQP(pd *verbs.PD, attr *verbs.QPInitAttr) {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if attr == nil {
 		id.epAttr = nil
 	} else {
@@ -733,7 +733,7 @@ func (id *ID) SetEndpointQP(pd *verbs.PD, attr *verbs.QPInitAttr) {
 // (rdma_migrate_id). A nil ch makes the ID synchronous.
 func (id *ID) Migrate(ch *EventChannel) error {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if id.state == stateDestroying {
 		return verbs.Errorf("rdma_migrate_id", verbs.ErrClosed, "ID destroyed")
 	}
@@ -772,7 +772,7 @@ func (id *ID) Migrate(ch *EventChannel) error {
 func (id *ID) wait(op string, want EventType) error {
 	cm.mu.Lock()
 	sync, ch := id.sync, id.ch
-	cm.mu.Unlock()
+	cmUnlock()
 	if !sync {
 		return nil
 	}
@@ -784,7 +784,7 @@ func (id *ID) wait(op string, want EventType) error {
 	if id.state != stateDestroying {
 		id.lastWait = ev
 	}
-	cm.mu.Unlock()
+	cmUnlock()
 	if ev.Type != want || ev.Status != 0 {
 		return &opError{op: op, ev: ev}
 	}
@@ -795,7 +795,7 @@ func (id *ID) wait(op string, want EventType) error {
 // on (librdmacm's id->event): with the peer's private data after Connect.
 func (id *ID) LastEvent() *Event {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	return id.lastWait
 }
 
@@ -821,11 +821,11 @@ func (e *opError) Unwrap() error { return &EventError{Type: e.ev.Type, Status: e
 func (id *ID) Destroy() error {
 	cm.mu.Lock()
 	if id.state == stateDestroying {
-		cm.mu.Unlock()
+		cmUnlock()
 		return nil
 	}
 	if k := id.k; k != nil {
-		cm.mu.Unlock()
+		cmUnlock()
 		id.kdestroy(k)
 		return nil
 	}
@@ -841,7 +841,7 @@ func (id *ID) Destroy() error {
 	if a != nil {
 		issued = a.issued
 	}
-	cm.mu.Unlock()
+	cmUnlock()
 	id.leaveAll()
 	id.freeQP()
 	id.DestroySRQ()
@@ -850,7 +850,7 @@ func (id *ID) Destroy() error {
 	}
 	cm.mu.Lock()
 	id.dropAgent()
-	cm.mu.Unlock()
+	cmUnlock()
 	return nil
 }
 

@@ -84,29 +84,29 @@ func (id *ID) JoinMulticastEx(addr netip.Addr, flags MulticastJoinFlags, context
 	}
 	cm.mu.Lock()
 	if id.state != stateAddrBound && id.state != stateAddrResolved {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound to an address (bind or resolve it first)")
 	}
 	if id.k == nil && id.agent == nil || id.k != nil && id.kdev == nil {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is bound to no device (bind a local address)")
 	}
 	if id.local.Addr().Is4() != ip.Is4() {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "group "+ip.String()+" is not of the IP version of the ID's address "+id.local.Addr().String())
 	}
 	if slices.ContainsFunc(id.groups, func(g *mcGroup) bool { return g.addr == ip }) {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrAddrInUse, "the ID has joined "+ip.String()+" already")
 	}
 	g := &mcGroup{addr: ip, flags: flags, context: context}
 	id.groups = append(id.groups, g)
 	if k := id.k; k != nil {
-		cm.mu.Unlock()
+		cmUnlock()
 		if err := k.JoinMulticast(ip, flags); err != nil {
 			cm.mu.Lock()
 			id.dropGroup(g)
-			cm.mu.Unlock()
+			cmUnlock()
 			return err
 		}
 		return id.wait(op, EventMulticastJoin)
@@ -115,7 +115,7 @@ func (id *ID) JoinMulticastEx(addr netip.Addr, flags MulticastJoinFlags, context
 		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: MulticastGID(ip),
 			SGIDIndex: uint8(max(id.agent.gidIndex(id.local.Addr()), 0)), HopLimit: mcastHopLimit, TrafficClass: id.opts.tos}}}}
 	qp := id.qp
-	cm.mu.Unlock()
+	cmUnlock()
 	var attached *verbs.QP
 	if qp != nil && flags != JoinSendOnlyFullMember {
 		if err := qp.AttachMcast(ev.UD.AHAttr.GRH.DGID, 0); err != nil {
@@ -127,7 +127,7 @@ func (id *ID) JoinMulticastEx(addr netip.Addr, flags MulticastJoinFlags, context
 	cm.mu.Lock()
 	g.attached = attached
 	id.event(ev)
-	cm.mu.Unlock()
+	cmUnlock()
 	return id.wait(op, EventMulticastJoin)
 }
 
@@ -140,13 +140,13 @@ func (id *ID) LeaveMulticast(addr netip.Addr) error {
 	cm.mu.Lock()
 	i := slices.IndexFunc(id.groups, func(g *mcGroup) bool { return g.addr == ip })
 	if i < 0 {
-		cm.mu.Unlock()
+		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrAddrNotAvail, "the ID has not joined "+ip.String())
 	}
 	g := id.groups[i]
 	id.dropGroup(g)
 	k := id.k
-	cm.mu.Unlock()
+	cmUnlock()
 	if k != nil {
 		return k.LeaveMulticast(ip)
 	}
@@ -176,7 +176,7 @@ func (id *ID) leaveAll() {
 	groups := id.groups
 	id.groups = nil
 	k := id.k
-	cm.mu.Unlock()
+	cmUnlock()
 	for _, g := range groups {
 		if k != nil {
 			k.LeaveMulticast(g.addr)

@@ -30,7 +30,7 @@ func (id *ID) createQPOn(pd *verbs.PD, attr *verbs.QPInitAttr, shareCQ bool) err
 	devCtx, devPD, initQP := id.device()
 	cm.mu.Lock()
 	has, srq := id.qp != nil, id.srq
-	cm.mu.Unlock()
+	cmUnlock()
 	if devCtx == nil {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound to a device (resolve the address first)")
 	}
@@ -51,7 +51,7 @@ func (id *ID) createQPOn(pd *verbs.PD, attr *verbs.QPInitAttr, shareCQ bool) err
 // are brought to INIT: nil if the ID is not bound to a device yet.
 func (id *ID) device() (*verbs.Context, *verbs.PD, func(*verbs.QP) error) {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	switch {
 	case id.k != nil && id.kdev != nil:
 		return id.kdev.ctx, id.kdev.pd, id.k.AttachQP
@@ -85,7 +85,7 @@ func (id *ID) CreateSRQ(pd *verbs.PD, attr *verbs.SRQInitAttr) error {
 		return err
 	}
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if id.srq != nil || id.state == stateDestroying {
 		srq.Destroy()
 		return verbs.Errorf(op, verbs.ErrExist, "the ID already has an SRQ or was destroyed")
@@ -97,7 +97,7 @@ func (id *ID) CreateSRQ(pd *verbs.PD, attr *verbs.SRQInitAttr) error {
 // SRQ returns the SRQ CreateSRQ made (id->srq), or nil.
 func (id *ID) SRQ() *verbs.SRQ {
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	return id.srq
 }
 
@@ -107,7 +107,7 @@ func (id *ID) DestroySRQ() error {
 	cm.mu.Lock()
 	srq := id.srq
 	id.srq = nil
-	cm.mu.Unlock()
+	cmUnlock()
 	if srq == nil {
 		return nil
 	}
@@ -116,7 +116,7 @@ func (id *ID) DestroySRQ() error {
 		if id.srq == nil {
 			id.srq = srq
 		}
-		cm.mu.Unlock()
+		cmUnlock()
 		return err
 	}
 	return nil
@@ -200,7 +200,7 @@ func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, at
 		return fail(err)
 	}
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	if id.qp != nil || id.state == stateDestroying {
 		qp.Destroy()
 		return fail(verbs.Errorf(op, verbs.ErrExist, "the ID already has a QP or was destroyed"))
@@ -269,7 +269,7 @@ func (id *ID) freeQP() {
 	qp, sendCQ, recvCQ, sendCh, recvCh, own := id.qp, id.sendCQ, id.recvCQ, id.sendCh, id.recvCh, id.ownCQs
 	id.qp, id.sendCQ, id.recvCQ, id.sendCh, id.recvCh, id.ownCQs, id.pd = nil, nil, nil, nil, nil, false, nil
 	k := id.k
-	cm.mu.Unlock()
+	cmUnlock()
 	if qp != nil && k != nil {
 		k.DetachQP()
 	}
@@ -297,7 +297,7 @@ func (id *ID) InitQPAttr(s verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error
 		return k.InitQPAttr(s)
 	}
 	cm.mu.Lock()
-	defer cm.mu.Unlock()
+	defer cmUnlock()
 	return id.qpAttr(s)
 }
 
