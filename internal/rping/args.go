@@ -34,10 +34,10 @@ func optKind(opt byte) (known, hasArg bool) {
 // word, words that are not options are skipped, and "--" ends the options.
 // -a and -I take a host name or address and are resolved at once. On bad
 // flags it prints what rping prints (the usage goes to stdout) and returns
-// an *tool.ExitError with rping's status: EINVAL (22) for usage errors, and
+// a *tool.ExitError with rping's status: EINVAL (22) for usage errors, and
 // 256 plus getaddrinfo's negative error code (254 for EAI_NONAME) for an
 // address that does not resolve. -h, -help and --help print the usage and
-// return an *tool.ExitError with status 0.
+// return a *tool.ExitError with status 0.
 func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 	o := Defaults()
 	role := -1 // rping's cb->server: -1 until -s or -c
