@@ -2,12 +2,12 @@ package perftest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/internal/yield"
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/verbs"
@@ -67,7 +67,7 @@ func checkDevice(o *Options) error {
 	if o.RdmaCM && o.Device == "" {
 		return nil
 	}
-	dev, err := openDevice(o.Device)
+	dev, err := tool.Device(o.Device)
 	if err != nil {
 		return err
 	}
@@ -89,21 +89,6 @@ func checkDevice(o *Options) error {
 		}
 	}
 	return nil
-}
-
-func openDevice(name string) (*verbs.Device, error) {
-	if name != "" {
-		d, err := verbs.DeviceByName(name)
-		if err != nil {
-			return nil, fmt.Errorf("IB device %s not found", name)
-		}
-		return d, nil
-	}
-	devs, err := verbs.Devices()
-	if err != nil || len(devs) == 0 {
-		return nil, errors.New("no IB devices found")
-	}
-	return devs[0], nil
 }
 
 func (r *res) close() {
@@ -139,7 +124,7 @@ func (r *res) close() {
 // buffer.
 func setup(o *Options) (*res, error) {
 	r := &res{o: o}
-	dev, err := openDevice(o.Device)
+	dev, err := tool.Device(o.Device)
 	if err != nil {
 		return nil, err
 	}

@@ -54,6 +54,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/tool"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -215,7 +216,7 @@ func Run(ctx context.Context, out io.Writer, o Options) (Result, error) {
 	dev := o.Dev
 	if dev == nil {
 		var err error
-		if dev, err = pickDevice(o.Device); err != nil {
+		if dev, err = tool.Device(o.Device); err != nil {
 			return res, err
 		}
 	}
@@ -312,24 +313,6 @@ func Run(ctx context.Context, out io.Writer, o Options) (Result, error) {
 // gidString prints a GID as inet_ntop(AF_INET6) does.
 func gidString(g verbs.GID) string {
 	return netip.AddrFrom16(g).String()
-}
-
-func pickDevice(name string) (*verbs.Device, error) {
-	if name != "" {
-		d, err := verbs.DeviceByName(name)
-		if err != nil {
-			return nil, fmt.Errorf("IB device %s not found", name)
-		}
-		return d, nil
-	}
-	devs, err := verbs.Devices()
-	if err != nil {
-		return nil, err
-	}
-	if len(devs) == 0 {
-		return nil, errors.New("no IB devices found")
-	}
-	return devs[0], nil
 }
 
 // pickGID returns the index of the port's first IPv4 GID, or 0.
