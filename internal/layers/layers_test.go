@@ -225,3 +225,13 @@ func TestNothingImportsCmd(t *testing.T) {
 		}
 	})
 }
+
+func TestRdmacoreFilesBehindTheTagAreRead(t *testing.T) {
+	pkg, err := contexts()[1].ImportDir("../../rdmacore", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkg.CgoFiles) == 0 {
+		t.Fatal("the tagged build reads none of rdmacore's cgo files: their imports go unchecked")
+	}
+}
