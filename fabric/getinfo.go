@@ -23,9 +23,9 @@ type Provider interface {
 	// does not serve); GetInfo matches every field itself.
 	Infos(node, service string, flags uint64, hints *Info) ([]*Info, error)
 	// PassiveEndpoint opens a listening endpoint (fi_passive_ep).
-	PassiveEndpoint(f *Fabric, info *Info, context any) (PassiveEndpoint, error)
+	PassiveEndpoint(f *Fabric, info *Info, context any) (PassiveEndpointDriver, error)
 	// Endpoint opens an endpoint (fi_endpoint).
-	Endpoint(d *Domain, info *Info, context any) (Endpoint, error)
+	Endpoint(d *Domain, info *Info, context any) (EndpointDriver, error)
 }
 
 var registry struct {

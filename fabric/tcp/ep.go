@@ -42,7 +42,7 @@ type connReq struct {
 	data []byte
 }
 
-func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any) (fabric.PassiveEndpoint, error) {
+func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any) (fabric.PassiveEndpointDriver, error) {
 	if info == nil || info.EPAttr == nil || info.EPAttr.Type != fabric.EPMsg {
 		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrInvalid, "the tcp provider's passive endpoints are FI_EP_MSG")
 	}
@@ -237,7 +237,6 @@ type rdEntry struct {
 }
 
 type ep struct {
-	fabric.NoAtomics
 	d    *fabric.Domain
 	info *fabric.Info
 	ctx  any
@@ -306,7 +305,7 @@ type rxFrame struct {
 	got, n uint64 // bytes delivered, bytes sent
 }
 
-func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.Endpoint, error) {
+func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.EndpointDriver, error) {
 	if info != nil && info.EPAttr != nil && info.EPAttr.Type == fabric.EPRDM {
 		return newRDM(d, info, context)
 	}
@@ -792,9 +791,6 @@ func (e *ep) SendData(buf []byte, desc any, data uint64, _ fabric.Addr, context 
 }
 
 func (e *ep) Inject(buf []byte, _ fabric.Addr) error {
-	if len(buf) > injectSize {
-		return fabric.Errorf("fi_inject", fabric.ErrMsgSize, "inject of more than 128 bytes")
-	}
 	return e.send(buf, 0, nil, fabric.FlagInject)
 }
 
@@ -802,24 +798,6 @@ func (e *ep) Inject(buf []byte, _ fabric.Addr) error {
 // copied at once and no completion is reported.
 func (e *ep) SendMsg(m *fabric.Msg, flags uint64) error {
 	return e.send(m.Buf, m.Data, m.Context, flags)
-}
-
-// The tcp provider's connected endpoints have no tagged messages, as in
-// C; FI_EP_RDM has them.
-func (e *ep) TRecv([]byte, any, fabric.Addr, uint64, uint64, any) error {
-	return fabric.Errorf("fi_trecv", fabric.ErrNotSupported, "FI_EP_MSG endpoints of the tcp provider have no tagged messages")
-}
-
-func (e *ep) TSend([]byte, any, fabric.Addr, uint64, any) error {
-	return fabric.Errorf("fi_tsend", fabric.ErrNotSupported, "FI_EP_MSG endpoints of the tcp provider have no tagged messages")
-}
-
-func (e *ep) TSendMsg(*fabric.Msg, uint64, uint64) error {
-	return fabric.Errorf("fi_tsendmsg", fabric.ErrNotSupported, "FI_EP_MSG endpoints of the tcp provider have no tagged messages")
-}
-
-func (e *ep) TInject([]byte, fabric.Addr, uint64) error {
-	return fabric.Errorf("fi_tinject", fabric.ErrNotSupported, "FI_EP_MSG endpoints of the tcp provider have no tagged messages")
 }
 
 // BindAV is accepted and ignored: connected endpoints need no AV.
@@ -907,9 +885,6 @@ func (e *ep) Write(buf []byte, desc any, _ fabric.Addr, addr, key uint64, contex
 // InjectWrite writes buf, which is copied into the frame at once, with
 // no completion (fi_inject_write).
 func (e *ep) InjectWrite(buf []byte, _ fabric.Addr, addr, key uint64) error {
-	if len(buf) > injectSize {
-		return fabric.Errorf("fi_inject_write", fabric.ErrMsgSize, "inject of more than 128 bytes")
-	}
 	h := header{op: opWrite, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
 	return e.post("fi_inject_write", &h, buf, nil, txEntry{flags: fabric.CompRMA | fabric.CompWrite})
 }

@@ -13,7 +13,7 @@ import (
 // rdmSide is an FI_EP_RDM endpoint with its CQ and AV.
 type rdmSide struct {
 	dom *fabric.Domain
-	ep  fabric.Endpoint
+	ep  *fabric.Endpoint
 	cq  *fabric.CQ
 	av  *fabric.AV
 }

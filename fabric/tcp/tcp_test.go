@@ -20,7 +20,7 @@ type side struct {
 	dom  *fabric.Domain
 	eq   *fabric.EQ
 	cq   *fabric.CQ
-	ep   fabric.Endpoint
+	ep   *fabric.Endpoint
 }
 
 func loopbackInfo(t *testing.T, flags uint64, node string) *fabric.Info {

@@ -65,7 +65,7 @@ type connReq struct {
 	taken atomic.Bool
 }
 
-func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any) (fabric.PassiveEndpoint, error) {
+func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any) (fabric.PassiveEndpointDriver, error) {
 	ch, err := rdmacm.CreateEventChannel()
 	if err != nil {
 		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrNoMemory, err.Error())
@@ -286,7 +286,7 @@ const (
 // connRetryCount is defaultConnRetryCount; tests change it.
 var connRetryCount uint8 = defaultConnRetryCount
 
-func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.Endpoint, error) {
+func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.EndpointDriver, error) {
 	if info == nil || info.EPAttr == nil {
 		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "no endpoint attributes")
 	}
@@ -824,22 +824,6 @@ func (e *ep) SendMsg(m *fabric.Msg, flags uint64) error {
 	inject := flags&fabric.FlagInject != 0
 	o.ctx, o.comp = m.Context, !inject
 	return e.post("fi_sendmsg", wr, m.Buf, m.Desc, m.Addr, o, inject)
-}
-
-func (e *ep) TRecv([]byte, any, fabric.Addr, uint64, uint64, any) error {
-	return fabric.Errorf("fi_trecv", fabric.ErrNotSupported, "the verbs provider's MSG endpoints have no FI_TAGGED")
-}
-
-func (e *ep) TSend([]byte, any, fabric.Addr, uint64, any) error {
-	return fabric.Errorf("fi_tsend", fabric.ErrNotSupported, "the verbs provider's MSG endpoints have no FI_TAGGED")
-}
-
-func (e *ep) TSendMsg(*fabric.Msg, uint64, uint64) error {
-	return fabric.Errorf("fi_tsendmsg", fabric.ErrNotSupported, "the verbs provider's MSG endpoints have no FI_TAGGED")
-}
-
-func (e *ep) TInject([]byte, fabric.Addr, uint64) error {
-	return fabric.Errorf("fi_tinject", fabric.ErrNotSupported, "the verbs provider's MSG endpoints have no FI_TAGGED")
 }
 
 var writeOp = op{flags: fabric.CompRMA | fabric.CompWrite}

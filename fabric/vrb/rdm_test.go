@@ -15,7 +15,7 @@ import (
 type rdmSide struct {
 	t   *testing.T
 	dom *fabric.Domain
-	ep  fabric.Endpoint
+	ep  *fabric.Endpoint
 	cq  *fabric.CQ
 	av  *fabric.AV
 	buf []byte

@@ -27,7 +27,7 @@ type side struct {
 	eq  *fabric.EQ
 	dom *fabric.Domain
 	cq  *fabric.CQ
-	ep  fabric.Endpoint
+	ep  *fabric.Endpoint
 	buf []byte
 	mr  *fabric.MR
 }
@@ -359,7 +359,7 @@ func TestPassiveCloseRejectsPendingRequests(t *testing.T) {
 // pendingRequest makes a listener and a client connecting to it, and
 // returns the listener, the request's FI_CONNREQ event, unanswered, and
 // the client's EQ.
-func pendingRequest(t *testing.T) (fabric.PassiveEndpoint, fabric.EQEntry, *fabric.EQ) {
+func pendingRequest(t *testing.T) (*fabric.PassiveEndpoint, fabric.EQEntry, *fabric.EQ) {
 	sinfo := loopback(t, fabric.FlagSource, "127.0.0.1")
 	fab, err := fabric.OpenFabric(sinfo)
 	must(t, err)
