@@ -67,6 +67,7 @@ type PassiveEndpointDriver interface {
 
 func init() {
 	unwrap.Endpoint = func(ep any) any { return ep.(*Endpoint).drv }
+	unwrap.Domain = func(d any) any { return d.(*Domain).ref() }
 }
 
 // Endpoint is a communication endpoint (fi_endpoint, struct fid_ep). A
@@ -97,7 +98,7 @@ func (d *Domain) OpenEndpoint(info *Info, context any) (*Endpoint, error) {
 	if d.isClosed() {
 		return nil, Errorf("fi_endpoint", ErrBadFD, "domain closed")
 	}
-	drv, err := d.Fabric.prov.Endpoint(d, info, context)
+	drv, err := d.Fabric.prov.Endpoint(d.ref(), info, context)
 	if err != nil {
 		return nil, err
 	}

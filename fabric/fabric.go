@@ -62,9 +62,20 @@ type DomainOpener interface {
 	OpenDomain(d *Domain) (DomainDriver, error)
 }
 
-// Driver returns the provider's side of the domain (nil for a provider
-// without one); providers use it.
-func (d *Domain) Driver() DomainDriver { return d.drv }
+// DomainRef is a provider's view of a domain, given to its Endpoint
+// call: the domain, the domain's driver (nil for a provider without
+// DomainOpener) and the table of its memory regions, which the
+// provider checks a peer's RMA against.
+type DomainRef struct {
+	*Domain
+	Driver DomainDriver
+	MRs    MRTable
+}
+
+func (d *Domain) ref() DomainRef { return DomainRef{Domain: d, Driver: d.drv, MRs: MRTable{d}} }
+
+// MRTable is a domain's memory regions by key, as a provider sees them.
+type MRTable struct{ d *Domain }
 
 // OpenDomain opens the domain of info (fi_domain).
 func (f *Fabric) OpenDomain(info *Info) (*Domain, error) {
@@ -164,9 +175,16 @@ func (m *MR) Desc() any { return m }
 // provider's).
 func (m *MR) Addr() uint64 { return m.addr }
 
-// Driver returns the provider's handle of the registration; providers
-// use it.
-func (m *MR) Driver() any { return m.handle }
+// MRDriverOf returns the provider's handle of the region a local
+// descriptor names (the handle its DomainDriver's RegMR returned), or
+// nil when desc is not an MR's descriptor (MR.Desc). Providers use it on
+// the desc arguments of the calls they are given.
+func MRDriverOf(desc any) any {
+	if m, ok := desc.(*MR); ok {
+		return m.handle
+	}
+	return nil
+}
 
 // Close deregisters the region (fi_close).
 func (m *MR) Close() error {
@@ -182,10 +200,14 @@ func (m *MR) Close() error {
 	return nil
 }
 
-// LookupMR is for providers: the region with key that grants access and
-// holds [addr, addr+n), addr an offset into it (or a virtual address
-// with MRVirtAddr, which this package does not offer), and the bytes.
-func (d *Domain) LookupMR(key, addr, n uint64, access uint64) ([]byte, bool) {
+// Lookup returns the bytes [addr, addr+n) of the region with key if it
+// grants access, addr an offset into the region (or a virtual address
+// with MRVirtAddr, which this package does not offer).
+func (t MRTable) Lookup(key, addr, n uint64, access uint64) ([]byte, bool) {
+	d := t.d
+	if d == nil {
+		return nil, false
+	}
 	d.mu.Lock()
 	m := d.mrs[key]
 	d.mu.Unlock()
@@ -367,9 +389,9 @@ func (d *Domain) OpenCQ(attr *CQAttr) (*CQ, error) {
 	return cq, nil
 }
 
-// Attach is for providers: p is progressed by Read. Detach undoes it when
-// the endpoint closes.
-func (cq *CQ) Attach(p Progressor) {
+// attach has Read progress p; detach undoes it when the endpoint closes
+// or is bound to another CQ.
+func (cq *CQ) attach(p Progressor) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if !slices.Contains(cq.eps, p) {
@@ -377,8 +399,7 @@ func (cq *CQ) Attach(p Progressor) {
 	}
 }
 
-// Detach removes p.
-func (cq *CQ) Detach(p Progressor) {
+func (cq *CQ) detach(p Progressor) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	for i, x := range cq.eps {
@@ -389,11 +410,9 @@ func (cq *CQ) Detach(p Progressor) {
 	}
 }
 
-// Push queues a completion; providers use it.
-func (cq *CQ) Push(e CQEntry) { cq.q.push(e) }
+func (cq *CQ) push(e CQEntry) { cq.q.push(e) }
 
-// PushErr queues an error completion; providers use it.
-func (cq *CQ) PushErr(e CQErrEntry) { cq.q.pushErr(e) }
+func (cq *CQ) pushErr(e CQErrEntry) { cq.q.pushErr(e) }
 
 // Read moves up to len(buf) completions into buf (fi_cq_read), driving
 // the bound endpoints' progress first. It fails with ErrAgain when there

@@ -25,7 +25,7 @@ type Provider interface {
 	// PassiveEndpoint opens a listening endpoint (fi_passive_ep).
 	PassiveEndpoint(f *Fabric, info *Info, context any) (PassiveEndpointDriver, error)
 	// Endpoint opens an endpoint (fi_endpoint).
-	Endpoint(d *Domain, info *Info, context any) (EndpointDriver, error)
+	Endpoint(d DomainRef, info *Info, context any) (EndpointDriver, error)
 }
 
 var registry struct {

@@ -237,7 +237,7 @@ type rdEntry struct {
 }
 
 type ep struct {
-	d    *fabric.Domain
+	d    fabric.DomainRef
 	info *fabric.Info
 	ctx  any
 
@@ -305,7 +305,7 @@ type rxFrame struct {
 	got, n uint64 // bytes delivered, bytes sent
 }
 
-func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.EndpointDriver, error) {
+func (provider) Endpoint(d fabric.DomainRef, info *fabric.Info, context any) (fabric.EndpointDriver, error) {
 	if info != nil && info.EPAttr != nil && info.EPAttr.Type == fabric.EPRDM {
 		return newRDM(d, info, context)
 	}
@@ -1237,7 +1237,7 @@ func (e *ep) start(h header) bool {
 	case opWrite:
 		f := &rxFrame{h: h}
 		for _, v := range h.iov {
-			b, ok := e.d.LookupMR(v.key, v.addr, v.len, fabric.AccessRemoteWrite)
+			b, ok := e.d.MRs.Lookup(v.key, v.addr, v.len, fabric.AccessRemoteWrite)
 			if !ok {
 				e.broken(fabric.ErrAccess)
 				return false
@@ -1260,7 +1260,7 @@ func (e *ep) start(h header) bool {
 		var total uint64
 		bufs := [][]byte{nil}
 		for _, v := range h.iov {
-			b, ok := e.d.LookupMR(v.key, v.addr, v.len, fabric.AccessRemoteRead)
+			b, ok := e.d.MRs.Lookup(v.key, v.addr, v.len, fabric.AccessRemoteRead)
 			if !ok {
 				e.broken(fabric.ErrAccess)
 				return false

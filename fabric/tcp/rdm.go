@@ -96,7 +96,7 @@ type (
 type rdm struct {
 	fabric.NoAtomics
 	rxm.Sends // the send calls, over sendTo
-	d         *fabric.Domain
+	d         fabric.DomainRef
 	info      *fabric.Info
 	ctx       any
 
@@ -122,7 +122,7 @@ type rdm struct {
 	h       *rxm.Handlers // what pumping the connections calls, made once
 }
 
-func newRDM(d *fabric.Domain, info *fabric.Info, context any) (*rdm, error) {
+func newRDM(d fabric.DomainRef, info *fabric.Info, context any) (*rdm, error) {
 	r := &rdm{d: d, info: info.Dup(), ctx: context, conns: map[netip.AddrPort]*rconn{}, byEP: map[*ep]*rconn{}, orphans: map[netip.AddrPort][]pending{},
 		rndv: map[uint64]*rndvSend{}, done: make(chan struct{}), pid: uint64(os.Getpid())}
 	r.Self = r
@@ -394,7 +394,7 @@ func (r *rdm) completion(e fabric.CQEntry) {
 		// A peer's RMA write with CQ data. (The connection counted it,
 		// into the counter newConn bound, as it counts the others.)
 		if e.Flags&fabric.CompRemoteCQData != 0 && r.Comp.RxCQ != nil {
-			r.Comp.RxCQ.Push(e)
+			r.Comp.PostRx(e)
 		}
 	case *rdOp:
 		// The rendezvous data is in: tell the sender, complete the receive.

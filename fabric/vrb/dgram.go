@@ -124,7 +124,7 @@ type udDest struct {
 	ah   *verbs.AH
 }
 
-func newDgram(d *fabric.Domain, dom *domain, info *fabric.Info, context any) *ep {
+func newDgram(d fabric.DomainRef, dom *domain, info *fabric.Info, context any) *ep {
 	e := newEP(d, dom, info, context, udInject)
 	e.ud = &udState{pd: dom.pd, gidIdx: gidIndex(), ahs: map[fabric.Addr]udDest{}}
 	if info.EPAttr != nil {

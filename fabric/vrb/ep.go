@@ -218,7 +218,7 @@ type op struct {
 }
 
 type ep struct {
-	d    *fabric.Domain
+	d    fabric.DomainRef
 	dom  *domain
 	info *fabric.Info
 	ctx  any
@@ -286,7 +286,7 @@ const (
 // connRetryCount is defaultConnRetryCount; tests change it.
 var connRetryCount uint8 = defaultConnRetryCount
 
-func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.EndpointDriver, error) {
+func (provider) Endpoint(d fabric.DomainRef, info *fabric.Info, context any) (fabric.EndpointDriver, error) {
 	if info == nil || info.EPAttr == nil {
 		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "no endpoint attributes")
 	}
@@ -338,7 +338,7 @@ func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabr
 
 // newEP makes an endpoint with the queue sizes and inline size (at most
 // inline) info asks for.
-func newEP(d *fabric.Domain, dom *domain, info *fabric.Info, context any, inline int) *ep {
+func newEP(d fabric.DomainRef, dom *domain, info *fabric.Info, context any, inline int) *ep {
 	e := &ep{d: d, dom: dom, info: info.Dup(), ctx: context, ops: map[uint64]op{}, txSize: defaultSize, rxSize: defaultSize, inline: inline}
 	if info.TxAttr != nil && info.TxAttr.Size > 0 {
 		e.txSize = info.TxAttr.Size
@@ -704,7 +704,7 @@ func sge(op string, buf []byte, desc any) ([]verbs.SGE, error) {
 	if !ok || m == nil {
 		return nil, fabric.Errorf(op, fabric.ErrInvalid, "no memory descriptor: the verbs provider needs FI_MR_LOCAL buffers (MR.Desc)")
 	}
-	vm, ok := m.Driver().(*verbs.MR)
+	vm, ok := fabric.MRDriverOf(m).(*verbs.MR)
 	if !ok || len(m.Buf) == 0 {
 		return nil, fabric.Errorf(op, fabric.ErrInvalid, "the descriptor is not a verbs region")
 	}

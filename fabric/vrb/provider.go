@@ -287,8 +287,8 @@ func (d *domain) Close() error {
 }
 
 // driverOf returns the provider's side of a domain of this provider.
-func driverOf(d *fabric.Domain) (*domain, error) {
-	dd, ok := d.Driver().(*domain)
+func driverOf(d fabric.DomainRef) (*domain, error) {
+	dd, ok := d.Driver.(*domain)
 	if !ok {
 		return nil, fabric.Errorf("fi_endpoint", fabric.ErrDomain, "not a verbs domain")
 	}

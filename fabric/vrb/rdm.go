@@ -124,7 +124,7 @@ type (
 type rdm struct {
 	fabric.NoAtomics
 	rxm.Sends // the send calls, over sendTo
-	d         *fabric.Domain
+	d         fabric.DomainRef
 	info      *fabric.Info
 	ctx       any
 
@@ -159,7 +159,7 @@ type rdm struct {
 	wg      sync.WaitGroup
 }
 
-func newRDM(d *fabric.Domain, info *fabric.Info, context any) (*rdm, error) {
+func newRDM(d fabric.DomainRef, info *fabric.Info, context any) (*rdm, error) {
 	r := &rdm{d: d, info: info.Dup(), ctx: context, conns: map[netip.AddrPort]*rconn{}, byEP: map[*ep]*rconn{},
 		sar: map[sarKey]*umsg{}, rndv: map[uint64]*rndvSend{}, orphans: map[netip.AddrPort][]func(*rconn){}, pid: uint64(os.Getpid())}
 	r.Self = r
@@ -483,7 +483,7 @@ func (r *rdm) completion(e fabric.CQEntry) {
 		if e.Flags&fabric.CompRemoteWrite != 0 {
 			// A peer's fi_writedata: its data consumed this buffer.
 			if e.Flags&fabric.CompRemoteCQData != 0 && r.Comp.RxCQ != nil {
-				r.Comp.RxCQ.Push(fabric.CQEntry{Flags: e.Flags, Data: e.Data})
+				r.Comp.PostRx(fabric.CQEntry{Flags: e.Flags, Data: e.Data})
 			}
 		} else {
 			r.received(x, e)

@@ -6,3 +6,7 @@ package unwrap
 // Endpoint returns the provider's side of a *fabric.Endpoint; fabric
 // sets it.
 var Endpoint func(ep any) any
+
+// Domain returns the fabric.DomainRef of a *fabric.Domain, which a
+// provider's Endpoint call takes; fabric sets it.
+var Domain func(d any) any
