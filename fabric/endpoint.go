@@ -3,6 +3,7 @@ package fabric
 import (
 	"net/netip"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/rdmago/rdmago/fabric/internal/unwrap"
@@ -85,6 +86,9 @@ func newEndpoint(drv EndpointDriver, info *Info) *Endpoint {
 	e := &Endpoint{drv: drv, inject: -1}
 	if info != nil && info.TxAttr != nil {
 		e.inject = info.TxAttr.InjectSize
+	}
+	if f, ok := drv.(fidSetter); ok {
+		f.setFID(e)
 	}
 	return e
 }
@@ -535,3 +539,55 @@ func (p *PassiveEndpoint) Close() error {
 	}
 	return p.drv.Close()
 }
+
+// EndpointBinds is what fi_ep_bind binds an endpoint driver to: its EQ
+// and the CQs and counters its operations report to (Comp). A provider
+// embeds it, sets Lock to the lock that guards its endpoint and Self to
+// the driver, which the bound CQs and counters then progress; it so has
+// its BindEQ, BindCQ and BindCounter. The driver reads EQ and Comp with
+// Lock held.
+type EndpointBinds struct {
+	Lock sync.Locker
+	Self Progressor
+	EQ   *EQ
+	Comp Completions
+	fid  atomic.Value
+}
+
+// BindEQ binds the EQ the endpoint's connection events go to.
+func (b *EndpointBinds) BindEQ(eq *EQ) error {
+	b.Lock.Lock()
+	defer b.Lock.Unlock()
+	b.EQ = eq
+	return nil
+}
+
+// BindCQ binds cq for transmits (BindTransmit), receives (BindRecv) or
+// both.
+func (b *EndpointBinds) BindCQ(cq *CQ, flags uint64) error {
+	b.Lock.Lock()
+	defer b.Lock.Unlock()
+	return b.Comp.BindCQ(cq, flags, b.Self)
+}
+
+// BindCounter binds a counter for the operations flags names.
+func (b *EndpointBinds) BindCounter(c *Counter, flags uint64) error {
+	b.Lock.Lock()
+	defer b.Lock.Unlock()
+	return b.Comp.BindCounter(c, flags, b.Self)
+}
+
+// FID is what the endpoint's events name it by (EQEntry.FID): the
+// *Endpoint the program holds, or Self for an endpoint a provider opened
+// for itself.
+func (b *EndpointBinds) FID() any {
+	if f := b.fid.Load(); f != nil {
+		return f
+	}
+	return b.Self
+}
+
+func (b *EndpointBinds) setFID(ep *Endpoint) { b.fid.Store(ep) }
+
+// fidSetter is a driver that embeds EndpointBinds.
+type fidSetter interface{ setFID(*Endpoint) }

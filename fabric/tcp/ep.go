@@ -3,14 +3,11 @@ package tcp
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -19,182 +16,6 @@ import (
 
 // cmTimeout bounds each step of connection setup.
 const cmTimeout = 10 * time.Second
-
-// ---- Passive endpoint ----
-
-type pep struct {
-	info *fabric.Info
-	ctx  any
-
-	mu     sync.Mutex
-	eq     *fabric.EQ
-	ln     *net.TCPListener
-	closed bool
-	wg     sync.WaitGroup
-	conns  map[*connReq]bool // requests not yet accepted or rejected
-}
-
-// connReq is a connection request: the socket and what its CONNREQ
-// carried. It is the Handle of the FI_CONNREQ event's info.
-type connReq struct {
-	pep  *pep
-	conn *net.TCPConn
-	data []byte
-}
-
-func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any) (fabric.PassiveEndpointDriver, error) {
-	if info == nil || info.EPAttr == nil || info.EPAttr.Type != fabric.EPMsg {
-		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrInvalid, "the tcp provider's passive endpoints are FI_EP_MSG")
-	}
-	return &pep{info: info.Dup(), ctx: context, conns: map[*connReq]bool{}}, nil
-}
-
-func (p *pep) Bind(eq *fabric.EQ) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.eq = eq
-	return nil
-}
-
-// Listen binds the info's source address (port 0: any) and starts taking
-// connection requests.
-func (p *pep) Listen() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.eq == nil {
-		return fabric.Errorf("fi_listen", fabric.ErrNoEQ, "bind an event queue first")
-	}
-	if p.ln != nil {
-		return fabric.Errorf("fi_listen", fabric.ErrAlready, "")
-	}
-	src := p.info.SrcAddr
-	if !src.IsValid() {
-		src = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
-	}
-	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(src))
-	if err != nil {
-		return fabric.Errorf("fi_listen", errnoOf(err, fabric.ErrAddrInUse), err.Error())
-	}
-	p.ln = ln
-	p.wg.Add(1)
-	go p.accept(ln)
-	return nil
-}
-
-// accept takes each connection, reads its CONNREQ and raises FI_CONNREQ.
-func (p *pep) accept(ln *net.TCPListener) {
-	defer p.wg.Done()
-	for {
-		c, err := ln.AcceptTCP()
-		if err != nil {
-			return
-		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			c.SetNoDelay(true)
-			c.SetDeadline(time.Now().Add(cmTimeout))
-			typ, data, err := readCM(c)
-			c.SetDeadline(time.Time{})
-			if err != nil || typ != cmConnReq {
-				c.Close()
-				return
-			}
-			r := &connReq{pep: p, conn: c, data: data}
-			p.mu.Lock()
-			if p.closed {
-				p.mu.Unlock()
-				c.Close()
-				return
-			}
-			p.conns[r] = true
-			eq := p.eq
-			p.mu.Unlock()
-			info := p.info.Dup()
-			info.SetProvider(provider{})
-			info.Handle = r
-			info.DestAddr = c.RemoteAddr().(*net.TCPAddr).AddrPort()
-			info.SrcAddr = c.LocalAddr().(*net.TCPAddr).AddrPort()
-			eq.Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
-		}()
-	}
-}
-
-// readCM reads one connection management message.
-func readCM(c net.Conn) (uint8, []byte, error) {
-	var h [cmHeaderLen]byte
-	if _, err := io.ReadFull(c, h[:]); err != nil {
-		return 0, nil, err
-	}
-	typ, n, err := parseCMHeader(h[:])
-	if err != nil {
-		return 0, nil, err
-	}
-	data := make([]byte, n)
-	if _, err := io.ReadFull(c, data); err != nil {
-		return 0, nil, err
-	}
-	return typ, data, nil
-}
-
-func (p *pep) Name() (netip.AddrPort, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln == nil {
-		return p.info.SrcAddr, nil
-	}
-	return p.ln.Addr().(*net.TCPAddr).AddrPort(), nil
-}
-
-// take removes a request from the pending ones.
-func (p *pep) take(r *connReq) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.conns[r] {
-		return false
-	}
-	delete(p.conns, r)
-	return true
-}
-
-// Reject answers a request with a NACK carrying param (fi_reject).
-func (p *pep) Reject(handle any, param []byte) error {
-	r, ok := handle.(*connReq)
-	if !ok || r.pep != p || !p.take(r) {
-		return fabric.Errorf("fi_reject", fabric.ErrInvalid, "not a pending request of this endpoint")
-	}
-	if len(param) > maxCMData {
-		return fabric.Errorf("fi_reject", fabric.ErrInvalid, "private data over 256 bytes")
-	}
-	r.conn.SetWriteDeadline(time.Now().Add(cmTimeout))
-	_, err := r.conn.Write(marshalCM(cmNack, param))
-	r.conn.Close()
-	if err != nil {
-		return fabric.Errorf("fi_reject", fabric.ErrConnReset, err.Error())
-	}
-	return nil
-}
-
-func (p *pep) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
-	}
-	p.closed = true
-	ln := p.ln
-	reqs := p.conns
-	p.conns = map[*connReq]bool{}
-	p.mu.Unlock()
-	if ln != nil {
-		ln.Close()
-	}
-	for r := range reqs {
-		r.conn.Close()
-	}
-	p.wg.Wait()
-	return nil
-}
 
 // ---- Endpoint ----
 
@@ -241,17 +62,16 @@ type ep struct {
 	info *fabric.Info
 	ctx  any
 
-	mu    sync.Mutex
-	state epState
-	eq    *fabric.EQ
-	comp  fabric.Completions // the CQs and counters operations report to
-	req   *connReq
-	fd    int    // the connection's socket, -1 before it is made and after it is closed
-	up    bool   // the socket carries frames (false after the stream ended or broke)
-	wt    *watch // the socket's registration with the waker
-	local netip.AddrPort
-	peer  netip.AddrPort
-	wg    sync.WaitGroup
+	mu                   sync.Mutex
+	state                epState
+	fabric.EndpointBinds // the EQ, and the CQs and counters operations report to (under mu)
+	req                  *connReq
+	fd                   int    // the connection's socket, -1 before it is made and after it is closed
+	up                   bool   // the socket carries frames (false after the stream ended or broke)
+	wt                   *watch // the socket's registration with the waker
+	local                netip.AddrPort
+	peer                 netip.AddrPort
+	wg                   sync.WaitGroup
 
 	kick chan struct{} // closed when a receive is posted or frames are queued
 	done chan struct{} // closed by Close
@@ -313,6 +133,7 @@ func (provider) Endpoint(d fabric.DomainRef, info *fabric.Info, context any) (fa
 		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the tcp provider's endpoints are FI_EP_MSG and FI_EP_RDM")
 	}
 	e := &ep{d: d, info: info.Dup(), ctx: context, fd: -1, hdrNeed: baseHdrLen, kick: make(chan struct{}), done: make(chan struct{})}
+	e.Lock, e.Self = &e.mu, e
 	e.closing, e.cancel = newClosing()
 	if r, ok := info.Handle.(*connReq); ok {
 		if !r.pep.take(r) {
@@ -324,34 +145,13 @@ func (provider) Endpoint(d fabric.DomainRef, info *fabric.Info, context any) (fa
 	return e, nil
 }
 
-func (e *ep) BindEQ(eq *fabric.EQ) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.eq = eq
-	return nil
-}
-
-func (e *ep) BindCQ(cq *fabric.CQ, flags uint64) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.comp.BindCQ(cq, flags, e)
-}
-
-// BindCounter binds a counter for the operations flags names (fi_ep_bind
-// with a counter).
-func (e *ep) BindCounter(c *fabric.Counter, flags uint64) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.comp.BindCounter(c, flags, e)
-}
-
 func (e *ep) Enable() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.comp.TxCQ == nil || e.comp.RxCQ == nil {
+	if e.Comp.TxCQ == nil || e.Comp.RxCQ == nil {
 		return fabric.Errorf("fi_enable", fabric.ErrNoCQ, "bind CQs for transmit and receive first")
 	}
-	if e.eq == nil {
+	if e.EQ == nil {
 		return fabric.Errorf("fi_enable", fabric.ErrNoEQ, "bind an event queue first")
 	}
 	return nil
@@ -363,7 +163,7 @@ func (e *ep) Connect(addr netip.AddrPort, param []byte) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
-	case e.eq == nil || e.comp.TxCQ == nil || e.comp.RxCQ == nil:
+	case e.EQ == nil || e.Comp.TxCQ == nil || e.Comp.RxCQ == nil:
 		return fabric.Errorf("fi_connect", fabric.ErrOpBadState, "bind an EQ and CQs and enable the endpoint first")
 	case e.state != stIdle:
 		return fabric.Errorf("fi_connect", fabric.ErrIsConn, "the endpoint is connecting or connected")
@@ -390,11 +190,11 @@ func (e *ep) Connect(addr netip.AddrPort, param []byte) error {
 			if errors.As(err, &fe) {
 				errno = fe.Errno
 			}
-			e.eq.WriteErr(fabric.EQErrEntry{FID: e, Err: errno, ErrData: data})
+			e.EQ.WriteErr(fabric.EQErrEntry{FID: e.FID(), Err: errno, ErrData: data})
 			return
 		}
 		e.state = stConnected
-		e.eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e, Data: data})
+		e.EQ.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e.FID(), Data: data})
 	}()
 	return nil
 }
@@ -586,7 +386,7 @@ func (e *ep) Accept(param []byte) error {
 		e.mu.Unlock()
 		return fabric.Errorf("fi_accept", fabric.ErrOpBadState, "the endpoint was not opened on a connection request")
 	}
-	if e.eq == nil || e.comp.TxCQ == nil || e.comp.RxCQ == nil {
+	if e.EQ == nil || e.Comp.TxCQ == nil || e.Comp.RxCQ == nil {
 		e.mu.Unlock()
 		return fabric.Errorf("fi_accept", fabric.ErrOpBadState, "bind an EQ and CQs and enable the endpoint first")
 	}
@@ -614,7 +414,7 @@ func (e *ep) Accept(param []byte) error {
 		return fabric.Errorf("fi_accept", fabric.ErrBadFD, "endpoint closed")
 	}
 	e.state = stConnected
-	e.eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e})
+	e.EQ.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e.FID()})
 	return nil
 }
 
@@ -671,7 +471,7 @@ func (e *ep) Close() error {
 	e.cancelAll()
 	e.mu.Unlock()
 	e.wg.Wait()
-	e.comp.Detach(e)
+	e.Comp.Detach(e)
 	return nil
 }
 
@@ -689,17 +489,17 @@ func (e *ep) failAll(errno fabric.Errno) {
 		}
 	}
 	for _, r := range e.rxq {
-		e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRecv | fabric.CompMsg, Buf: r.buf}, Err: errno})
+		e.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRecv | fabric.CompMsg, Buf: r.buf}, Err: errno})
 	}
 	e.rxq = nil
 	for _, t := range append(e.txq, e.ackq...) {
 		if t.comp {
-			e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: t.ctx, Flags: t.flags}, Err: errno})
+			e.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: t.ctx, Flags: t.flags}, Err: errno})
 		}
 	}
 	e.txq, e.ackq = nil, nil
 	for _, r := range e.readq {
-		e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead}, Err: errno})
+		e.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead}, Err: errno})
 	}
 	e.readq = nil
 }
@@ -911,458 +711,4 @@ func (e *ep) Read(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context
 	h := header{op: opReadReq, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
 	// The request completes with its response, not when written.
 	return e.post("fi_read", &h, nil, &rdEntry{buf: buf, ctx: context}, txEntry{})
-}
-
-// ---- Progress ----
-
-// Progress sends what is queued and takes in what the socket holds
-// (fabric.Progressor): the program's CQ reads drive it, with the
-// background loops filling in when it does not poll.
-func (e *ep) Progress() {
-	e.polls.Add(1)
-	e.mu.Lock()
-	e.progressLocked()
-	e.mu.Unlock()
-}
-
-func (e *ep) progressLocked() {
-	if e.state != stConnected && e.state != stShutdown {
-		return
-	}
-	e.flushTx()
-	e.receive()
-	e.flushTx() // the ACKs and read responses receiving queued
-}
-
-// flushTx writes queued frames until the socket would block. Called with
-// e.mu held.
-func (e *ep) flushTx() {
-	for len(e.txq) > 0 && e.up {
-		t := e.txq[0]
-		for len(t.bufs) > 0 {
-			if len(t.bufs[0]) == 0 {
-				t.bufs = t.bufs[1:] // nothing to write (an empty range)
-				continue
-			}
-			if e.full && !ready(e.fd, unix.POLLOUT) {
-				// The socket's buffer was full and still is (asked
-				// without taking the socket's lock, as for reads).
-				return
-			}
-			var n int
-			var err error
-			if len(t.bufs) == 1 {
-				n, err = rawIO(unix.SYS_WRITE, e.fd, t.bufs[0])
-			} else {
-				n, err = unix.Writev(e.fd, t.bufs)
-			}
-			if err == syscall.EAGAIN || err == syscall.EINTR {
-				e.full = true
-				return
-			}
-			if err != nil {
-				e.broken(fabric.ErrConnReset)
-				return
-			}
-			e.full = n < totalLen(t.bufs)
-			if n > 0 {
-				t.partial = true
-			}
-			for n > 0 && len(t.bufs) > 0 {
-				if n >= len(t.bufs[0]) {
-					n -= len(t.bufs[0])
-					t.bufs = t.bufs[1:]
-				} else {
-					t.bufs[0] = t.bufs[0][n:]
-					n = 0
-				}
-			}
-		}
-		e.txq = popFront(e.txq)
-		switch {
-		case t.ack:
-			e.ackq = append(e.ackq, t)
-			continue
-		case t.comp:
-			e.comp.Done(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
-		case t.flags != 0:
-			e.comp.Count(t.flags) // an inject: counted, not completed
-		}
-		e.freeTx(t)
-	}
-}
-
-// readSome reads into b without blocking; n == 0 with no error means
-// nothing was there.
-//
-// Small reads go through a staging buffer, so that a header and a small
-// payload cost one system call between them; large ones go straight into
-// their destination.
-func (e *ep) readSome(b []byte) (int, error) {
-	if e.rlo < e.rhi {
-		n := copy(b, e.rbuf[e.rlo:e.rhi])
-		e.rlo += n
-		return n, nil
-	}
-	if len(b) < stageLen/2 {
-		if e.rbuf == nil {
-			e.rbuf = make([]byte, stageLen)
-		}
-		n, err := e.readRaw(e.rbuf)
-		if n == 0 || err != nil {
-			return n, err
-		}
-		e.rlo, e.rhi = 0, n
-		m := copy(b, e.rbuf[:n])
-		e.rlo = m
-		return m, nil
-	}
-	return e.readRaw(b)
-}
-
-// ready reports whether fd has one of events (or an error): whether a
-// read or write would not block. It is the spin of a polling program, so
-// it makes the system call raw: ppoll with a zero timeout returns at
-// once, and the runtime need not hear of it.
-func ready(fd int, events int16) bool {
-	fds := [1]unix.PollFd{{Fd: int32(fd), Events: events}}
-	var ts unix.Timespec
-	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-	return errno != 0 || n != 0
-}
-
-// rawIO reads or writes the non-blocking socket fd. Up to a staging
-// buffer's worth it makes the system call raw, which costs the runtime
-// nothing and cannot block; more goes the usual way, so that a long copy
-// does not hold up the runtime.
-func rawIO(trap uintptr, fd int, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	var r uintptr
-	var errno syscall.Errno
-	if len(b) <= stageLen {
-		r, _, errno = syscall.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	} else {
-		r, _, errno = syscall.Syscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	}
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(r), nil
-}
-
-// stageLen is the staging buffer's size.
-const stageLen = 16 << 10
-
-func (e *ep) readRaw(b []byte) (int, error) {
-	if e.drained {
-		// The last read emptied the socket. Ask whether more came with
-		// poll, which does not take the socket's lock as read does: a
-		// program spinning on an empty socket would otherwise contend
-		// with the kernel delivering the very segment it waits for.
-		if !ready(e.fd, unix.POLLIN|unix.POLLRDHUP) {
-			return 0, nil
-		}
-	}
-	n, err := rawIO(unix.SYS_READ, e.fd, b)
-	e.drained = n < len(b)
-	if err == syscall.EAGAIN || err == syscall.EINTR {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	if n == 0 && len(b) > 0 {
-		return 0, io.EOF
-	}
-	return n, nil
-}
-
-// receive takes in frames until the socket is empty or a message waits
-// for a receive buffer. Called with e.mu held.
-func (e *ep) receive() {
-	for e.up && (e.state == stConnected || e.state == stShutdown) {
-		if e.cur == nil && e.pend != nil {
-			// A message waits for a receive buffer.
-			if len(e.rxq) == 0 {
-				return
-			}
-			h := *e.pend
-			e.pend = nil
-			if !e.start(h) {
-				return
-			}
-			continue
-		}
-		if e.cur == nil {
-			n, err := e.readSome(e.hdr[e.hdrHave:e.hdrNeed])
-			if err != nil {
-				e.peerGone(err)
-				return
-			}
-			if n == 0 {
-				return
-			}
-			e.hdrHave += n
-			if e.hdrHave < e.hdrNeed {
-				continue
-			}
-			if e.hdrNeed == baseHdrLen {
-				hs, err := parseBase(e.hdr[:baseHdrLen])
-				if err != nil {
-					e.broken(fabric.ErrIO)
-					return
-				}
-				if hs > baseHdrLen {
-					e.hdrNeed = hs
-					continue
-				}
-			}
-			h, err := parseHeader(e.hdr[:e.hdrNeed])
-			e.hdrHave, e.hdrNeed = 0, baseHdrLen
-			if err != nil {
-				e.broken(fabric.ErrIO)
-				return
-			}
-			if !e.start(h) {
-				return
-			}
-			continue
-		}
-		f := e.cur
-		for len(f.dst) > 0 && len(f.dst[0]) == 0 {
-			f.dst = f.dst[1:]
-		}
-		if len(f.dst) == 0 && f.discard == 0 {
-			e.cur = nil
-			f.done()
-			continue
-		}
-		var b []byte
-		if len(f.dst) > 0 {
-			b = f.dst[0]
-		} else {
-			if e.scratch == nil {
-				e.scratch = make([]byte, 64<<10)
-			}
-			b = e.scratch[:min(uint64(len(e.scratch)), f.discard)]
-		}
-		n, err := e.readSome(b)
-		if err != nil {
-			e.peerGone(err)
-			return
-		}
-		if n == 0 {
-			return
-		}
-		if len(f.dst) > 0 {
-			f.dst[0] = f.dst[0][n:]
-		} else {
-			f.discard -= uint64(n)
-		}
-	}
-}
-
-// finishMsg completes the receipt of a message (e.msgFrame's). Called
-// with e.mu held.
-func (e *ep) finishMsg() {
-	f := &e.msgFrame
-	h, r, got, n := &f.h, f.rx, f.got, f.n
-	flags := fabric.CompRecv | fabric.CompMsg
-	if h.op == opTagged || h.flags&flagTagged != 0 {
-		flags = fabric.CompRecv | fabric.CompTagged
-	}
-	if h.flags&flagRemoteCQData != 0 {
-		flags |= fabric.CompRemoteCQData
-	}
-	entry := fabric.CQEntry{Context: r.ctx, Flags: flags, Len: got, Buf: r.buf[:got], Data: h.cqData, Tag: h.tag}
-	ack := h.flags&(flagDeliveryComplete|flagCommitComplete) != 0
-	*f = rxFrame{}
-	if n > got {
-		e.comp.Failed(fabric.CQErrEntry{CQEntry: entry, OLen: n - got, Err: fabric.ErrTrunc})
-	} else {
-		e.comp.Done(entry)
-	}
-	if ack {
-		e.queueFirst(&txEntry{bufs: [][]byte{ackFrame}})
-	}
-}
-
-// failMsg fails the receive e.msgFrame was filling. Called with e.mu
-// held.
-func (e *ep) failMsg(errno fabric.Errno) {
-	f := &e.msgFrame
-	e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: f.rx.ctx, Flags: fabric.CompRecv | fabric.CompMsg, Buf: f.rx.buf}, Err: errno})
-	*f = rxFrame{}
-}
-
-// start sets up the receipt of the frame h heads. It returns false when
-// the endpoint broke. Called with e.mu held.
-func (e *ep) start(h header) bool {
-	n := h.payload()
-	switch h.op {
-	case opMsg, opTagged:
-		if h.opData == opDataAck {
-			if len(e.ackq) == 0 {
-				e.broken(fabric.ErrIO)
-				return false
-			}
-			t := e.ackq[0]
-			e.ackq = popFront(e.ackq)
-			if t.comp {
-				e.comp.Done(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
-			} else if t.flags != 0 {
-				e.comp.Count(t.flags)
-			}
-			e.freeTx(t)
-			return true
-		}
-		if len(e.rxq) == 0 {
-			e.pend = &h // the rest stays in the socket until a buffer comes
-			return true
-		}
-		r := e.rxq[0]
-		e.rxq = popFront(e.rxq)
-		got := min(n, uint64(len(r.buf)))
-		f := &e.msgFrame
-		*f = rxFrame{h: h, discard: n - got, rx: r, got: got, n: n}
-		f.one[0] = r.buf[:got]
-		f.dst = f.one[:]
-		if e.msgDone == nil {
-			e.msgDone, e.msgFail = e.finishMsg, e.failMsg
-		}
-		f.done, f.fail = e.msgDone, e.msgFail
-		e.cur = f
-	case opWrite:
-		f := &rxFrame{h: h}
-		for _, v := range h.iov {
-			b, ok := e.d.MRs.Lookup(v.key, v.addr, v.len, fabric.AccessRemoteWrite)
-			if !ok {
-				e.broken(fabric.ErrAccess)
-				return false
-			}
-			f.dst = append(f.dst, b)
-		}
-		f.done = func() {
-			if h.flags&flagRemoteCQData != 0 {
-				e.comp.Done(fabric.CQEntry{Flags: fabric.CompRMA | fabric.CompRemoteWrite | fabric.CompRemoteCQData, Len: n, Data: h.cqData})
-			} else {
-				e.comp.Count(fabric.CompRMA | fabric.CompRemoteWrite)
-			}
-			if h.flags&(flagDeliveryComplete|flagCommitComplete) != 0 {
-				e.queueFirst(&txEntry{bufs: [][]byte{ackFrame}})
-			}
-		}
-		e.cur = f
-	case opReadReq:
-		rsp := header{op: opReadRsp}
-		var total uint64
-		bufs := [][]byte{nil}
-		for _, v := range h.iov {
-			b, ok := e.d.MRs.Lookup(v.key, v.addr, v.len, fabric.AccessRemoteRead)
-			if !ok {
-				e.broken(fabric.ErrAccess)
-				return false
-			}
-			bufs = append(bufs, b)
-			total += v.len
-		}
-		hb := make([]byte, maxHdrLen)
-		bufs[0] = hb[:marshalHeader(hb, &rsp, total)]
-		if e.internalKey == nil || len(h.iov) == 0 || !e.internalKey(h.iov[0].key) {
-			e.comp.Count(fabric.CompRMA | fabric.CompRemoteRead)
-		}
-		e.queueFirst(&txEntry{bufs: bufs})
-		e.flushTx()
-	case opReadRsp:
-		if len(e.readq) == 0 {
-			e.broken(fabric.ErrIO)
-			return false
-		}
-		r := e.readq[0]
-		e.readq = e.readq[1:]
-		if n != uint64(len(r.buf)) {
-			e.broken(fabric.ErrIO)
-			return false
-		}
-		f := &rxFrame{h: h, dst: [][]byte{r.buf}}
-		f.done = func() {
-			e.comp.Done(fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead, Len: n})
-		}
-		f.fail = func(errno fabric.Errno) {
-			e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead}, Err: errno})
-		}
-		e.cur = f
-	default:
-		e.broken(fabric.ErrIO)
-		return false
-	}
-	return true
-}
-
-// queueFirst queues an internal frame (ACK, read response) ahead of the
-// program's frames not yet started. Called with e.mu held.
-func (e *ep) queueFirst(t *txEntry) {
-	t.internal = true
-	i := 0
-	if len(e.txq) > 0 && e.txq[0].started() {
-		i = 1 // never cut into a frame half written
-	}
-	for i < len(e.txq) && e.txq[i].internal {
-		i++ // after the internal frames already queued: their order is the peer's
-	}
-	e.txq = append(e.txq, nil)
-	copy(e.txq[i+1:], e.txq[i:])
-	e.txq[i] = t
-}
-
-func (t *txEntry) started() bool { return t.partial }
-
-// peerGone handles the end of the stream, which is also what a peer
-// whose process died leaves (the kernel closes its socket): what is still
-// posted can never complete, so it fails with FI_ECANCELED, and the EQ
-// gets FI_SHUTDOWN, as libfabric's tcp provider flushes its queues when
-// the connection ends. Called with e.mu held.
-func (e *ep) peerGone(err error) {
-	if e.state != stConnected && e.state != stShutdown {
-		return
-	}
-	if e.cur != nil || e.hdrHave > 0 || e.pend != nil || len(e.ackq) > 0 || len(e.readq) > 0 {
-		// Cut off in the middle of something: an error, then the end.
-		e.broken(fabric.ErrConnReset)
-		return
-	}
-	e.state = stShutdown
-	e.up = false
-	e.failAll(fabric.ErrCanceled)
-	if e.eq != nil {
-		e.eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
-	}
-}
-
-// broken ends the connection after a protocol or socket error: the
-// operations outstanding fail, and the EQ gets an error and FI_SHUTDOWN.
-// Called with e.mu held.
-func (e *ep) broken(errno fabric.Errno) {
-	if e.state != stConnected && e.state != stShutdown {
-		return
-	}
-	e.state = stShutdown
-	e.closeSocket()
-	e.pend = nil
-	e.failAll(errno) // (and the frame under way, e.cur)
-	if e.eq != nil {
-		e.eq.WriteErr(fabric.EQErrEntry{FID: e, Err: errno})
-		e.eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
-	}
-}
-
-// errnoOf maps a socket error to an errno, or def.
-func errnoOf(err error, def fabric.Errno) fabric.Errno {
-	var se syscall.Errno
-	if errors.As(err, &se) {
-		return fabric.Errno(se)
-	}
-	return def
 }

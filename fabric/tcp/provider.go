@@ -165,7 +165,7 @@ func (p provider) Infos(node, service string, flags uint64, hints *fabric.Info) 
 	if err != nil {
 		return nil, err
 	}
-	port, nodeAddr, dst, routeSrc := ad.Port, ad.Node, ad.Dest, ad.RouteSrc
+	nodeAddr, dst, routeSrc := ad.Node, ad.Dest, ad.RouteSrc
 	var out, rdms []*fabric.Info
 	for _, x := range interfaces() {
 		if routeSrc.IsValid() && x.addr.WithZone("") != routeSrc.WithZone("") {
@@ -185,14 +185,7 @@ func (p provider) Infos(node, service string, flags uint64, hints *fabric.Info) 
 		}
 		// Addresses, as the node, service and hints give them.
 		shape := func(i *fabric.Info) *fabric.Info {
-			if flags&fabric.FlagSource != 0 && (node != "" || service != "") {
-				i.SrcAddr = netip.AddrPortFrom(x.addr, port)
-			} else if flags&fabric.FlagSource == 0 && nodeAddr.IsValid() {
-				i.DestAddr = netip.AddrPortFrom(nodeAddr, port)
-			}
-			if hints != nil && hints.SrcAddr.IsValid() {
-				i.SrcAddr = netip.AddrPortFrom(x.addr, hints.SrcAddr.Port())
-			}
+			ad.Place(i, x.addr)
 			return i
 		}
 		if hints == nil || hints.EPAttr == nil || hints.EPAttr.Type == fabric.EPUnspec || hints.EPAttr.Type == fabric.EPRDM {

@@ -159,9 +159,15 @@ func connected(t *testing.T, pdata []byte) (cli, srv *side) {
 	srv.info = req.Info
 	srv.open(req.Info)
 	must(t, srv.ep.Accept([]byte("welcome")))
-	srv.event(fabric.EventConnected)
-	if e := cli.event(fabric.EventConnected); string(e.Data) != "welcome" {
+	if e := srv.event(fabric.EventConnected); e.FID != srv.ep {
+		t.Fatalf("the server's FI_CONNECTED names %T, not its endpoint", e.FID)
+	}
+	e := cli.event(fabric.EventConnected)
+	if string(e.Data) != "welcome" {
 		t.Fatalf("CONNECTED private data %q", e.Data)
+	}
+	if e.FID != cli.ep {
+		t.Fatalf("the client's FI_CONNECTED names %T, not its endpoint", e.FID)
 	}
 	return cli, srv
 }

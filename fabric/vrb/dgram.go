@@ -135,7 +135,7 @@ func newDgram(d fabric.DomainRef, dom *domain, info *fabric.Info, context any) *
 
 // enableUD creates the UD QP and brings it to RTS. Called with e.mu held.
 func (e *ep) enableUD() error {
-	if e.comp.TxCQ == nil || e.comp.RxCQ == nil {
+	if e.Comp.TxCQ == nil || e.Comp.RxCQ == nil {
 		return fabric.Errorf("fi_enable", fabric.ErrNoCQ, "bind CQs first")
 	}
 	ctx := e.dom.ctx

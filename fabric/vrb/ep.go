@@ -2,7 +2,6 @@ package vrb
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -13,187 +12,6 @@ import (
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/verbs"
 )
-
-// resolveTimeout bounds address and route resolution, as C's provider's
-// rdma_getaddrinfo and rdma_resolve_* do.
-const resolveTimeout = 2 * time.Second
-
-// withHdr puts C's one-byte length in front of the program's private data.
-func withHdr(op string, param []byte) ([]byte, error) {
-	if len(param) > maxCMData {
-		return nil, fabric.Errorf(op, fabric.ErrInvalid, "private data over 55 bytes")
-	}
-	return append([]byte{byte(len(param))}, param...), nil
-}
-
-// stripHdr takes the program's private data out of what the CM carried
-// (padded by the IB CM; the first byte says how much is real).
-func stripHdr(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	n := int(b[0])
-	if n > len(b)-1 {
-		n = len(b) - 1
-	}
-	if n == 0 {
-		return nil
-	}
-	return append([]byte(nil), b[1:1+n]...)
-}
-
-// ---- Passive endpoint ----
-
-type pep struct {
-	info *fabric.Info
-	ctx  any
-
-	mu     sync.Mutex
-	eq     *fabric.EQ
-	ch     *rdmacm.EventChannel
-	id     *rdmacm.ID
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	closed bool
-	reqs   []*connReq // requests handed out, answered or not
-}
-
-// connReq is a connection request: the new ID, the Handle of the
-// FI_CONNREQ event's info.
-type connReq struct {
-	id    *rdmacm.ID
-	taken atomic.Bool
-}
-
-func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any) (fabric.PassiveEndpointDriver, error) {
-	ch, err := rdmacm.CreateEventChannel()
-	if err != nil {
-		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrNoMemory, err.Error())
-	}
-	id, err := rdmacm.CreateID(ch, nil, rdmacm.PSTCP)
-	if err != nil {
-		ch.Close()
-		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrNoMemory, err.Error())
-	}
-	return &pep{info: info.Dup(), ctx: context, ch: ch, id: id}, nil
-}
-
-func (p *pep) Bind(eq *fabric.EQ) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.eq = eq
-	return nil
-}
-
-// Listen binds the info's source address and listens (rdma_bind_addr,
-// rdma_listen).
-func (p *pep) Listen() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.eq == nil {
-		return fabric.Errorf("fi_listen", fabric.ErrNoEQ, "bind an EQ first")
-	}
-	if p.cancel != nil {
-		return fabric.Errorf("fi_listen", fabric.ErrAlready, "already listening") // as the tcp provider
-	}
-	src := p.info.SrcAddr
-	if !src.IsValid() {
-		src = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
-	}
-	if err := p.id.BindAddr(src); err != nil {
-		return fabric.Errorf("fi_listen", errnoOf(err, fabric.ErrAddrNotAvail), err.Error())
-	}
-	if err := p.id.Listen(128); err != nil {
-		return fabric.Errorf("fi_listen", errnoOf(err, fabric.ErrAddrInUse), err.Error())
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
-	p.wg.Add(1)
-	go p.loop(ctx)
-	return nil
-}
-
-// loop turns CONNECT_REQUEST events into FI_CONNREQ.
-func (p *pep) loop(ctx context.Context) {
-	defer p.wg.Done()
-	for {
-		ev, err := p.ch.GetEvent(ctx)
-		if err != nil {
-			return
-		}
-		if ev.Type != rdmacm.EventConnectRequest {
-			ev.Ack()
-			continue
-		}
-		id := ev.ID
-		data := stripHdr(ev.Param.PrivateData)
-		ev.Ack()
-		req := &connReq{id: id}
-		info := p.info.Dup()
-		info.Handle = req
-		info.DestAddr = id.PeerAddr()
-		info.SrcAddr = id.LocalAddr()
-		if v := id.Verbs(); v != nil {
-			info.DomainAttr.Name = v.Device().Name()
-		}
-		p.mu.Lock()
-		eq := p.eq
-		p.reqs = append(p.reqs, req)
-		p.mu.Unlock()
-		eq.Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
-	}
-}
-
-func (p *pep) Name() (netip.AddrPort, error) {
-	return p.id.LocalAddr(), nil
-}
-
-// Reject refuses the request (rdma_reject) with private data.
-func (p *pep) Reject(handle any, param []byte) error {
-	r, ok := handle.(*connReq)
-	if !ok || !r.taken.CompareAndSwap(false, true) {
-		return fabric.Errorf("fi_reject", fabric.ErrInvalid, "not a pending connection request")
-	}
-	data, err := withHdr("fi_reject", param)
-	if err != nil {
-		return err
-	}
-	defer r.id.Destroy()
-	if err := r.id.Reject(data); err != nil {
-		return fabric.Errorf("fi_reject", fabric.ErrIO, err.Error())
-	}
-	return nil
-}
-
-func (p *pep) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
-	}
-	p.closed = true
-	cancel := p.cancel
-	p.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	p.wg.Wait()
-	// Requests nobody answered are rejected, so that their clients hear
-	// of it, and their IDs freed.
-	empty, _ := withHdr("fi_close", nil)
-	for _, r := range p.reqs {
-		if r.taken.CompareAndSwap(false, true) {
-			r.id.Reject(empty)
-			r.id.Destroy()
-		}
-	}
-	p.reqs = nil
-	p.id.Destroy()
-	if err := p.ch.Close(); err != nil {
-		return fabric.Errorf("fi_close", fabric.ErrBusy, err.Error())
-	}
-	return nil
-}
 
 // ---- Endpoint ----
 
@@ -223,32 +41,31 @@ type ep struct {
 	info *fabric.Info
 	ctx  any
 
-	mu       sync.Mutex
-	state    epState
-	eq       *fabric.EQ
-	comp     fabric.Completions
-	ch       *rdmacm.EventChannel
-	id       *rdmacm.ID
-	req      *connReq
-	cq       *verbs.CQ
-	qp       *verbs.QP
-	bounce   *verbs.MR // inject's registered staging buffer
-	ops      map[uint64]op
-	nextID   uint64
-	txOut    int // sends outstanding
-	rxOut    int
-	txSize   int
-	rxSize   int
-	inline   int
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	polls    atomic.Uint64
-	wc       [16]verbs.WC
-	started  bool
-	ud       *udState // an FI_EP_DGRAM endpoint's; nil for FI_EP_MSG
-	probing  bool     // a dead-peer probe is outstanding
-	probeAge int      // looks since the outstanding probe was posted
-	lost     bool     // the peer stopped answering (see peerLost)
+	mu                   sync.Mutex
+	state                epState
+	fabric.EndpointBinds // under mu
+	ch                   *rdmacm.EventChannel
+	id                   *rdmacm.ID
+	req                  *connReq
+	cq                   *verbs.CQ
+	qp                   *verbs.QP
+	bounce               *verbs.MR // inject's registered staging buffer
+	ops                  map[uint64]op
+	nextID               uint64
+	txOut                int // sends outstanding
+	rxOut                int
+	txSize               int
+	rxSize               int
+	inline               int
+	cancel               context.CancelFunc
+	wg                   sync.WaitGroup
+	polls                atomic.Uint64
+	wc                   [16]verbs.WC
+	started              bool
+	ud                   *udState // an FI_EP_DGRAM endpoint's; nil for FI_EP_MSG
+	probing              bool     // a dead-peer probe is outstanding
+	probeAge             int      // looks since the outstanding probe was posted
+	lost                 bool     // the peer stopped answering (see peerLost)
 }
 
 // Dead-peer detection. A connected QP learns that its peer vanished only
@@ -340,6 +157,7 @@ func (provider) Endpoint(d fabric.DomainRef, info *fabric.Info, context any) (fa
 // inline) info asks for.
 func newEP(d fabric.DomainRef, dom *domain, info *fabric.Info, context any, inline int) *ep {
 	e := &ep{d: d, dom: dom, info: info.Dup(), ctx: context, ops: map[uint64]op{}, txSize: defaultSize, rxSize: defaultSize, inline: inline}
+	e.Lock, e.Self = &e.mu, e
 	if info.TxAttr != nil && info.TxAttr.Size > 0 {
 		e.txSize = info.TxAttr.Size
 	}
@@ -387,25 +205,6 @@ func (e *ep) resolve(dst netip.AddrPort) error {
 	return wait(rdmacm.EventRouteResolved)
 }
 
-func (e *ep) BindEQ(eq *fabric.EQ) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.eq = eq
-	return nil
-}
-
-func (e *ep) BindCQ(cq *fabric.CQ, flags uint64) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.comp.BindCQ(cq, flags, e)
-}
-
-func (e *ep) BindCounter(c *fabric.Counter, flags uint64) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.comp.BindCounter(c, flags, e)
-}
-
 // BindAV binds the address vector a datagram endpoint sends by; a
 // connected endpoint needs none.
 func (e *ep) BindAV(av *fabric.AV) error {
@@ -427,7 +226,7 @@ func (e *ep) Enable() error {
 	if e.ud != nil {
 		return e.enableUD()
 	}
-	if e.eq == nil || e.comp.TxCQ == nil || e.comp.RxCQ == nil {
+	if e.EQ == nil || e.Comp.TxCQ == nil || e.Comp.RxCQ == nil {
 		return fabric.Errorf("fi_enable", fabric.ErrNoCQ, "bind an EQ and CQs first")
 	}
 	if e.id.Verbs() == nil {
@@ -558,19 +357,19 @@ func (e *ep) events(ctx context.Context) {
 			e.mu.Unlock()
 			return
 		}
-		eq := e.eq
+		eq := e.EQ
 		switch typ {
 		case rdmacm.EventEstablished:
 			e.state = stConnected
 			e.wg.Add(1)
 			go e.probe(ctx)
 			e.mu.Unlock()
-			eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e, Data: data})
+			eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e.FID(), Data: data})
 			continue
 		case rdmacm.EventRejected:
 			e.state = stShutdown
 			e.mu.Unlock()
-			eq.WriteErr(fabric.EQErrEntry{FID: e, Err: fabric.ErrConnRefused, ErrData: data})
+			eq.WriteErr(fabric.EQErrEntry{FID: e.FID(), Err: fabric.ErrConnRefused, ErrData: data})
 			continue
 		case rdmacm.EventUnreachable, rdmacm.EventConnectError:
 			e.state = stShutdown
@@ -579,14 +378,14 @@ func (e *ep) events(ctx context.Context) {
 			if status == -110 {
 				errno = fabric.ErrTimedOut
 			}
-			eq.WriteErr(fabric.EQErrEntry{FID: e, Err: errno})
+			eq.WriteErr(fabric.EQErrEntry{FID: e.FID(), Err: errno})
 			continue
 		case rdmacm.EventDisconnected, rdmacm.EventDeviceRemoval:
 			was, lost := e.state, e.lost
 			e.state = stShutdown
 			e.mu.Unlock()
 			if (was == stConnected || was == stShutdown) && !lost {
-				eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
+				eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e.FID()})
 			}
 			continue
 		}
@@ -646,11 +445,11 @@ func (e *ep) Close() error {
 	e.wg.Wait()
 	// No CQ or counter polls the endpoint from here on; one that took it
 	// before finds it closed (Progress) or its CQ gone (progressLocked).
-	e.comp.Detach(e)
+	e.Comp.Detach(e)
 	e.mu.Lock()
 	for _, o := range e.ops {
 		if o.comp {
-			e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: o.ctx, Flags: o.flags}, Err: fabric.ErrCanceled})
+			e.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: o.ctx, Flags: o.flags}, Err: fabric.ErrCanceled})
 		}
 	}
 	e.ops = map[uint64]op{}
@@ -866,183 +665,4 @@ func (e *ep) GetOpt(opt fabric.Opt) (int, error) {
 
 func (e *ep) SetOpt(fabric.Opt, int) error {
 	return fabric.Errorf("fi_setopt", fabric.ErrNoProtoOpt, "")
-}
-
-// ---- Progress ----
-
-// Progress moves the verbs CQ's completions to the fabric CQs and
-// counters (fabric.Progressor).
-func (e *ep) Progress() {
-	e.polls.Add(1)
-	e.mu.Lock()
-	if e.state != stClosed {
-		e.progressLocked()
-	}
-	e.mu.Unlock()
-}
-
-// progressLocked reports the verbs CQ's completions and returns how many
-// there were. Called with e.mu held.
-func (e *ep) progressLocked() int {
-	if e.cq == nil {
-		return 0
-	}
-	total := 0
-	for {
-		n, err := e.cq.Poll(e.wc[:])
-		if err != nil || n == 0 {
-			return total
-		}
-		total += n
-		for i := range e.wc[:n] {
-			e.complete(&e.wc[i])
-		}
-		if n < len(e.wc) {
-			return total
-		}
-	}
-}
-
-// probe posts a dead-peer probe every probeEvery while the endpoint is
-// connected and has no send outstanding.
-func (e *ep) probe(ctx context.Context) {
-	defer e.wg.Done()
-	t := time.NewTicker(probeEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		e.mu.Lock()
-		if e.state != stConnected {
-			e.mu.Unlock()
-			return
-		}
-		switch {
-		case e.probing:
-			e.probeAge++
-			if e.probeAge >= probeMisses {
-				// The QP would retry for ever: end it here. Its
-				// queues flush as after IBV_WC_RETRY_EXC_ERR.
-				e.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
-				e.peerLost()
-			}
-		case e.txOut == 0:
-			err := e.qp.PostSend([]verbs.SendWR{{WRID: probeWRID, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}})
-			e.probing, e.probeAge = err == nil, 0
-		}
-		e.mu.Unlock()
-	}
-}
-
-// peerLost ends a connection whose peer stopped acknowledging: the QP,
-// in the error state, flushes what is posted, and the EQ gets an error
-// entry (FI_ETIMEDOUT) and FI_SHUTDOWN. Called with e.mu held.
-func (e *ep) peerLost() {
-	if e.lost || (e.state != stConnected && e.state != stShutdown) {
-		return
-	}
-	e.lost = true
-	e.state = stShutdown
-	if e.eq != nil {
-		e.eq.WriteErr(fabric.EQErrEntry{FID: e, Err: fabric.ErrTimedOut})
-		e.eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
-	}
-}
-
-// complete reports one work completion. Called with e.mu held.
-func (e *ep) complete(wc *verbs.WC) {
-	if wc.Status == verbs.WCRetryExcErr && e.ud == nil {
-		e.peerLost()
-	}
-	if wc.WRID == probeWRID && e.ud == nil {
-		e.probing = false
-		return
-	}
-	o, ok := e.ops[wc.WRID]
-	if !ok {
-		return
-	}
-	delete(e.ops, wc.WRID)
-	// (Not wc.Opcode: an error completion's opcode is undefined.)
-	recv := o.flags&fabric.CompRecv != 0
-	if recv {
-		e.rxOut--
-	} else {
-		e.txOut--
-	}
-	if wc.Status != verbs.WCSuccess {
-		errno := fabric.ErrIO
-		if wc.Status == verbs.WCWRFlushErr {
-			errno = fabric.ErrCanceled
-		}
-		if o.comp {
-			e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: o.ctx, Flags: o.flags}, Err: errno, ProvErrno: int(wc.Status)})
-		}
-		return
-	}
-	if !recv {
-		if o.comp {
-			e.comp.Done(fabric.CQEntry{Context: o.ctx, Flags: o.flags, Len: o.len})
-		} else {
-			e.comp.Count(o.flags)
-		}
-		return
-	}
-	entry := fabric.CQEntry{Context: o.ctx, Flags: o.flags, Len: uint64(wc.ByteLen)}
-	if wc.Opcode == verbs.WCRecvRDMAWithImm {
-		// A peer's fi_writedata: the receive carries only the data.
-		entry.Flags, entry.Len = fabric.CompRMA|fabric.CompRemoteWrite, 0
-	} else if int(wc.ByteLen) <= len(o.buf) {
-		entry.Buf = o.buf[:wc.ByteLen]
-	}
-	if wc.WCFlags&verbs.WCWithImm != 0 {
-		entry.Flags |= fabric.CompRemoteCQData
-		entry.Data = uint64(wc.ImmData)
-	}
-	e.comp.Done(entry)
-}
-
-// pollGrace is how long the program must not poll before the background
-// goroutine takes completions.
-const pollGrace = time.Millisecond
-
-// background takes the completions while the program does not poll: the
-// provider's progress is automatic.
-func (e *ep) background(ctx context.Context) {
-	defer e.wg.Done()
-	var seen uint64
-	for {
-		if n := e.polls.Load(); n != seen {
-			seen = n
-			select {
-			case <-time.After(pollGrace):
-				continue
-			case <-ctx.Done():
-				return
-			}
-		}
-		if err := e.cq.Wait(ctx); err != nil {
-			return
-		}
-		if e.polls.Load() != seen {
-			continue
-		}
-		e.mu.Lock()
-		e.progressLocked()
-		e.mu.Unlock()
-	}
-}
-
-// errnoOf maps a verbs or CM error to an errno, or def.
-func errnoOf(err error, def fabric.Errno) fabric.Errno {
-	switch {
-	case errors.Is(err, verbs.ErrAddrInUse):
-		return fabric.ErrAddrInUse
-	case errors.Is(err, verbs.ErrTimedOut):
-		return fabric.ErrTimedOut
-	}
-	return def
 }

@@ -193,7 +193,7 @@ func (provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([
 	if err != nil {
 		return nil, err
 	}
-	port, nodeAddr, dst, routeSrc := ad.Port, ad.Node, ad.Dest, ad.RouteSrc
+	nodeAddr, dst, routeSrc := ad.Node, ad.Dest, ad.RouteSrc
 	var xs []devAddr
 	for _, x := range deviceAddrs() {
 		switch {
@@ -212,14 +212,7 @@ func (provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([
 	add := func(mk func(devAddr) *fabric.Info) {
 		for _, x := range xs {
 			i := mk(x)
-			if flags&fabric.FlagSource != 0 && (node != "" || service != "") {
-				i.SrcAddr = netip.AddrPortFrom(x.addr, port)
-			} else if flags&fabric.FlagSource == 0 && nodeAddr.IsValid() {
-				i.DestAddr = netip.AddrPortFrom(nodeAddr, port)
-			}
-			if hints != nil && hints.SrcAddr.IsValid() {
-				i.SrcAddr = netip.AddrPortFrom(x.addr, hints.SrcAddr.Port())
-			}
+			ad.Place(i, x.addr)
 			out = append(out, i)
 		}
 	}
