@@ -13,8 +13,8 @@ import (
 // operations): what Endpoint calls once its common checks pass. A driver
 // is never called after Close, nor with a nil EQ, CQ, AV, counter or
 // message, nor with an inject larger than its info's inject size.
-// Tagged messages and atomics are optional: a driver offers them by
-// implementing TaggedDriver and Atomics.
+// Tagged messages, atomics and options are optional: a driver offers
+// them by implementing TaggedDriver, Atomics and OptDriver.
 type EndpointDriver interface {
 	BindEQ(eq *EQ) error
 	BindCQ(cq *CQ, flags uint64) error
@@ -38,9 +38,6 @@ type EndpointDriver interface {
 	Read(buf []byte, desc any, src Addr, addr, key uint64, context any) error
 	InjectWrite(buf []byte, dest Addr, addr, key uint64) error
 
-	GetOpt(opt Opt) (int, error)
-	SetOpt(opt Opt, value int) error
-
 	// Close is called once.
 	Close() error
 }
@@ -54,6 +51,30 @@ type TaggedDriver interface {
 	TInject(buf []byte, dest Addr, tag uint64) error
 	TSendMsg(msg *Msg, tag uint64, flags uint64) error
 }
+
+// OptDriver is implemented by the drivers of endpoints with options
+// (fi_getopt, fi_setopt). Endpoint answers the option calls of an
+// endpoint whose driver lacks it with ErrNoProtoOpt.
+type OptDriver interface {
+	GetOpt(opt Opt) (int, error)
+	SetOpt(opt Opt, value int) error
+}
+
+// CMDataSize is OptDriver for an endpoint whose one option is
+// FI_OPT_CM_DATA_SIZE, the most private data it carries, which cannot
+// be set. Providers embed it.
+type CMDataSize int
+
+// GetOpt returns the size for OptCMDataSize.
+func (n CMDataSize) GetOpt(opt Opt) (int, error) {
+	if opt == OptCMDataSize {
+		return int(n), nil
+	}
+	return 0, Errorf("fi_getopt", ErrNoProtoOpt, "")
+}
+
+// SetOpt sets nothing.
+func (CMDataSize) SetOpt(Opt, int) error { return Errorf("fi_setopt", ErrNoProtoOpt, "") }
 
 // PassiveEndpointDriver is the provider's side of a passive endpoint
 // (struct fid_pep's operations). It is never called after Close, nor
@@ -451,7 +472,11 @@ func (e *Endpoint) GetOpt(opt Opt) (int, error) {
 	if err := e.live("fi_getopt"); err != nil {
 		return 0, err
 	}
-	return e.drv.GetOpt(opt)
+	o, ok := e.drv.(OptDriver)
+	if !ok {
+		return 0, Errorf("fi_getopt", ErrNoProtoOpt, "")
+	}
+	return o.GetOpt(opt)
 }
 
 // SetOpt sets an endpoint option (fi_setopt at FI_OPT_ENDPOINT).
@@ -459,7 +484,11 @@ func (e *Endpoint) SetOpt(opt Opt, value int) error {
 	if err := e.live("fi_setopt"); err != nil {
 		return err
 	}
-	return e.drv.SetOpt(opt, value)
+	o, ok := e.drv.(OptDriver)
+	if !ok {
+		return Errorf("fi_setopt", ErrNoProtoOpt, "")
+	}
+	return o.SetOpt(opt, value)
 }
 
 // Close closes the endpoint (fi_close): outstanding operations complete
@@ -476,6 +505,10 @@ func (e *Endpoint) Close() error {
 type PassiveEndpoint struct {
 	drv    PassiveEndpointDriver
 	closed atomic.Bool
+
+	mu        sync.Mutex
+	bound     bool // an EQ is bound
+	listening bool
 }
 
 // OpenPassiveEndpoint opens a listening endpoint (fi_passive_ep).
@@ -505,15 +538,34 @@ func (p *PassiveEndpoint) Bind(eq *EQ) error {
 	if err := nonNil("fi_pep_bind", "EQ", eq); err != nil {
 		return err
 	}
-	return p.drv.Bind(eq)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.drv.Bind(eq); err != nil {
+		return err
+	}
+	p.bound = true
+	return nil
 }
 
-// Listen starts listening (fi_listen).
+// Listen starts listening (fi_listen): FI_ENOEQ before an EQ is bound,
+// FI_EALREADY once listening.
 func (p *PassiveEndpoint) Listen() error {
 	if err := p.live("fi_listen"); err != nil {
 		return err
 	}
-	return p.drv.Listen()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case !p.bound:
+		return Errorf("fi_listen", ErrNoEQ, "bind an EQ first")
+	case p.listening:
+		return Errorf("fi_listen", ErrAlready, "already listening")
+	}
+	if err := p.drv.Listen(); err != nil {
+		return err
+	}
+	p.listening = true
+	return nil
 }
 
 // Name returns the listening address (fi_getname).

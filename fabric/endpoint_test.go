@@ -35,8 +35,6 @@ func (r *recorder) WriteData([]byte, any, uint64, Addr, uint64, uint64, any) err
 }
 func (r *recorder) Read([]byte, any, Addr, uint64, uint64, any) error { return r.note("Read") }
 func (r *recorder) InjectWrite([]byte, Addr, uint64, uint64) error    { return r.note("InjectWrite") }
-func (r *recorder) GetOpt(Opt) (int, error)                           { return 0, r.note("GetOpt") }
-func (r *recorder) SetOpt(Opt, int) error                             { return r.note("SetOpt") }
 func (r *recorder) Close() error                                      { return r.note("Close") }
 
 // taggedRecorder has FI_TAGGED too.
@@ -77,6 +75,8 @@ func TestEndpointRefusesBeforeTheDriver(t *testing.T) {
 		{"fi_atomic without FI_ATOMIC", func(e *Endpoint) error {
 			return e.Atomic(nil, nil, AddrNotAvail, 0, 0, Uint64, OpSum, nil)
 		}, ErrNoSys},
+		{"fi_getopt of a driver without options", func(e *Endpoint) error { _, err := e.GetOpt(OptCMDataSize); return err }, ErrNoProtoOpt},
+		{"fi_setopt of a driver without options", func(e *Endpoint) error { return e.SetOpt(OptRxSize, 1) }, ErrNoProtoOpt},
 		{"fi_atomicvalid without FI_ATOMIC", func(e *Endpoint) error { _, err := e.AtomicValid(Uint64, OpSum); return err }, ErrNoSys},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -159,6 +159,26 @@ func TestClosedPassiveEndpointRefusesEveryCall(t *testing.T) {
 		}
 	}
 	if want := []string{"Close"}; !slices.Equal(r.calls, want) {
+		t.Fatalf("driver calls %v, want %v", r.calls, want)
+	}
+}
+
+func TestListenWantsAnEQAndListensOnce(t *testing.T) {
+	r := &pepRecorder{}
+	p := &PassiveEndpoint{drv: r}
+	if err := p.Listen(); !errors.Is(err, ErrNoEQ) {
+		t.Fatalf("fi_listen before fi_pep_bind: %v, want ErrNoEQ", err)
+	}
+	if err := p.Bind(&EQ{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Listen(); !errors.Is(err, ErrAlready) {
+		t.Fatalf("second fi_listen: %v, want ErrAlready", err)
+	}
+	if want := []string{"Bind", "Listen"}; !slices.Equal(r.calls, want) {
 		t.Fatalf("driver calls %v, want %v", r.calls, want)
 	}
 }

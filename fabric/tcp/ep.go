@@ -62,8 +62,10 @@ type ep struct {
 	info *fabric.Info
 	ctx  any
 
-	mu                   sync.Mutex
-	state                epState
+	mu    sync.Mutex
+	state epState
+	// Its one option is FI_OPT_CM_DATA_SIZE, as C's tcp endpoints have.
+	fabric.CMDataSize
 	fabric.EndpointBinds // the EQ, and the CQs and counters operations report to (under mu)
 	req                  *connReq
 	fd                   int    // the connection's socket, -1 before it is made and after it is closed
@@ -133,7 +135,7 @@ func (provider) Endpoint(d fabric.DomainRef, info *fabric.Info, context any) (fa
 		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the tcp provider's endpoints are FI_EP_MSG and FI_EP_RDM")
 	}
 	e := &ep{d: d, info: info.Dup(), ctx: context, fd: -1, hdrNeed: baseHdrLen, kick: make(chan struct{}), done: make(chan struct{})}
-	e.Lock, e.Self = &e.mu, e
+	e.Lock, e.Self, e.CMDataSize = &e.mu, e, maxCMData
 	e.closing, e.cancel = newClosing()
 	if r, ok := info.Handle.(*connReq); ok {
 		if !r.pep.take(r) {
@@ -687,19 +689,6 @@ func (e *ep) Write(buf []byte, desc any, _ fabric.Addr, addr, key uint64, contex
 func (e *ep) InjectWrite(buf []byte, _ fabric.Addr, addr, key uint64) error {
 	h := header{op: opWrite, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
 	return e.post("fi_inject_write", &h, buf, nil, txEntry{flags: fabric.CompRMA | fabric.CompWrite})
-}
-
-// GetOpt has FI_OPT_CM_DATA_SIZE, as C's tcp endpoints do.
-func (e *ep) GetOpt(opt fabric.Opt) (int, error) {
-	if opt == fabric.OptCMDataSize {
-		return maxCMData, nil
-	}
-	return 0, fabric.Errorf("fi_getopt", fabric.ErrNoProtoOpt, "")
-}
-
-// SetOpt has no options to set, as C's tcp endpoints have none.
-func (e *ep) SetOpt(fabric.Opt, int) error {
-	return fabric.Errorf("fi_setopt", fabric.ErrNoProtoOpt, "")
 }
 
 func (e *ep) WriteData(buf []byte, desc any, data uint64, _ fabric.Addr, addr, key uint64, context any) error {

@@ -10,8 +10,6 @@ import (
 	"github.com/rdmago/rdmago/fabric"
 )
 
-// ---- Passive endpoint ----
-
 type pep struct {
 	info *fabric.Info
 	ctx  any
@@ -51,12 +49,6 @@ func (p *pep) Bind(eq *fabric.EQ) error {
 func (p *pep) Listen() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.eq == nil {
-		return fabric.Errorf("fi_listen", fabric.ErrNoEQ, "bind an event queue first")
-	}
-	if p.ln != nil {
-		return fabric.Errorf("fi_listen", fabric.ErrAlready, "")
-	}
 	src := p.info.SrcAddr
 	if !src.IsValid() {
 		src = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)

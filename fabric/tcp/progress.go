@@ -11,8 +11,6 @@ import (
 	"github.com/rdmago/rdmago/fabric"
 )
 
-// ---- Progress ----
-
 // Progress sends what is queued and takes in what the socket holds
 // (fabric.Progressor): the program's CQ reads drive it, with the
 // background loops filling in when it does not poll.

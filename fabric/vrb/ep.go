@@ -43,6 +43,7 @@ type ep struct {
 
 	mu                   sync.Mutex
 	state                epState
+	fabric.CMDataSize    // FI_OPT_CM_DATA_SIZE: 55, as C's provider
 	fabric.EndpointBinds // under mu
 	ch                   *rdmacm.EventChannel
 	id                   *rdmacm.ID
@@ -157,7 +158,7 @@ func (provider) Endpoint(d fabric.DomainRef, info *fabric.Info, context any) (fa
 // inline) info asks for.
 func newEP(d fabric.DomainRef, dom *domain, info *fabric.Info, context any, inline int) *ep {
 	e := &ep{d: d, dom: dom, info: info.Dup(), ctx: context, ops: map[uint64]op{}, txSize: defaultSize, rxSize: defaultSize, inline: inline}
-	e.Lock, e.Self = &e.mu, e
+	e.Lock, e.Self, e.CMDataSize = &e.mu, e, maxCMData
 	if info.TxAttr != nil && info.TxAttr.Size > 0 {
 		e.txSize = info.TxAttr.Size
 	}
@@ -653,16 +654,4 @@ func (e *ep) InjectWrite(buf []byte, _ fabric.Addr, addr, key uint64) error {
 func (e *ep) Read(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context any) error {
 	o := op{ctx: context, flags: fabric.CompRMA | fabric.CompRead, comp: true}
 	return e.post("fi_read", verbs.SendWR{Opcode: verbs.WRRDMARead, RemoteAddr: addr, RKey: uint32(key)}, buf, desc, fabric.AddrNotAvail, o, false)
-}
-
-// GetOpt has FI_OPT_CM_DATA_SIZE (55, as C's provider).
-func (e *ep) GetOpt(opt fabric.Opt) (int, error) {
-	if opt == fabric.OptCMDataSize {
-		return maxCMData, nil
-	}
-	return 0, fabric.Errorf("fi_getopt", fabric.ErrNoProtoOpt, "")
-}
-
-func (e *ep) SetOpt(fabric.Opt, int) error {
-	return fabric.Errorf("fi_setopt", fabric.ErrNoProtoOpt, "")
 }

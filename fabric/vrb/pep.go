@@ -39,8 +39,6 @@ func stripHdr(b []byte) []byte {
 	return append([]byte(nil), b[1:1+n]...)
 }
 
-// ---- Passive endpoint ----
-
 type pep struct {
 	info *fabric.Info
 	ctx  any
@@ -87,12 +85,6 @@ func (p *pep) Bind(eq *fabric.EQ) error {
 func (p *pep) Listen() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.eq == nil {
-		return fabric.Errorf("fi_listen", fabric.ErrNoEQ, "bind an EQ first")
-	}
-	if p.cancel != nil {
-		return fabric.Errorf("fi_listen", fabric.ErrAlready, "already listening") // as the tcp provider
-	}
 	src := p.info.SrcAddr
 	if !src.IsValid() {
 		src = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)

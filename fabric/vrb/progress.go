@@ -9,8 +9,6 @@ import (
 	"github.com/rdmago/rdmago/verbs"
 )
 
-// ---- Progress ----
-
 // Progress moves the verbs CQ's completions to the fabric CQs and
 // counters (fabric.Progressor).
 func (e *ep) Progress() {
