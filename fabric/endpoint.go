@@ -643,3 +643,25 @@ func (b *EndpointBinds) setFID(ep *Endpoint) { b.fid.Store(ep) }
 
 // fidSetter is a driver that embeds EndpointBinds.
 type fidSetter interface{ setFID(*Endpoint) }
+
+// PassiveBinds is what fi_pep_bind binds a passive endpoint driver to,
+// its EQ: a provider embeds it and so has its Bind.
+type PassiveBinds struct {
+	mu sync.Mutex
+	eq *EQ
+}
+
+// Bind binds the EQ the connection requests go to.
+func (b *PassiveBinds) Bind(eq *EQ) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.eq = eq
+	return nil
+}
+
+// Queue returns the bound EQ.
+func (b *PassiveBinds) Queue() *EQ {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.eq
+}

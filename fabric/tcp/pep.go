@@ -14,8 +14,8 @@ type pep struct {
 	info *fabric.Info
 	ctx  any
 
-	mu     sync.Mutex
-	eq     *fabric.EQ
+	mu sync.Mutex
+	fabric.PassiveBinds
 	ln     *net.TCPListener
 	closed bool
 	wg     sync.WaitGroup
@@ -35,13 +35,6 @@ func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any
 		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrInvalid, "the tcp provider's passive endpoints are FI_EP_MSG")
 	}
 	return &pep{info: info.Dup(), ctx: context, conns: map[*connReq]bool{}}, nil
-}
-
-func (p *pep) Bind(eq *fabric.EQ) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.eq = eq
-	return nil
 }
 
 // Listen binds the info's source address (port 0: any) and starts taking
@@ -90,14 +83,13 @@ func (p *pep) accept(ln *net.TCPListener) {
 				return
 			}
 			p.conns[r] = true
-			eq := p.eq
 			p.mu.Unlock()
 			info := p.info.Dup()
 			info.SetProvider(provider{})
 			info.Handle = r
 			info.DestAddr = c.RemoteAddr().(*net.TCPAddr).AddrPort()
 			info.SrcAddr = c.LocalAddr().(*net.TCPAddr).AddrPort()
-			eq.Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
+			p.Queue().Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
 		}()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/fabrictest"
 	_ "github.com/rdmago/rdmago/fabric/tcp"
 )
 
@@ -68,35 +69,12 @@ func must(t *testing.T, err error) {
 
 func (s *side) event(want fabric.EventType) fabric.EQEntry {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	e, err := s.eq.SRead(ctx)
-	if err != nil {
-		if errors.Is(err, fabric.ErrAvail) {
-			ee, _ := s.eq.ReadErr()
-			s.t.Fatalf("waiting for %s: error entry %v", want, ee.Err)
-		}
-		s.t.Fatalf("waiting for %s: %v", want, err)
-	}
-	if e.Event != want {
-		s.t.Fatalf("event %s, want %s", e.Event, want)
-	}
-	return e
+	return fabrictest.Event(s.t, s.eq, want)
 }
 
 func (s *side) comp() fabric.CQEntry {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var buf [1]fabric.CQEntry
-	if _, err := s.cq.SRead(ctx, buf[:]); err != nil {
-		if errors.Is(err, fabric.ErrAvail) {
-			ee, _ := s.cq.ReadErr()
-			s.t.Fatalf("error completion %v (%+v)", ee.Err, ee)
-		}
-		s.t.Fatalf("no completion: %v", err)
-	}
-	return buf[0]
+	return fabrictest.Completion(s.t, s.cq)
 }
 
 // pair takes one completion from each of a and b, driving both: with
@@ -127,49 +105,14 @@ func pair(t *testing.T, a, b *side) (fabric.CQEntry, fabric.CQEntry) {
 	return *got[0], *got[1]
 }
 
-// connected returns a connected client and server over 127.0.0.1.
+// connected returns a connected client and server over 127.0.0.1, the
+// client sending pdata.
 func connected(t *testing.T, pdata []byte) (cli, srv *side) {
-	srvInfo := loopbackInfo(t, fabric.FlagSource, "127.0.0.1")
-	fab, err := fabric.OpenFabric(srvInfo)
-	must(t, err)
-	eq, err := fab.OpenEQ()
-	must(t, err)
-	pep, err := fab.OpenPassiveEndpoint(srvInfo, nil)
-	must(t, err)
-	t.Cleanup(func() { pep.Close() })
-	must(t, pep.Bind(eq))
-	must(t, pep.Listen())
-	name, err := pep.Name()
-	must(t, err)
-
-	cliInfo := loopbackInfo(t, 0, "127.0.0.1")
-	cfab, err := fabric.OpenFabric(cliInfo)
-	must(t, err)
-	ceq, err := cfab.OpenEQ()
-	must(t, err)
-	cli = &side{t: t, info: cliInfo, fab: cfab, eq: ceq}
-	cli.open(cliInfo)
-	must(t, cli.ep.Connect(name, pdata))
-
-	srv = &side{t: t, fab: fab, eq: eq}
-	req := srv.event(fabric.EventConnReq)
-	if !bytes.Equal(req.Data, pdata) {
-		t.Fatalf("CONNREQ private data %q, want %q", req.Data, pdata)
+	c, s := fabrictest.Connect(t, "tcp", pdata)
+	wrap := func(s *fabrictest.Side) *side {
+		return &side{t: t, info: s.Info, dom: s.Dom, eq: s.EQ, cq: s.CQ, ep: s.EP}
 	}
-	srv.info = req.Info
-	srv.open(req.Info)
-	must(t, srv.ep.Accept([]byte("welcome")))
-	if e := srv.event(fabric.EventConnected); e.FID != srv.ep {
-		t.Fatalf("the server's FI_CONNECTED names %T, not its endpoint", e.FID)
-	}
-	e := cli.event(fabric.EventConnected)
-	if string(e.Data) != "welcome" {
-		t.Fatalf("CONNECTED private data %q", e.Data)
-	}
-	if e.FID != cli.ep {
-		t.Fatalf("the client's FI_CONNECTED names %T, not its endpoint", e.FID)
-	}
-	return cli, srv
+	return wrap(c), wrap(s)
 }
 
 func TestSendRecvBothWays(t *testing.T) {
@@ -413,4 +356,8 @@ func TestCloseEndsAHandshakeInProgress(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("Close took %v during the handshake", d)
 	}
+}
+
+func TestConformance(t *testing.T) {
+	fabrictest.Run(t, fabrictest.Provider{Name: "tcp", CMDataSize: 256})
 }

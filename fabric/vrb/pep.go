@@ -43,8 +43,8 @@ type pep struct {
 	info *fabric.Info
 	ctx  any
 
-	mu     sync.Mutex
-	eq     *fabric.EQ
+	mu sync.Mutex
+	fabric.PassiveBinds
 	ch     *rdmacm.EventChannel
 	id     *rdmacm.ID
 	cancel context.CancelFunc
@@ -71,13 +71,6 @@ func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any
 		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrNoMemory, err.Error())
 	}
 	return &pep{info: info.Dup(), ctx: context, ch: ch, id: id}, nil
-}
-
-func (p *pep) Bind(eq *fabric.EQ) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.eq = eq
-	return nil
 }
 
 // Listen binds the info's source address and listens (rdma_bind_addr,
@@ -126,10 +119,9 @@ func (p *pep) loop(ctx context.Context) {
 			info.DomainAttr.Name = v.Device().Name()
 		}
 		p.mu.Lock()
-		eq := p.eq
 		p.reqs = append(p.reqs, req)
 		p.mu.Unlock()
-		eq.Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
+		p.Queue().Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/fabrictest"
 	_ "github.com/rdmago/rdmago/fabric/vrb"
 	_ "github.com/rdmago/rdmago/rxe" // the software device
 )
@@ -79,81 +80,23 @@ func (s *side) register(n int, access uint64) {
 
 func (s *side) event(want fabric.EventType) fabric.EQEntry {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	e, err := s.eq.SRead(ctx)
-	if errors.Is(err, fabric.ErrAvail) {
-		ee, _ := s.eq.ReadErr()
-		s.t.Fatalf("waiting for %s: error entry %v", want, ee.Err)
-	}
-	if err != nil {
-		s.t.Fatalf("waiting for %s: %v", want, err)
-	}
-	if e.Event != want {
-		s.t.Fatalf("event %s, want %s", e.Event, want)
-	}
-	return e
+	return fabrictest.Event(s.t, s.eq, want)
 }
 
 func (s *side) comp() fabric.CQEntry {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var e [1]fabric.CQEntry
-	_, err := s.cq.SRead(ctx, e[:])
-	if errors.Is(err, fabric.ErrAvail) {
-		ee, _ := s.cq.ReadErr()
-		s.t.Fatalf("error completion %v (%+v)", ee.Err, ee)
-	}
-	if err != nil {
-		s.t.Fatalf("no completion: %v", err)
-	}
-	return e[0]
+	return fabrictest.Completion(s.t, s.cq)
 }
 
 // connected returns a client and a server connected over 127.0.0.1, the
 // client's private data checked at the server and the server's at the
 // client.
 func connected(t testing.TB) (cli, srv *side) {
-	sinfo := loopback(t, fabric.FlagSource, "127.0.0.1")
-	fab, err := fabric.OpenFabric(sinfo)
-	must(t, err)
-	eq, err := fab.OpenEQ()
-	must(t, err)
-	pep, err := fab.OpenPassiveEndpoint(sinfo, nil)
-	must(t, err)
-	t.Cleanup(func() { pep.Close() })
-	must(t, pep.Bind(eq))
-	must(t, pep.Listen())
-	name, err := pep.Name()
-	must(t, err)
-
-	hints := fabric.AllocInfo()
-	hints.FabricAttr.ProvName = "verbs"
-	hints.EPAttr.Type = fabric.EPMsg
-	hints.DestAddr = name
-	infos, err := fabric.GetInfo("", "", 0, hints)
-	must(t, err)
-	cfab, err := fabric.OpenFabric(infos[0])
-	must(t, err)
-	ceq, err := cfab.OpenEQ()
-	must(t, err)
-	cli = &side{t: t, fab: cfab, eq: ceq}
-	cli.open(infos[0])
-	must(t, cli.ep.Connect(name, []byte("hello")))
-
-	srv = &side{t: t, fab: fab, eq: eq}
-	req := srv.event(fabric.EventConnReq)
-	if string(req.Data) != "hello" {
-		t.Fatalf("CONNREQ private data %q, want %q", req.Data, "hello")
+	c, s := fabrictest.Connect(t, "verbs", []byte("hello"))
+	wrap := func(s *fabrictest.Side) *side {
+		return &side{t: t, eq: s.EQ, dom: s.Dom, cq: s.CQ, ep: s.EP, buf: s.Buf, mr: s.MR}
 	}
-	srv.open(req.Info)
-	must(t, srv.ep.Accept([]byte("welcome")))
-	srv.event(fabric.EventConnected)
-	if e := cli.event(fabric.EventConnected); string(e.Data) != "welcome" {
-		t.Fatalf("CONNECTED private data %q, want %q", e.Data, "welcome")
-	}
-	return cli, srv
+	return wrap(c), wrap(s)
 }
 
 // Every data operation of the MSG endpoint, as C's verbs provider maps
@@ -381,4 +324,8 @@ func pendingRequest(t *testing.T) (*fabric.PassiveEndpoint, fabric.EQEntry, *fab
 	must(t, cli.ep.Connect(name, nil))
 	req := (&side{t: t, eq: eq}).event(fabric.EventConnReq)
 	return pep, req, ceq
+}
+
+func TestConformance(t *testing.T) {
+	fabrictest.Run(t, fabrictest.Provider{Name: "verbs", CMDataSize: 55, Atomics: true})
 }
