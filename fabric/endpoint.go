@@ -665,3 +665,12 @@ func (b *PassiveBinds) Queue() *EQ {
 	defer b.mu.Unlock()
 	return b.eq
 }
+
+// ListenAddr is the address a passive endpoint of info listens on
+// (fi_listen): its source address, or any IPv4 address and port.
+func ListenAddr(info *Info) netip.AddrPort {
+	if info != nil && info.SrcAddr.IsValid() {
+		return info.SrcAddr
+	}
+	return netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
+}

@@ -42,10 +42,7 @@ func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any
 func (p *pep) Listen() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	src := p.info.SrcAddr
-	if !src.IsValid() {
-		src = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
-	}
+	src := fabric.ListenAddr(p.info)
 	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(src))
 	if err != nil {
 		return fabric.Errorf("fi_listen", errnoOf(err, fabric.ErrAddrInUse), err.Error())
@@ -149,12 +146,9 @@ func (p *pep) Reject(handle any, param []byte) error {
 	return nil
 }
 
+// Close is called once (fabric.PassiveEndpointDriver).
 func (p *pep) Close() error {
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
-	}
 	p.closed = true
 	ln := p.ln
 	reqs := p.conns

@@ -67,16 +67,6 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func (s *side) event(want fabric.EventType) fabric.EQEntry {
-	s.t.Helper()
-	return fabrictest.Event(s.t, s.eq, want)
-}
-
-func (s *side) comp() fabric.CQEntry {
-	s.t.Helper()
-	return fabrictest.Completion(s.t, s.cq)
-}
-
 // pair takes one completion from each of a and b, driving both: with
 // manual progress a large message moves only while both sides poll.
 func pair(t *testing.T, a, b *side) (fabric.CQEntry, fabric.CQEntry) {
@@ -150,23 +140,23 @@ func TestRMAWriteAndRead(t *testing.T) {
 	defer mr.Close()
 	data := bytes.Repeat([]byte("abcdefgh"), 100)
 	must(t, cli.ep.Write(data, nil, fabric.AddrNotAvail, 100, mr.Key(), "w"))
-	if c := cli.comp(); c.Context != "w" || c.Flags&fabric.CompWrite == 0 {
+	if c := fabrictest.Completion(cli.t, cli.cq); c.Context != "w" || c.Flags&fabric.CompWrite == 0 {
 		t.Fatalf("write completion %+v", c)
 	}
 	got := make([]byte, len(data))
 	must(t, cli.ep.Read(got, nil, fabric.AddrNotAvail, 100, mr.Key(), "r"))
-	if c := cli.comp(); c.Context != "r" || c.Flags&fabric.CompRead == 0 || !bytes.Equal(got, data) {
+	if c := fabrictest.Completion(cli.t, cli.cq); c.Context != "r" || c.Flags&fabric.CompRead == 0 || !bytes.Equal(got, data) {
 		t.Fatalf("read completion %+v, data equal %v", c, bytes.Equal(got, data))
 	}
 	// A zero-length read: a response with no data (a fuzzer found it
 	// once looping for ever).
 	must(t, cli.ep.Read([]byte{}, nil, fabric.AddrNotAvail, 0, mr.Key(), "r0"))
-	if c := cli.comp(); c.Context != "r0" || c.Len != 0 {
+	if c := fabrictest.Completion(cli.t, cli.cq); c.Context != "r0" || c.Len != 0 {
 		t.Fatalf("zero-length read %+v", c)
 	}
 	must(t, cli.ep.WriteData([]byte("xyz"), nil, 5, fabric.AddrNotAvail, 0, mr.Key(), "wd"))
-	cli.comp()
-	if c := srv.comp(); c.Data != 5 || c.Flags&fabric.CompRemoteWrite == 0 || string(region[:3]) != "xyz" {
+	fabrictest.Completion(cli.t, cli.cq)
+	if c := fabrictest.Completion(srv.t, srv.cq); c.Data != 5 || c.Flags&fabric.CompRemoteWrite == 0 || string(region[:3]) != "xyz" {
 		t.Fatalf("remote write completion %+v", c)
 	}
 }
@@ -189,7 +179,7 @@ func TestTruncatedReceiveIsAnError(t *testing.T) {
 	// The connection goes on.
 	must(t, srv.ep.Recv(buf, nil, fabric.AddrNotAvail, "next"))
 	must(t, cli.ep.Send([]byte("ok"), nil, fabric.AddrNotAvail, nil))
-	if c := srv.comp(); c.Context != "next" {
+	if c := fabrictest.Completion(srv.t, srv.cq); c.Context != "next" {
 		t.Fatalf("after truncation: %+v", c)
 	}
 }
@@ -240,7 +230,7 @@ func TestRejectCarriesPrivateData(t *testing.T) {
 	cli.open(cliInfo)
 	must(t, cli.ep.Connect(name, nil))
 	srv := &side{t: t, eq: eq}
-	req := srv.event(fabric.EventConnReq)
+	req := fabrictest.Event(srv.t, srv.eq, fabric.EventConnReq)
 	must(t, pep.Reject(req.Info.Handle, []byte("go away")))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

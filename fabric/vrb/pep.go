@@ -49,7 +49,6 @@ type pep struct {
 	id     *rdmacm.ID
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	closed bool
 	reqs   []*connReq // requests handed out, answered or not
 }
 
@@ -78,10 +77,7 @@ func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any
 func (p *pep) Listen() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	src := p.info.SrcAddr
-	if !src.IsValid() {
-		src = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
-	}
+	src := fabric.ListenAddr(p.info)
 	if err := p.id.BindAddr(src); err != nil {
 		return fabric.Errorf("fi_listen", errnoOf(err, fabric.ErrAddrNotAvail), err.Error())
 	}
@@ -146,13 +142,9 @@ func (p *pep) Reject(handle any, param []byte) error {
 	return nil
 }
 
+// Close is called once (fabric.PassiveEndpointDriver).
 func (p *pep) Close() error {
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
-	}
-	p.closed = true
 	cancel := p.cancel
 	p.mu.Unlock()
 	if cancel != nil {
