@@ -102,14 +102,21 @@ func open(t testing.TB, fab *fabric.Fabric, eq *fabric.EQ, info *fabric.Info) *S
 	s.Buf = make([]byte, 1<<16)
 	s.MR, err = s.Dom.RegMR(s.Buf, fabric.AccessSend|fabric.AccessRecv|fabric.AccessRead|fabric.AccessWrite|fabric.AccessRemoteRead|fabric.AccessRemoteWrite, 7)
 	Must(t, err)
+	CloseAtEnd(t, s.EP, s.MR, s.Dom)
+	return s
+}
+
+// CloseAtEnd closes ep, mr and dom, in that order, when the test ends,
+// and fails it if the domain does not close (a region or endpoint still
+// holds it).
+func CloseAtEnd(t testing.TB, ep *fabric.Endpoint, mr *fabric.MR, dom *fabric.Domain) {
 	t.Cleanup(func() {
-		s.EP.Close()
-		s.MR.Close()
-		if err := s.Dom.Close(); err != nil {
+		ep.Close()
+		mr.Close()
+		if err := dom.Close(); err != nil {
 			t.Errorf("domain close: %v", err)
 		}
 	})
-	return s
 }
 
 func msgHints(prov string) *fabric.Info {

@@ -69,13 +69,7 @@ func (s *side) register(n int, access uint64) {
 	var err error
 	s.mr, err = s.dom.RegMR(s.buf, access, 0)
 	must(t, err)
-	t.Cleanup(func() {
-		s.ep.Close()
-		s.mr.Close()
-		if err := s.dom.Close(); err != nil {
-			t.Errorf("domain close: %v", err)
-		}
-	})
+	fabrictest.CloseAtEnd(t, s.ep, s.mr, s.dom)
 }
 
 // connected returns a client and a server connected over 127.0.0.1, the
