@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -461,4 +462,97 @@ func errnoOf(err error, def fabric.Errno) fabric.Errno {
 		return fabric.Errno(se)
 	}
 	return def
+}
+
+// background progresses the endpoint while the program does not poll.
+func (e *ep) background() {
+	defer e.wg.Done()
+	var seen uint64
+	// polling reports whether the program progressed the endpoint since
+	// the last look.
+	polling := func() bool {
+		n := e.polls.Load()
+		p := n != seen
+		seen = n
+		return p
+	}
+	for {
+		held, stop := e.takeTurn(polling)
+		if stop {
+			return
+		}
+		if !held {
+			continue
+		}
+		var events uint32
+		if e.up {
+			if e.pend == nil {
+				// (With a message waiting for a receive buffer, nothing
+				// can be taken until the program posts one.)
+				events |= unix.EPOLLIN | unix.EPOLLRDHUP
+			}
+			if len(e.txq) > 0 {
+				events |= unix.EPOLLOUT
+			}
+		}
+		if events != 0 {
+			e.wt.arm(events)
+		}
+		kick := e.kick
+		e.mu.Unlock()
+		var ready <-chan struct{}
+		if events != 0 {
+			ready = e.wt.C
+		}
+		select {
+		case <-ready:
+		case <-kick:
+			continue
+		case <-e.done:
+			return
+		}
+		held, stop = e.takeTurn(polling)
+		if stop {
+			return
+		}
+		if !held {
+			continue
+		}
+		e.progressLocked()
+		e.mu.Unlock()
+	}
+}
+
+// takeTurn returns with e.mu held (held) when the background loop is to
+// act: not while the program polls and will take the data itself (it
+// waits pollGrace then), and not once the endpoint is closed (stop).
+func (e *ep) takeTurn(polling func() bool) (held, stop bool) {
+	if polling() {
+		return false, !e.graceOver()
+	}
+	if !e.lockOpen() {
+		return false, true
+	}
+	return true, false
+}
+
+// graceOver waits pollGrace, while the program polls; false if the
+// endpoint closed meanwhile.
+func (e *ep) graceOver() bool {
+	select {
+	case <-time.After(pollGrace):
+		return true
+	case <-e.done:
+		return false
+	}
+}
+
+// lockOpen takes e.mu unless the endpoint is closed.
+func (e *ep) lockOpen() bool {
+	e.mu.Lock()
+	if e.state == stClosed {
+		e.mu.Unlock()
+		return false
+	}
+	return true
 }
