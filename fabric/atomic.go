@@ -113,9 +113,9 @@ type Atomics interface {
 	CompareAtomicValid(dt Datatype, op AtomicOp) (count int, err error)
 }
 
-// NoAtomics is Atomics for the endpoints of providers without FI_ATOMIC
-// (libfabric's tcp provider, verbs;ofi_rxm): every call fails with
-// ErrNoSys. Providers embed it.
+// NoAtomics is Atomics whose every call fails with ErrNoSys, as
+// Endpoint answers for a driver without Atomics (libfabric's tcp
+// provider, verbs;ofi_rxm); a provider embeds it to say so explicitly.
 type NoAtomics struct{}
 
 func errNoAtomic(name string) error {

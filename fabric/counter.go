@@ -30,9 +30,9 @@ func (c *Counter) signal() {
 	}
 }
 
-// Attach is for providers: Read and Wait progress p. Detach undoes it
-// when the endpoint closes.
-func (c *Counter) Attach(p Progressor) {
+// attach has Read and Wait progress p; detach undoes it when the
+// endpoint closes or is bound to another counter.
+func (c *Counter) attach(p Progressor) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, x := range c.eps {
@@ -43,8 +43,7 @@ func (c *Counter) Attach(p Progressor) {
 	c.eps = append(c.eps, p)
 }
 
-// Detach removes p.
-func (c *Counter) Detach(p Progressor) {
+func (c *Counter) detach(p Progressor) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, x := range c.eps {
@@ -166,10 +165,10 @@ func (cs *Completions) BindCQ(cq *CQ, flags uint64, p Progressor) error {
 	if flags&BindRecv != 0 {
 		cs.RxCQ = cq
 	}
-	cq.Attach(p) // (once: Attach ignores a second)
+	cq.attach(p) // (once: attach ignores a second)
 	for _, o := range old {
 		if o != nil && o != cs.TxCQ && o != cs.RxCQ {
-			o.Detach(p) // bound no more: it stops progressing p
+			o.detach(p) // bound no more: it stops progressing p
 		}
 	}
 	return nil
@@ -179,14 +178,14 @@ func (cs *Completions) BindCQ(cq *CQ, flags uint64, p Progressor) error {
 // endpoint closed).
 func (cs *Completions) Detach(p Progressor) {
 	if cs.TxCQ != nil {
-		cs.TxCQ.Detach(p)
+		cs.TxCQ.detach(p)
 	}
 	if cs.RxCQ != nil && cs.RxCQ != cs.TxCQ {
-		cs.RxCQ.Detach(p)
+		cs.RxCQ.detach(p)
 	}
 	for _, c := range cs.cntrs {
 		if c != nil {
-			c.Detach(p)
+			c.detach(p)
 		}
 	}
 }
@@ -228,10 +227,10 @@ func (cs *Completions) BindCounter(c *Counter, flags uint64, p Progressor) error
 			cs.cntrs[i] = c
 		}
 	}
-	c.Attach(p)
+	c.attach(p)
 	for _, o := range old {
 		if o != nil && !slices.Contains(cs.cntrs[:], o) {
-			o.Detach(p) // bound no more
+			o.detach(p) // bound no more
 		}
 	}
 	return nil
@@ -266,7 +265,7 @@ func (cs *Completions) Done(e CQEntry) {
 		cq = cs.RxCQ
 	}
 	if cq != nil {
-		cq.Push(e)
+		cq.push(e)
 	}
 	cs.Count(e.Flags)
 }
@@ -278,10 +277,19 @@ func (cs *Completions) Failed(e CQErrEntry) {
 		cq = cs.RxCQ
 	}
 	if cq != nil {
-		cq.PushErr(e)
+		cq.pushErr(e)
 	}
 	if c := cs.counter(e.Flags); c != nil {
 		c.AddErr(1)
+	}
+}
+
+// PostRx queues e on the receive CQ, if one is bound, and counts
+// nothing: a provider that layers endpoints passes on with it what the
+// connections underneath reported (remote CQ data of a peer's write).
+func (cs *Completions) PostRx(e CQEntry) {
+	if cs.RxCQ != nil {
+		cs.RxCQ.push(e)
 	}
 }
 

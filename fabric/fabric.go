@@ -2,7 +2,6 @@ package fabric
 
 import (
 	"context"
-	"net/netip"
 	"slices"
 	"sync"
 )
@@ -63,9 +62,20 @@ type DomainOpener interface {
 	OpenDomain(d *Domain) (DomainDriver, error)
 }
 
-// Driver returns the provider's side of the domain (nil for a provider
-// without one); providers use it.
-func (d *Domain) Driver() DomainDriver { return d.drv }
+// DomainRef is a provider's view of a domain, given to its Endpoint
+// call: the domain, the domain's driver (nil for a provider without
+// DomainOpener) and the table of its memory regions, which the
+// provider checks a peer's RMA against.
+type DomainRef struct {
+	*Domain
+	Driver DomainDriver
+	MRs    MRTable
+}
+
+func (d *Domain) ref() DomainRef { return DomainRef{Domain: d, Driver: d.drv, MRs: MRTable{d}} }
+
+// MRTable is a domain's memory regions by key, as a provider sees them.
+type MRTable struct{ d *Domain }
 
 // OpenDomain opens the domain of info (fi_domain).
 func (f *Fabric) OpenDomain(info *Info) (*Domain, error) {
@@ -165,9 +175,16 @@ func (m *MR) Desc() any { return m }
 // provider's).
 func (m *MR) Addr() uint64 { return m.addr }
 
-// Driver returns the provider's handle of the registration; providers
-// use it.
-func (m *MR) Driver() any { return m.handle }
+// MRDriverOf returns the provider's handle of the region a local
+// descriptor names (the handle its DomainDriver's RegMR returned), or
+// nil when desc is not an MR's descriptor (MR.Desc). Providers use it on
+// the desc arguments of the calls they are given.
+func MRDriverOf(desc any) any {
+	if m, ok := desc.(*MR); ok {
+		return m.handle
+	}
+	return nil
+}
 
 // Close deregisters the region (fi_close).
 func (m *MR) Close() error {
@@ -183,10 +200,14 @@ func (m *MR) Close() error {
 	return nil
 }
 
-// LookupMR is for providers: the region with key that grants access and
-// holds [addr, addr+n), addr an offset into it (or a virtual address
-// with MRVirtAddr, which this package does not offer), and the bytes.
-func (d *Domain) LookupMR(key, addr, n uint64, access uint64) ([]byte, bool) {
+// Lookup returns the bytes [addr, addr+n) of the region with key if it
+// grants access, addr an offset into the region (or a virtual address
+// with MRVirtAddr, which this package does not offer).
+func (t MRTable) Lookup(key, addr, n uint64, access uint64) ([]byte, bool) {
+	d := t.d
+	if d == nil {
+		return nil, false
+	}
 	d.mu.Lock()
 	m := d.mrs[key]
 	d.mu.Unlock()
@@ -194,6 +215,12 @@ func (d *Domain) LookupMR(key, addr, n uint64, access uint64) ([]byte, bool) {
 		return nil, false
 	}
 	return m.Buf[addr : addr+n], true
+}
+
+func (d *Domain) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
 }
 
 // Info returns the info the domain was opened with.
@@ -362,9 +389,9 @@ func (d *Domain) OpenCQ(attr *CQAttr) (*CQ, error) {
 	return cq, nil
 }
 
-// Attach is for providers: p is progressed by Read. Detach undoes it when
-// the endpoint closes.
-func (cq *CQ) Attach(p Progressor) {
+// attach has Read progress p; detach undoes it when the endpoint closes
+// or is bound to another CQ.
+func (cq *CQ) attach(p Progressor) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if !slices.Contains(cq.eps, p) {
@@ -372,8 +399,7 @@ func (cq *CQ) Attach(p Progressor) {
 	}
 }
 
-// Detach removes p.
-func (cq *CQ) Detach(p Progressor) {
+func (cq *CQ) detach(p Progressor) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	for i, x := range cq.eps {
@@ -384,11 +410,9 @@ func (cq *CQ) Detach(p Progressor) {
 	}
 }
 
-// Push queues a completion; providers use it.
-func (cq *CQ) Push(e CQEntry) { cq.q.push(e) }
+func (cq *CQ) push(e CQEntry) { cq.q.push(e) }
 
-// PushErr queues an error completion; providers use it.
-func (cq *CQ) PushErr(e CQErrEntry) { cq.q.pushErr(e) }
+func (cq *CQ) pushErr(e CQErrEntry) { cq.q.pushErr(e) }
 
 // Read moves up to len(buf) completions into buf (fi_cq_read), driving
 // the bound endpoints' progress first. It fails with ErrAgain when there
@@ -440,19 +464,6 @@ const (
 	BindRecv     = uint64(CapRecv) // FI_RECV
 )
 
-// PassiveEndpoint listens for connection requests (struct fid_pep).
-type PassiveEndpoint interface {
-	// Bind binds the event queue (fi_pep_bind).
-	Bind(eq *EQ) error
-	// Listen starts listening (fi_listen).
-	Listen() error
-	// Name returns the listening address (fi_getname).
-	Name() (netip.AddrPort, error)
-	// Reject refuses a request from an FI_CONNREQ event (fi_reject).
-	Reject(handle any, param []byte) error
-	Close() error
-}
-
 // Msg is a message for SendMsg (struct fi_msg, one iov).
 type Msg struct {
 	Buf     []byte
@@ -464,82 +475,6 @@ type Msg struct {
 
 // FlagRemoteCQData (FI_REMOTE_CQ_DATA) sends Msg.Data with the message.
 const FlagRemoteCQData = uint64(CapRemoteCQData)
-
-// Endpoint is a communication endpoint (struct fid_ep). A connected
-// endpoint (FI_EP_MSG) ignores the address arguments; a connectionless
-// one (FI_EP_RDM) sends to and receives from the addresses of its AV
-// (AddrNotAvail for "any").
-type Endpoint interface {
-	// BindEQ, BindCQ and BindAV bind the event queue, a CQ for
-	// transmits (BindTransmit), receives (BindRecv) or both, and the
-	// address vector (fi_ep_bind).
-	BindEQ(eq *EQ) error
-	BindCQ(cq *CQ, flags uint64) error
-	BindAV(av *AV) error
-	// BindCounter binds a counter for the operations flags names:
-	// BindSend, BindRecvCount, BindRead, BindWrite, BindRemoteRead,
-	// BindRemoteWrite (fi_ep_bind with a counter).
-	BindCounter(c *Counter, flags uint64) error
-	// Enable enables the endpoint (fi_enable).
-	Enable() error
-	// Connect connects to a passive endpoint (fi_connect); FI_CONNECTED
-	// or an error entry follows on the EQ.
-	Connect(addr netip.AddrPort, param []byte) error
-	// Accept accepts the request the endpoint was opened with (fi_accept).
-	Accept(param []byte) error
-	// Shutdown closes the connection (fi_shutdown).
-	Shutdown() error
-	// Name and Peer return the endpoint's and its peer's addresses
-	// (fi_getname, fi_getpeer).
-	Name() (netip.AddrPort, error)
-	Peer() (netip.AddrPort, error)
-
-	// Recv posts a receive buffer (fi_recv).
-	Recv(buf []byte, desc any, src Addr, context any) error
-	// Send sends buf (fi_send).
-	Send(buf []byte, desc any, dest Addr, context any) error
-	// SendData sends buf with remote CQ data (fi_senddata).
-	SendData(buf []byte, desc any, data uint64, dest Addr, context any) error
-	// Inject sends buf, copied at once, with no completion (fi_inject).
-	Inject(buf []byte, dest Addr) error
-	// SendMsg sends with flags (fi_sendmsg): FlagTransmitComplete,
-	// FlagDeliveryComplete, FlagRemoteCQData, FlagInject, FlagCompletion.
-	SendMsg(msg *Msg, flags uint64) error
-
-	// TRecv, TSend and TInject are the tagged forms (fi_trecv, fi_tsend,
-	// fi_tinject): a receive takes a message whose tag matches tag in
-	// the bits ignore leaves clear.
-	TRecv(buf []byte, desc any, src Addr, tag, ignore uint64, context any) error
-	TSend(buf []byte, desc any, dest Addr, tag uint64, context any) error
-	TInject(buf []byte, dest Addr, tag uint64) error
-	// TSendMsg is SendMsg for a tagged message (fi_tsendmsg).
-	TSendMsg(msg *Msg, tag uint64, flags uint64) error
-
-	// Write writes buf to the peer's region key at addr (fi_write);
-	// WriteData also delivers data to the peer's CQ (fi_writedata).
-	Write(buf []byte, desc any, dest Addr, addr, key uint64, context any) error
-	WriteData(buf []byte, desc any, data uint64, dest Addr, addr, key uint64, context any) error
-	// Read reads len(buf) bytes of the peer's region key at addr into buf
-	// (fi_read).
-	Read(buf []byte, desc any, src Addr, addr, key uint64, context any) error
-	// InjectWrite writes buf, copied at once, with no completion
-	// (fi_inject_write); it is counted by a BindWrite counter.
-	InjectWrite(buf []byte, dest Addr, addr, key uint64) error
-
-	// Atomics are the FI_ATOMIC operations (fi_atomic,
-	// fi_fetch_atomic, fi_compare_atomic and their valid queries).
-	Atomics
-
-	// GetOpt and SetOpt read and set an endpoint option (fi_getopt,
-	// fi_setopt at FI_OPT_ENDPOINT): ErrNoProtoOpt for an option the
-	// provider does not have.
-	GetOpt(opt Opt) (int, error)
-	SetOpt(opt Opt, value int) error
-
-	// Close closes the endpoint (fi_close): outstanding operations
-	// complete with ErrCanceled.
-	Close() error
-}
 
 // Opt names an endpoint option (fi_getopt, fi_setopt), with libfabric's
 // values.
@@ -556,14 +491,3 @@ const (
 	OptTxSize        Opt = 6 // FI_OPT_TX_SIZE
 	OptRxSize        Opt = 7 // FI_OPT_RX_SIZE
 )
-
-// OpenPassiveEndpoint opens a listening endpoint (fi_passive_ep).
-func (f *Fabric) OpenPassiveEndpoint(info *Info, context any) (PassiveEndpoint, error) {
-	return f.prov.PassiveEndpoint(f, info, context)
-}
-
-// OpenEndpoint opens an endpoint (fi_endpoint); for an FI_CONNREQ's
-// info, it is the endpoint that Accept answers the request with.
-func (d *Domain) OpenEndpoint(info *Info, context any) (Endpoint, error) {
-	return d.Fabric.prov.Endpoint(d, info, context)
-}

@@ -23,9 +23,9 @@ type Provider interface {
 	// does not serve); GetInfo matches every field itself.
 	Infos(node, service string, flags uint64, hints *Info) ([]*Info, error)
 	// PassiveEndpoint opens a listening endpoint (fi_passive_ep).
-	PassiveEndpoint(f *Fabric, info *Info, context any) (PassiveEndpoint, error)
+	PassiveEndpoint(f *Fabric, info *Info, context any) (PassiveEndpointDriver, error)
 	// Endpoint opens an endpoint (fi_endpoint).
-	Endpoint(d *Domain, info *Info, context any) (Endpoint, error)
+	Endpoint(d DomainRef, info *Info, context any) (EndpointDriver, error)
 }
 
 var registry struct {
@@ -208,12 +208,34 @@ type Addressing struct {
 	// RouteSrc is the local address the host's routing table picks to
 	// reach Dest (invalid if there is no Dest or no route).
 	RouteSrc netip.Addr
+
+	source     bool // FlagSource with a node or service: they name the local address
+	nodeIsDest bool // no FlagSource, and a node: Dest is node and service
+	hintSrc    netip.AddrPort
+}
+
+// Place gives an entry of the provider's local address local the
+// addresses the call names: the source address (local and the service's
+// port) with FlagSource, the peer's as DestAddr otherwise, and the
+// hints' source port.
+func (a Addressing) Place(i *Info, local netip.Addr) {
+	if a.source {
+		i.SrcAddr = netip.AddrPortFrom(local, a.Port)
+	} else if a.nodeIsDest {
+		i.DestAddr = a.Dest
+	}
+	if a.hintSrc.IsValid() {
+		i.SrcAddr = netip.AddrPortFrom(local, a.hintSrc.Port())
+	}
 }
 
 // ResolveAddressing resolves a GetInfo call's node and service (names
 // looked up, as getaddrinfo does) for a provider's Infos.
 func ResolveAddressing(node, service string, flags uint64, hints *Info) (Addressing, error) {
-	var a Addressing
+	a := Addressing{source: flags&FlagSource != 0 && (node != "" || service != "")}
+	if hints != nil {
+		a.hintSrc = hints.SrcAddr
+	}
 	if service != "" {
 		n, err := strconv.ParseUint(service, 10, 16)
 		if err != nil {
@@ -237,7 +259,7 @@ func ResolveAddressing(node, service string, flags uint64, hints *Info) (Address
 		a.Node = ip.Unmap()
 	}
 	if flags&FlagSource == 0 && a.Node.IsValid() {
-		a.Dest = netip.AddrPortFrom(a.Node, a.Port)
+		a.Dest, a.nodeIsDest = netip.AddrPortFrom(a.Node, a.Port), true
 	} else if hints != nil && hints.DestAddr.IsValid() {
 		a.Dest = hints.DestAddr
 	}

@@ -64,8 +64,9 @@ func (n UDName) String() string {
 	return fmt.Sprintf("fi_addr_ib_ud://%s:%x/%x/%x/%x", netip.AddrFrom16(n.GID), n.QPN, n.LID, n.PKey, n.SL)
 }
 
-// RawNamer is implemented by endpoints whose names are not socket
-// addresses: RawName returns fi_getname's bytes and their format.
+// RawNamer is implemented by the drivers of endpoints whose names are
+// not socket addresses: RawName returns fi_getname's bytes and their
+// format.
 type RawNamer interface {
 	RawName() (AddrFormat, []byte, error)
 }
@@ -76,9 +77,15 @@ type RawNamer interface {
 // for the verbs provider's FI_EP_DGRAM). Pass the bytes to a peer's
 // AV.InsertName. ep is an Endpoint or a PassiveEndpoint.
 func GetName(ep any) (AddrFormat, []byte, error) {
+	if e, ok := ep.(*Endpoint); ok {
+		if err := e.live("fi_getname"); err != nil {
+			return FormatUnspec, nil, err
+		}
+		if r, ok := e.drv.(RawNamer); ok {
+			return r.RawName()
+		}
+	}
 	switch e := ep.(type) {
-	case RawNamer:
-		return e.RawName()
 	case interface {
 		Name() (netip.AddrPort, error)
 	}:

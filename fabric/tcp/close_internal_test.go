@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/unwrap"
 )
 
 // Closing an endpoint whose receive is half in (its frame under way)
@@ -37,7 +38,7 @@ func TestCloseMidFrameCancelsTheReceive(t *testing.T) {
 	// speed: the transfer is 64 MiB.)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	open := func(info *fabric.Info) (fabric.Endpoint, *fabric.CQ, *fabric.EQ) {
+	open := func(info *fabric.Info) (*fabric.Endpoint, *fabric.CQ, *fabric.EQ) {
 		dom, _ := fab.OpenDomain(info)
 		cq, _ := dom.OpenCQ(nil)
 		q, _ := fab.OpenEQ()
@@ -74,7 +75,7 @@ func TestCloseMidFrameCancelsTheReceive(t *testing.T) {
 	const n = 64 << 20
 	srv.Recv(make([]byte, n), nil, fabric.AddrNotAvail, "big")
 	cli.Send(make([]byte, n), nil, fabric.AddrNotAvail, nil)
-	e := srv.(*ep)
+	e := unwrap.Endpoint(srv).(*ep)
 	for started := false; !started; {
 		ccq.Read(nil)
 		var got [1]fabric.CQEntry

@@ -12,13 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdmago/fabric"
-	"github.com/rdmago/rdmago/fabric/internal/prov"
 )
 
 // cmTimeout bounds each step of connection setup.
 const cmTimeout = 10 * time.Second
-
-// ---- Passive endpoint ----
 
 // ---- Endpoint ----
 
@@ -61,23 +58,22 @@ type rdEntry struct {
 }
 
 type ep struct {
-	prov.NoTagged
-	fabric.NoAtomics
-	d    *fabric.Domain
+	d    fabric.DomainRef
 	info *fabric.Info
 	ctx  any
 
 	mu    sync.Mutex
 	state epState
-	eq    *fabric.EQ
-	comp  fabric.Completions // the CQs and counters operations report to
-	req   *connReq
-	fd    int    // the connection's socket, -1 before it is made and after it is closed
-	up    bool   // the socket carries frames (false after the stream ended or broke)
-	wt    *watch // the socket's registration with the waker
-	local netip.AddrPort
-	peer  netip.AddrPort
-	wg    sync.WaitGroup
+	// Its one option is FI_OPT_CM_DATA_SIZE, as C's tcp endpoints have.
+	fabric.CMDataSize
+	fabric.EndpointBinds // the EQ, and the CQs and counters operations report to (under mu)
+	req                  *connReq
+	fd                   int    // the connection's socket, -1 before it is made and after it is closed
+	up                   bool   // the socket carries frames (false after the stream ended or broke)
+	wt                   *watch // the socket's registration with the waker
+	local                netip.AddrPort
+	peer                 netip.AddrPort
+	wg                   sync.WaitGroup
 
 	kick chan struct{} // closed when a receive is posted or frames are queued
 	done chan struct{} // closed by Close
@@ -131,7 +127,7 @@ type rxFrame struct {
 	got, n uint64 // bytes delivered, bytes sent
 }
 
-func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.Endpoint, error) {
+func (provider) Endpoint(d fabric.DomainRef, info *fabric.Info, context any) (fabric.EndpointDriver, error) {
 	if info != nil && info.EPAttr != nil && info.EPAttr.Type == fabric.EPRDM {
 		return newRDM(d, info, context)
 	}
@@ -139,6 +135,7 @@ func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabr
 		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the tcp provider's endpoints are FI_EP_MSG and FI_EP_RDM")
 	}
 	e := &ep{d: d, info: info.Dup(), ctx: context, fd: -1, hdrNeed: baseHdrLen, kick: make(chan struct{}), done: make(chan struct{})}
+	e.Lock, e.Self, e.CMDataSize = &e.mu, e, maxCMData
 	e.closing, e.cancel = newClosing()
 	if r, ok := info.Handle.(*connReq); ok {
 		if !r.pep.take(r) {
@@ -150,25 +147,13 @@ func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabr
 	return e, nil
 }
 
-func (e *ep) BindEQ(eq *fabric.EQ) error { return prov.BindEQ(&e.mu, &e.eq, eq) }
-
-func (e *ep) BindCQ(cq *fabric.CQ, flags uint64) error {
-	return prov.BindCQ(&e.mu, &e.comp, cq, flags, e)
-}
-
-// BindCounter binds a counter for the operations flags names (fi_ep_bind
-// with a counter).
-func (e *ep) BindCounter(c *fabric.Counter, flags uint64) error {
-	return prov.BindCounter(&e.mu, &e.comp, c, flags, e)
-}
-
 func (e *ep) Enable() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.comp.TxCQ == nil || e.comp.RxCQ == nil {
+	if e.Comp.TxCQ == nil || e.Comp.RxCQ == nil {
 		return fabric.Errorf("fi_enable", fabric.ErrNoCQ, "bind CQs for transmit and receive first")
 	}
-	if e.eq == nil {
+	if e.EQ == nil {
 		return fabric.Errorf("fi_enable", fabric.ErrNoEQ, "bind an event queue first")
 	}
 	return nil
@@ -180,7 +165,7 @@ func (e *ep) Connect(addr netip.AddrPort, param []byte) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
-	case e.eq == nil || e.comp.TxCQ == nil || e.comp.RxCQ == nil:
+	case e.EQ == nil || e.Comp.TxCQ == nil || e.Comp.RxCQ == nil:
 		return fabric.Errorf("fi_connect", fabric.ErrOpBadState, "bind an EQ and CQs and enable the endpoint first")
 	case e.state != stIdle:
 		return fabric.Errorf("fi_connect", fabric.ErrIsConn, "the endpoint is connecting or connected")
@@ -207,11 +192,11 @@ func (e *ep) Connect(addr netip.AddrPort, param []byte) error {
 			if errors.As(err, &fe) {
 				errno = fe.Errno
 			}
-			e.eq.WriteErr(fabric.EQErrEntry{FID: e, Err: errno, ErrData: data})
+			e.EQ.WriteErr(fabric.EQErrEntry{FID: e.FID(), Err: errno, ErrData: data})
 			return
 		}
 		e.state = stConnected
-		e.eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e, Data: data})
+		e.EQ.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e.FID(), Data: data})
 	}()
 	return nil
 }
@@ -314,78 +299,6 @@ func (e *ep) closeSocket() {
 // frames queued, writable), then progresses under the endpoint's lock. A
 // program that polls its CQ moves the data itself and never waits for it.
 
-// background progresses the endpoint while the program does not poll.
-func (e *ep) background() {
-	defer e.wg.Done()
-	var seen uint64
-	// polling reports whether the program progressed the endpoint since
-	// the last look.
-	polling := func() bool {
-		n := e.polls.Load()
-		p := n != seen
-		seen = n
-		return p
-	}
-	for {
-		if polling() {
-			// The program polls and will take the data itself.
-			select {
-			case <-time.After(pollGrace):
-			case <-e.done:
-				return
-			}
-			continue
-		}
-		e.mu.Lock()
-		if e.state == stClosed {
-			e.mu.Unlock()
-			return
-		}
-		var events uint32
-		if e.up {
-			if e.pend == nil {
-				// (With a message waiting for a receive buffer, nothing
-				// can be taken until the program posts one.)
-				events |= unix.EPOLLIN | unix.EPOLLRDHUP
-			}
-			if len(e.txq) > 0 {
-				events |= unix.EPOLLOUT
-			}
-		}
-		if events != 0 {
-			e.wt.arm(events)
-		}
-		kick := e.kick
-		e.mu.Unlock()
-		var ready <-chan struct{}
-		if events != 0 {
-			ready = e.wt.C
-		}
-		select {
-		case <-ready:
-		case <-kick:
-			continue
-		case <-e.done:
-			return
-		}
-		if polling() {
-			select {
-			case <-time.After(pollGrace):
-			case <-e.done:
-				return
-			}
-			continue
-		}
-		e.mu.Lock()
-		if e.state == stClosed {
-			e.mu.Unlock()
-			return
-		}
-		e.progressLocked()
-		e.mu.Unlock()
-	}
-}
-
 // pollGrace is how long the program must not poll before the background
 // loop takes over.
 const pollGrace = time.Millisecond
@@ -403,7 +316,7 @@ func (e *ep) Accept(param []byte) error {
 		e.mu.Unlock()
 		return fabric.Errorf("fi_accept", fabric.ErrOpBadState, "the endpoint was not opened on a connection request")
 	}
-	if e.eq == nil || e.comp.TxCQ == nil || e.comp.RxCQ == nil {
+	if e.EQ == nil || e.Comp.TxCQ == nil || e.Comp.RxCQ == nil {
 		e.mu.Unlock()
 		return fabric.Errorf("fi_accept", fabric.ErrOpBadState, "bind an EQ and CQs and enable the endpoint first")
 	}
@@ -431,7 +344,7 @@ func (e *ep) Accept(param []byte) error {
 		return fabric.Errorf("fi_accept", fabric.ErrBadFD, "endpoint closed")
 	}
 	e.state = stConnected
-	e.eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e})
+	e.EQ.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e.FID()})
 	return nil
 }
 
@@ -488,7 +401,7 @@ func (e *ep) Close() error {
 	e.cancelAll()
 	e.mu.Unlock()
 	e.wg.Wait()
-	e.comp.Detach(e)
+	e.Comp.Detach(e)
 	return nil
 }
 
@@ -506,17 +419,17 @@ func (e *ep) failAll(errno fabric.Errno) {
 		}
 	}
 	for _, r := range e.rxq {
-		e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRecv | fabric.CompMsg, Buf: r.buf}, Err: errno})
+		e.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRecv | fabric.CompMsg, Buf: r.buf}, Err: errno})
 	}
 	e.rxq = nil
 	for _, t := range append(e.txq, e.ackq...) {
 		if t.comp {
-			e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: t.ctx, Flags: t.flags}, Err: errno})
+			e.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: t.ctx, Flags: t.flags}, Err: errno})
 		}
 	}
 	e.txq, e.ackq = nil, nil
 	for _, r := range e.readq {
-		e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead}, Err: errno})
+		e.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead}, Err: errno})
 	}
 	e.readq = nil
 }
@@ -608,9 +521,6 @@ func (e *ep) SendData(buf []byte, desc any, data uint64, _ fabric.Addr, context 
 }
 
 func (e *ep) Inject(buf []byte, _ fabric.Addr) error {
-	if len(buf) > injectSize {
-		return fabric.Errorf("fi_inject", fabric.ErrMsgSize, "inject of more than 128 bytes")
-	}
 	return e.send(buf, 0, nil, fabric.FlagInject)
 }
 
@@ -705,18 +615,9 @@ func (e *ep) Write(buf []byte, desc any, _ fabric.Addr, addr, key uint64, contex
 // InjectWrite writes buf, which is copied into the frame at once, with
 // no completion (fi_inject_write).
 func (e *ep) InjectWrite(buf []byte, _ fabric.Addr, addr, key uint64) error {
-	if len(buf) > injectSize {
-		return fabric.Errorf("fi_inject_write", fabric.ErrMsgSize, "inject of more than 128 bytes")
-	}
 	h := header{op: opWrite, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
 	return e.post("fi_inject_write", &h, buf, nil, txEntry{flags: fabric.CompRMA | fabric.CompWrite})
 }
-
-// GetOpt has FI_OPT_CM_DATA_SIZE, as C's tcp endpoints do.
-func (e *ep) GetOpt(opt fabric.Opt) (int, error) { return prov.GetOpt(opt, maxCMData) }
-
-// SetOpt has no options to set, as C's tcp endpoints have none.
-func (e *ep) SetOpt(o fabric.Opt, v int) error { return prov.SetOpt(o, v) }
 
 func (e *ep) WriteData(buf []byte, desc any, data uint64, _ fabric.Addr, addr, key uint64, context any) error {
 	h := header{op: opWrite, flags: flagRemoteCQData, cqData: data, iov: []rmaIOV{{addr, uint64(len(buf)), key}}}
@@ -729,4 +630,12 @@ func (e *ep) Read(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context
 	return e.post("fi_read", &h, nil, &rdEntry{buf: buf, ctx: context}, txEntry{})
 }
 
-// ---- Progress ----
+// Progress sends what is queued and takes in what the socket holds
+// (fabric.Progressor): the program's CQ reads drive it, with the
+// background loops filling in when it does not poll.
+func (e *ep) Progress() {
+	e.polls.Add(1)
+	e.mu.Lock()
+	e.progressLocked()
+	e.mu.Unlock()
+}

@@ -8,18 +8,14 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
-	"github.com/rdmago/rdmago/fabric/internal/prov"
 )
-
-// The passive endpoint (fi_pep): listening, the connection requests it
-// reports on its EQ, and their rejection.
 
 type pep struct {
 	info *fabric.Info
 	ctx  any
 
-	mu     sync.Mutex
-	eq     *fabric.EQ
+	mu sync.Mutex
+	fabric.PassiveBinds
 	ln     *net.TCPListener
 	closed bool
 	wg     sync.WaitGroup
@@ -34,30 +30,19 @@ type connReq struct {
 	data []byte
 }
 
-func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any) (fabric.PassiveEndpoint, error) {
+func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any) (fabric.PassiveEndpointDriver, error) {
 	if info == nil || info.EPAttr == nil || info.EPAttr.Type != fabric.EPMsg {
 		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrInvalid, "the tcp provider's passive endpoints are FI_EP_MSG")
 	}
 	return &pep{info: info.Dup(), ctx: context, conns: map[*connReq]bool{}}, nil
 }
 
-func (p *pep) Bind(eq *fabric.EQ) error { return prov.BindEQ(&p.mu, &p.eq, eq) }
-
 // Listen binds the info's source address (port 0: any) and starts taking
 // connection requests.
 func (p *pep) Listen() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.eq == nil {
-		return fabric.Errorf("fi_listen", fabric.ErrNoEQ, "bind an event queue first")
-	}
-	if p.ln != nil {
-		return fabric.Errorf("fi_listen", fabric.ErrAlready, "")
-	}
-	src := p.info.SrcAddr
-	if !src.IsValid() {
-		src = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
-	}
+	src := fabric.ListenAddr(p.info)
 	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(src))
 	if err != nil {
 		return fabric.Errorf("fi_listen", errnoOf(err, fabric.ErrAddrInUse), err.Error())
@@ -95,14 +80,13 @@ func (p *pep) accept(ln *net.TCPListener) {
 				return
 			}
 			p.conns[r] = true
-			eq := p.eq
 			p.mu.Unlock()
 			info := p.info.Dup()
 			info.SetProvider(provider{})
 			info.Handle = r
 			info.DestAddr = c.RemoteAddr().(*net.TCPAddr).AddrPort()
 			info.SrcAddr = c.LocalAddr().(*net.TCPAddr).AddrPort()
-			eq.Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
+			p.Queue().Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
 		}()
 	}
 }
@@ -162,12 +146,12 @@ func (p *pep) Reject(handle any, param []byte) error {
 	return nil
 }
 
+// Close is called once (fabric.PassiveEndpointDriver).
 func (p *pep) Close() error {
-	if !prov.Closing(&p.mu, &p.closed) {
-		return nil
-	}
 	p.mu.Lock()
-	ln, reqs := p.ln, p.conns
+	p.closed = true
+	ln := p.ln
+	reqs := p.conns
 	p.conns = map[*connReq]bool{}
 	p.mu.Unlock()
 	if ln != nil {

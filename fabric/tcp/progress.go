@@ -4,25 +4,13 @@ import (
 	"errors"
 	"io"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdmago/fabric"
 )
-
-// An endpoint's progress: writing queued frames to the socket, reading
-// and parsing what arrives, and failing what a broken connection leaves.
-
-// Progress sends what is queued and takes in what the socket holds
-// (fabric.Progressor): the program's CQ reads drive it, with the
-// background loops filling in when it does not poll.
-func (e *ep) Progress() {
-	e.polls.Add(1)
-	e.mu.Lock()
-	e.progressLocked()
-	e.mu.Unlock()
-}
 
 func (e *ep) progressLocked() {
 	if e.state != stConnected && e.state != stShutdown {
@@ -83,9 +71,9 @@ func (e *ep) flushTx() {
 			e.ackq = append(e.ackq, t)
 			continue
 		case t.comp:
-			e.comp.Done(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
+			e.Comp.Done(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
 		case t.flags != 0:
-			e.comp.Count(t.flags) // an inject: counted, not completed
+			e.Comp.Count(t.flags) // an inject: counted, not completed
 		}
 		e.freeTx(t)
 	}
@@ -279,9 +267,9 @@ func (e *ep) finishMsg() {
 	ack := h.flags&(flagDeliveryComplete|flagCommitComplete) != 0
 	*f = rxFrame{}
 	if n > got {
-		e.comp.Failed(fabric.CQErrEntry{CQEntry: entry, OLen: n - got, Err: fabric.ErrTrunc})
+		e.Comp.Failed(fabric.CQErrEntry{CQEntry: entry, OLen: n - got, Err: fabric.ErrTrunc})
 	} else {
-		e.comp.Done(entry)
+		e.Comp.Done(entry)
 	}
 	if ack {
 		e.queueFirst(&txEntry{bufs: [][]byte{ackFrame}})
@@ -292,7 +280,7 @@ func (e *ep) finishMsg() {
 // held.
 func (e *ep) failMsg(errno fabric.Errno) {
 	f := &e.msgFrame
-	e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: f.rx.ctx, Flags: fabric.CompRecv | fabric.CompMsg, Buf: f.rx.buf}, Err: errno})
+	e.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: f.rx.ctx, Flags: fabric.CompRecv | fabric.CompMsg, Buf: f.rx.buf}, Err: errno})
 	*f = rxFrame{}
 }
 
@@ -310,9 +298,9 @@ func (e *ep) start(h header) bool {
 			t := e.ackq[0]
 			e.ackq = popFront(e.ackq)
 			if t.comp {
-				e.comp.Done(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
+				e.Comp.Done(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
 			} else if t.flags != 0 {
-				e.comp.Count(t.flags)
+				e.Comp.Count(t.flags)
 			}
 			e.freeTx(t)
 			return true
@@ -336,7 +324,7 @@ func (e *ep) start(h header) bool {
 	case opWrite:
 		f := &rxFrame{h: h}
 		for _, v := range h.iov {
-			b, ok := e.d.LookupMR(v.key, v.addr, v.len, fabric.AccessRemoteWrite)
+			b, ok := e.d.MRs.Lookup(v.key, v.addr, v.len, fabric.AccessRemoteWrite)
 			if !ok {
 				e.broken(fabric.ErrAccess)
 				return false
@@ -345,9 +333,9 @@ func (e *ep) start(h header) bool {
 		}
 		f.done = func() {
 			if h.flags&flagRemoteCQData != 0 {
-				e.comp.Done(fabric.CQEntry{Flags: fabric.CompRMA | fabric.CompRemoteWrite | fabric.CompRemoteCQData, Len: n, Data: h.cqData})
+				e.Comp.Done(fabric.CQEntry{Flags: fabric.CompRMA | fabric.CompRemoteWrite | fabric.CompRemoteCQData, Len: n, Data: h.cqData})
 			} else {
-				e.comp.Count(fabric.CompRMA | fabric.CompRemoteWrite)
+				e.Comp.Count(fabric.CompRMA | fabric.CompRemoteWrite)
 			}
 			if h.flags&(flagDeliveryComplete|flagCommitComplete) != 0 {
 				e.queueFirst(&txEntry{bufs: [][]byte{ackFrame}})
@@ -359,7 +347,7 @@ func (e *ep) start(h header) bool {
 		var total uint64
 		bufs := [][]byte{nil}
 		for _, v := range h.iov {
-			b, ok := e.d.LookupMR(v.key, v.addr, v.len, fabric.AccessRemoteRead)
+			b, ok := e.d.MRs.Lookup(v.key, v.addr, v.len, fabric.AccessRemoteRead)
 			if !ok {
 				e.broken(fabric.ErrAccess)
 				return false
@@ -370,7 +358,7 @@ func (e *ep) start(h header) bool {
 		hb := make([]byte, maxHdrLen)
 		bufs[0] = hb[:marshalHeader(hb, &rsp, total)]
 		if e.internalKey == nil || len(h.iov) == 0 || !e.internalKey(h.iov[0].key) {
-			e.comp.Count(fabric.CompRMA | fabric.CompRemoteRead)
+			e.Comp.Count(fabric.CompRMA | fabric.CompRemoteRead)
 		}
 		e.queueFirst(&txEntry{bufs: bufs})
 		e.flushTx()
@@ -387,10 +375,10 @@ func (e *ep) start(h header) bool {
 		}
 		f := &rxFrame{h: h, dst: [][]byte{r.buf}}
 		f.done = func() {
-			e.comp.Done(fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead, Len: n})
+			e.Comp.Done(fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead, Len: n})
 		}
 		f.fail = func(errno fabric.Errno) {
-			e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead}, Err: errno})
+			e.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: r.ctx, Flags: fabric.CompRMA | fabric.CompRead}, Err: errno})
 		}
 		e.cur = f
 	default:
@@ -435,8 +423,8 @@ func (e *ep) peerGone(err error) {
 	e.state = stShutdown
 	e.up = false
 	e.failAll(fabric.ErrCanceled)
-	if e.eq != nil {
-		e.eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
+	if e.EQ != nil {
+		e.EQ.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e.FID()})
 	}
 }
 
@@ -451,9 +439,9 @@ func (e *ep) broken(errno fabric.Errno) {
 	e.closeSocket()
 	e.pend = nil
 	e.failAll(errno) // (and the frame under way, e.cur)
-	if e.eq != nil {
-		e.eq.WriteErr(fabric.EQErrEntry{FID: e, Err: errno})
-		e.eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
+	if e.EQ != nil {
+		e.EQ.WriteErr(fabric.EQErrEntry{FID: e.FID(), Err: errno})
+		e.EQ.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e.FID()})
 	}
 }
 
@@ -464,4 +452,97 @@ func errnoOf(err error, def fabric.Errno) fabric.Errno {
 		return fabric.Errno(se)
 	}
 	return def
+}
+
+// background progresses the endpoint while the program does not poll.
+func (e *ep) background() {
+	defer e.wg.Done()
+	var seen uint64
+	// polling reports whether the program progressed the endpoint since
+	// the last look.
+	polling := func() bool {
+		n := e.polls.Load()
+		p := n != seen
+		seen = n
+		return p
+	}
+	for {
+		held, stop := e.takeTurn(polling)
+		if stop {
+			return
+		}
+		if !held {
+			continue
+		}
+		var events uint32
+		if e.up {
+			if e.pend == nil {
+				// (With a message waiting for a receive buffer, nothing
+				// can be taken until the program posts one.)
+				events |= unix.EPOLLIN | unix.EPOLLRDHUP
+			}
+			if len(e.txq) > 0 {
+				events |= unix.EPOLLOUT
+			}
+		}
+		if events != 0 {
+			e.wt.arm(events)
+		}
+		kick := e.kick
+		e.mu.Unlock()
+		var ready <-chan struct{}
+		if events != 0 {
+			ready = e.wt.C
+		}
+		select {
+		case <-ready:
+		case <-kick:
+			continue
+		case <-e.done:
+			return
+		}
+		held, stop = e.takeTurn(polling)
+		if stop {
+			return
+		}
+		if !held {
+			continue
+		}
+		e.progressLocked()
+		e.mu.Unlock()
+	}
+}
+
+// takeTurn returns with e.mu held (held) when the background loop is to
+// act: not while the program polls and will take the data itself (it
+// waits pollGrace then), and not once the endpoint is closed (stop).
+func (e *ep) takeTurn(polling func() bool) (held, stop bool) {
+	if polling() {
+		return false, !e.graceOver()
+	}
+	if !e.lockOpen() {
+		return false, true
+	}
+	return true, false
+}
+
+// graceOver waits pollGrace, while the program polls; false if the
+// endpoint closed meanwhile.
+func (e *ep) graceOver() bool {
+	select {
+	case <-time.After(pollGrace):
+		return true
+	case <-e.done:
+		return false
+	}
+}
+
+// lockOpen takes e.mu unless the endpoint is closed.
+func (e *ep) lockOpen() bool {
+	e.mu.Lock()
+	if e.state == stClosed {
+		e.mu.Unlock()
+		return false
+	}
+	return true
 }

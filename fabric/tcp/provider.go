@@ -39,7 +39,6 @@ import (
 	"net/netip"
 
 	"github.com/rdmago/rdmago/fabric"
-	"github.com/rdmago/rdmago/fabric/internal/prov"
 )
 
 func init() { fabric.RegisterProvider(provider{}) }
@@ -166,7 +165,7 @@ func (p provider) Infos(node, service string, flags uint64, hints *fabric.Info) 
 	if err != nil {
 		return nil, err
 	}
-	port, nodeAddr, dst, routeSrc := ad.Port, ad.Node, ad.Dest, ad.RouteSrc
+	nodeAddr, dst, routeSrc := ad.Node, ad.Dest, ad.RouteSrc
 	var out, rdms []*fabric.Info
 	for _, x := range interfaces() {
 		if routeSrc.IsValid() && x.addr.WithZone("") != routeSrc.WithZone("") {
@@ -186,7 +185,8 @@ func (p provider) Infos(node, service string, flags uint64, hints *fabric.Info) 
 		}
 		// Addresses, as the node, service and hints give them.
 		shape := func(i *fabric.Info) *fabric.Info {
-			return prov.Addrs(i, x.addr, node, service, nodeAddr, port, flags, hints)
+			ad.Place(i, x.addr)
+			return i
 		}
 		if hints == nil || hints.EPAttr == nil || hints.EPAttr.Type == fabric.EPUnspec || hints.EPAttr.Type == fabric.EPRDM {
 			rdms = append(rdms, shape(rdmTemplate(x)))

@@ -42,13 +42,13 @@ type rdmWire struct {
 	nextKey uint64
 }
 
-func newRDM(d *fabric.Domain, info *fabric.Info, _ any) (*rxm.Endpoint, error) {
+func newRDM(d fabric.DomainRef, info *fabric.Info, _ any) (*rxm.Endpoint, error) {
 	w := &rdmWire{}
 	w.r = rxm.New(w, rxm.Config{InjectSize: rxmInjectSize, RxSize: rxmRxSize}, d, info)
 	return w.r, nil
 }
 
-func (w *rdmWire) Listen(info *fabric.Info, eq *fabric.EQ) (fabric.PassiveEndpoint, error) {
+func (w *rdmWire) Listen(info *fabric.Info, eq *fabric.EQ) (fabric.PassiveEndpointDriver, error) {
 	p := &pep{info: info, conns: map[*connReq]bool{}}
 	if err := p.Bind(eq); err != nil {
 		return nil, err
@@ -59,7 +59,7 @@ func (w *rdmWire) Listen(info *fabric.Info, eq *fabric.EQ) (fabric.PassiveEndpoi
 	return p, nil
 }
 
-func (w *rdmWire) Open(info *fabric.Info) (fabric.Endpoint, error) {
+func (w *rdmWire) Open(info *fabric.Info) (fabric.EndpointDriver, error) {
 	return provider{}.Endpoint(w.r.D, info, nil)
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/unwrap"
 )
 
 // streamEndpoint returns a connected endpoint whose peer is the returned
@@ -33,7 +34,7 @@ func streamEndpoint(t testing.TB) (*ep, *net.TCPConn, *fabric.CQ, *fabric.EQ) {
 	}
 	cq, _ := dom.OpenCQ(nil)
 	eq, _ := fab.OpenEQ()
-	d, _ := provider{}.Endpoint(dom, info, nil)
+	d, _ := provider{}.Endpoint(unwrap.Domain(dom).(fabric.DomainRef), info, nil)
 	e := d.(*ep)
 	e.BindEQ(eq)
 	e.BindCQ(cq, fabric.BindTransmit|fabric.BindRecv)

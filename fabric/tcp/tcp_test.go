@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
-	"github.com/rdmago/rdmago/fabric/internal/fabrictest"
+	"github.com/rdmago/rdmago/fabric/fabrictest"
 	_ "github.com/rdmago/rdmago/fabric/tcp"
 )
 
@@ -21,7 +21,7 @@ type side struct {
 	dom  *fabric.Domain
 	eq   *fabric.EQ
 	cq   *fabric.CQ
-	ep   fabric.Endpoint
+	ep   *fabric.Endpoint
 }
 
 func loopbackInfo(t *testing.T, flags uint64, node string) *fabric.Info {
@@ -67,12 +67,6 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// event and comp wait for the side's next event and completion.
-func (s *side) event(want fabric.EventType) fabric.EQEntry {
-	return fabrictest.Event(s.t, s.eq, want, 5*time.Second)
-}
-func (s *side) comp() fabric.CQEntry { return fabrictest.Comp(s.t, s.cq, 5*time.Second) }
-
 // pair takes one completion from each of a and b, driving both: with
 // manual progress a large message moves only while both sides poll.
 func pair(t *testing.T, a, b *side) (fabric.CQEntry, fabric.CQEntry) {
@@ -101,34 +95,14 @@ func pair(t *testing.T, a, b *side) (fabric.CQEntry, fabric.CQEntry) {
 	return *got[0], *got[1]
 }
 
-// connected returns a connected client and server over 127.0.0.1.
+// connected returns a connected client and server over 127.0.0.1, the
+// client sending pdata.
 func connected(t *testing.T, pdata []byte) (cli, srv *side) {
-	srvInfo := loopbackInfo(t, fabric.FlagSource, "127.0.0.1")
-	l := fabrictest.Listen(t, srvInfo)
-	fab, eq, name := l.Fab, l.EQ, l.Name
-
-	cliInfo := loopbackInfo(t, 0, "127.0.0.1")
-	cfab, err := fabric.OpenFabric(cliInfo)
-	must(t, err)
-	ceq, err := cfab.OpenEQ()
-	must(t, err)
-	cli = &side{t: t, info: cliInfo, fab: cfab, eq: ceq}
-	cli.open(cliInfo)
-	must(t, cli.ep.Connect(name, pdata))
-
-	srv = &side{t: t, fab: fab, eq: eq}
-	req := srv.event(fabric.EventConnReq)
-	if !bytes.Equal(req.Data, pdata) {
-		t.Fatalf("CONNREQ private data %q, want %q", req.Data, pdata)
+	c, s := fabrictest.Connect(t, "tcp", pdata)
+	wrap := func(s *fabrictest.Side) *side {
+		return &side{t: t, info: s.Info, dom: s.Dom, eq: s.EQ, cq: s.CQ, ep: s.EP}
 	}
-	srv.info = req.Info
-	srv.open(req.Info)
-	must(t, srv.ep.Accept([]byte("welcome")))
-	srv.event(fabric.EventConnected)
-	if e := cli.event(fabric.EventConnected); string(e.Data) != "welcome" {
-		t.Fatalf("CONNECTED private data %q", e.Data)
-	}
-	return cli, srv
+	return wrap(c), wrap(s)
 }
 
 func TestSendRecvBothWays(t *testing.T) {
@@ -166,23 +140,23 @@ func TestRMAWriteAndRead(t *testing.T) {
 	defer mr.Close()
 	data := bytes.Repeat([]byte("abcdefgh"), 100)
 	must(t, cli.ep.Write(data, nil, fabric.AddrNotAvail, 100, mr.Key(), "w"))
-	if c := cli.comp(); c.Context != "w" || c.Flags&fabric.CompWrite == 0 {
+	if c := fabrictest.Completion(cli.t, cli.cq); c.Context != "w" || c.Flags&fabric.CompWrite == 0 {
 		t.Fatalf("write completion %+v", c)
 	}
 	got := make([]byte, len(data))
 	must(t, cli.ep.Read(got, nil, fabric.AddrNotAvail, 100, mr.Key(), "r"))
-	if c := cli.comp(); c.Context != "r" || c.Flags&fabric.CompRead == 0 || !bytes.Equal(got, data) {
+	if c := fabrictest.Completion(cli.t, cli.cq); c.Context != "r" || c.Flags&fabric.CompRead == 0 || !bytes.Equal(got, data) {
 		t.Fatalf("read completion %+v, data equal %v", c, bytes.Equal(got, data))
 	}
 	// A zero-length read: a response with no data (a fuzzer found it
 	// once looping for ever).
 	must(t, cli.ep.Read([]byte{}, nil, fabric.AddrNotAvail, 0, mr.Key(), "r0"))
-	if c := cli.comp(); c.Context != "r0" || c.Len != 0 {
+	if c := fabrictest.Completion(cli.t, cli.cq); c.Context != "r0" || c.Len != 0 {
 		t.Fatalf("zero-length read %+v", c)
 	}
 	must(t, cli.ep.WriteData([]byte("xyz"), nil, 5, fabric.AddrNotAvail, 0, mr.Key(), "wd"))
-	cli.comp()
-	if c := srv.comp(); c.Data != 5 || c.Flags&fabric.CompRemoteWrite == 0 || string(region[:3]) != "xyz" {
+	fabrictest.Completion(cli.t, cli.cq)
+	if c := fabrictest.Completion(srv.t, srv.cq); c.Data != 5 || c.Flags&fabric.CompRemoteWrite == 0 || string(region[:3]) != "xyz" {
 		t.Fatalf("remote write completion %+v", c)
 	}
 }
@@ -205,7 +179,7 @@ func TestTruncatedReceiveIsAnError(t *testing.T) {
 	// The connection goes on.
 	must(t, srv.ep.Recv(buf, nil, fabric.AddrNotAvail, "next"))
 	must(t, cli.ep.Send([]byte("ok"), nil, fabric.AddrNotAvail, nil))
-	if c := srv.comp(); c.Context != "next" {
+	if c := fabrictest.Completion(srv.t, srv.cq); c.Context != "next" {
 		t.Fatalf("after truncation: %+v", c)
 	}
 }
@@ -256,7 +230,7 @@ func TestRejectCarriesPrivateData(t *testing.T) {
 	cli.open(cliInfo)
 	must(t, cli.ep.Connect(name, nil))
 	srv := &side{t: t, eq: eq}
-	req := srv.event(fabric.EventConnReq)
+	req := fabrictest.Event(srv.t, srv.eq, fabric.EventConnReq)
 	must(t, pep.Reject(req.Info.Handle, []byte("go away")))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -374,10 +348,14 @@ func TestCloseEndsAHandshakeInProgress(t *testing.T) {
 	}
 }
 
+func TestConformance(t *testing.T) {
+	fabrictest.Run(t, fabrictest.Provider{Name: "tcp", CMDataSize: 256})
+}
+
 // rdmSide is an FI_EP_RDM endpoint with its CQ and AV.
 type rdmSide struct {
 	dom *fabric.Domain
-	ep  fabric.Endpoint
+	ep  *fabric.Endpoint
 	cq  *fabric.CQ
 	av  *fabric.AV
 }
@@ -399,10 +377,10 @@ func (s *rdmSide) peer(t *testing.T, o *rdmSide) fabric.Addr { return fabrictest
 
 func (s *rdmSide) next(t *testing.T) (fabric.CQEntry, *fabric.CQErrEntry) {
 	t.Helper()
-	return fabrictest.Next(t, s.cq, 5*time.Second)
+	return fabrictest.Next(t, s.cq)
 }
 
 func (s *rdmSide) ok(t *testing.T) fabric.CQEntry {
 	t.Helper()
-	return fabrictest.Comp(t, s.cq, 5*time.Second)
+	return fabrictest.Completion(t, s.cq)
 }

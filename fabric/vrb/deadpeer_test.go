@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/fabrictest"
 	"github.com/rdmago/rdmago/fabric/vrb"
 )
 
@@ -79,8 +80,8 @@ func TestLivePeerIsNotGivenUpOn(t *testing.T) {
 	}
 	copy(cli.buf, "still here")
 	must(t, cli.ep.Send(cli.buf[:10], cli.mr.Desc(), fabric.AddrNotAvail, nil))
-	cli.comp()
-	if c := srv.comp(); c.Context != "later" || c.Len != 10 {
+	fabrictest.Completion(cli.t, cli.cq)
+	if c := fabrictest.Completion(srv.t, srv.cq); c.Context != "later" || c.Len != 10 {
 		t.Fatalf("receive after idling %+v", c)
 	}
 }

@@ -124,7 +124,7 @@ type udDest struct {
 	ah   *verbs.AH
 }
 
-func newDgram(d *fabric.Domain, dom *domain, info *fabric.Info, context any) *ep {
+func newDgram(d fabric.DomainRef, dom *domain, info *fabric.Info, context any) *ep {
 	e := newEP(d, dom, info, context, udInject)
 	e.ud = &udState{pd: dom.pd, gidIdx: gidIndex(), ahs: map[fabric.Addr]udDest{}}
 	if info.EPAttr != nil {
@@ -135,7 +135,7 @@ func newDgram(d *fabric.Domain, dom *domain, info *fabric.Info, context any) *ep
 
 // enableUD creates the UD QP and brings it to RTS. Called with e.mu held.
 func (e *ep) enableUD() error {
-	if e.comp.TxCQ == nil || e.comp.RxCQ == nil {
+	if e.Comp.TxCQ == nil || e.Comp.RxCQ == nil {
 		return fabric.Errorf("fi_enable", fabric.ErrNoCQ, "bind CQs first")
 	}
 	ctx := e.dom.ctx

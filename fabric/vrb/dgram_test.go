@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/fabrictest"
 )
 
 // dgramSide opens an FI_EP_DGRAM endpoint on the software device's
@@ -76,10 +77,10 @@ func TestDgramEndpointSendsByUDName(t *testing.T) {
 	must(t, b.ep.Recv(b.buf[:40+100], b.mr.Desc(), fabric.AddrNotAvail, "r1"))
 	copy(a.buf, "datagram")
 	must(t, a.ep.Send(a.buf[:8], a.mr.Desc(), toB, "s1"))
-	if e := a.comp(); e.Context != "s1" || e.Flags&fabric.CompSend == 0 {
+	if e := fabrictest.Completion(a.t, a.cq); e.Context != "s1" || e.Flags&fabric.CompSend == 0 {
 		t.Fatalf("send completion %+v", e)
 	}
-	e := b.comp()
+	e := fabrictest.Completion(b.t, b.cq)
 	if e.Context != "r1" || e.Len != 48 || !bytes.Equal(e.Buf[40:], []byte("datagram")) {
 		t.Fatalf("receive completion %+v", e)
 	}
@@ -88,13 +89,13 @@ func TestDgramEndpointSendsByUDName(t *testing.T) {
 	// reply the other way.
 	must(t, b.ep.Recv(b.buf[:40+100], b.mr.Desc(), fabric.AddrNotAvail, "r2"))
 	must(t, a.ep.SendData(a.buf[:8], a.mr.Desc(), 0xfeedf00d, toB, "s2"))
-	a.comp()
-	if e := b.comp(); e.Flags&fabric.CompRemoteCQData == 0 || e.Data != 0xfeedf00d {
+	fabrictest.Completion(a.t, a.cq)
+	if e := fabrictest.Completion(b.t, b.cq); e.Flags&fabric.CompRemoteCQData == 0 || e.Data != 0xfeedf00d {
 		t.Fatalf("senddata at the receiver %+v", e)
 	}
 	must(t, a.ep.Recv(a.buf[1000:1200], a.mr.Desc(), fabric.AddrNotAvail, "ra"))
 	must(t, b.ep.Inject([]byte("reply"), toA))
-	if e := a.comp(); string(e.Buf[40:]) != "reply" {
+	if e := fabrictest.Completion(a.t, a.cq); string(e.Buf[40:]) != "reply" {
 		t.Fatalf("inject arrived as %q", e.Buf)
 	}
 

@@ -9,40 +9,9 @@ import (
 	"unsafe"
 
 	"github.com/rdmago/rdmago/fabric"
-	"github.com/rdmago/rdmago/fabric/internal/prov"
 	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/verbs"
 )
-
-// resolveTimeout bounds address and route resolution, as C's provider's
-// rdma_getaddrinfo and rdma_resolve_* do.
-const resolveTimeout = 2 * time.Second
-
-// withHdr puts C's one-byte length in front of the program's private data.
-func withHdr(op string, param []byte) ([]byte, error) {
-	if len(param) > maxCMData {
-		return nil, fabric.Errorf(op, fabric.ErrInvalid, "private data over 55 bytes")
-	}
-	return append([]byte{byte(len(param))}, param...), nil
-}
-
-// stripHdr takes the program's private data out of what the CM carried
-// (padded by the IB CM; the first byte says how much is real).
-func stripHdr(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	n := int(b[0])
-	if n > len(b)-1 {
-		n = len(b) - 1
-	}
-	if n == 0 {
-		return nil
-	}
-	return append([]byte(nil), b[1:1+n]...)
-}
-
-// ---- Passive endpoint ----
 
 // ---- Endpoint ----
 
@@ -67,38 +36,37 @@ type op struct {
 }
 
 type ep struct {
-	prov.NoTagged
-	d    *fabric.Domain
+	d    fabric.DomainRef
 	dom  *domain
 	info *fabric.Info
 	ctx  any
 
-	mu       sync.Mutex
-	state    epState
-	eq       *fabric.EQ
-	comp     fabric.Completions
-	ch       *rdmacm.EventChannel
-	id       *rdmacm.ID
-	req      *connReq
-	cq       *verbs.CQ
-	qp       *verbs.QP
-	bounce   *verbs.MR // inject's registered staging buffer
-	ops      map[uint64]op
-	nextID   uint64
-	txOut    int // sends outstanding
-	rxOut    int
-	txSize   int
-	rxSize   int
-	inline   int
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	polls    atomic.Uint64
-	wc       [16]verbs.WC
-	started  bool
-	ud       *udState // an FI_EP_DGRAM endpoint's; nil for FI_EP_MSG
-	probing  bool     // a dead-peer probe is outstanding
-	probeAge int      // looks since the outstanding probe was posted
-	lost     bool     // the peer stopped answering (see peerLost)
+	mu                   sync.Mutex
+	state                epState
+	fabric.CMDataSize    // FI_OPT_CM_DATA_SIZE: 55, as C's provider
+	fabric.EndpointBinds // under mu
+	ch                   *rdmacm.EventChannel
+	id                   *rdmacm.ID
+	req                  *connReq
+	cq                   *verbs.CQ
+	qp                   *verbs.QP
+	bounce               *verbs.MR // inject's registered staging buffer
+	ops                  map[uint64]op
+	nextID               uint64
+	txOut                int // sends outstanding
+	rxOut                int
+	txSize               int
+	rxSize               int
+	inline               int
+	cancel               context.CancelFunc
+	wg                   sync.WaitGroup
+	polls                atomic.Uint64
+	wc                   [16]verbs.WC
+	started              bool
+	ud                   *udState // an FI_EP_DGRAM endpoint's; nil for FI_EP_MSG
+	probing              bool     // a dead-peer probe is outstanding
+	probeAge             int      // looks since the outstanding probe was posted
+	lost                 bool     // the peer stopped answering (see peerLost)
 }
 
 // Dead-peer detection. A connected QP learns that its peer vanished only
@@ -136,7 +104,7 @@ const (
 // connRetryCount is defaultConnRetryCount; tests change it.
 var connRetryCount uint8 = defaultConnRetryCount
 
-func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabric.Endpoint, error) {
+func (provider) Endpoint(d fabric.DomainRef, info *fabric.Info, context any) (fabric.EndpointDriver, error) {
 	if info == nil || info.EPAttr == nil {
 		return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "no endpoint attributes")
 	}
@@ -188,8 +156,9 @@ func (provider) Endpoint(d *fabric.Domain, info *fabric.Info, context any) (fabr
 
 // newEP makes an endpoint with the queue sizes and inline size (at most
 // inline) info asks for.
-func newEP(d *fabric.Domain, dom *domain, info *fabric.Info, context any, inline int) *ep {
+func newEP(d fabric.DomainRef, dom *domain, info *fabric.Info, context any, inline int) *ep {
 	e := &ep{d: d, dom: dom, info: info.Dup(), ctx: context, ops: map[uint64]op{}, txSize: defaultSize, rxSize: defaultSize, inline: inline}
+	e.Lock, e.Self, e.CMDataSize = &e.mu, e, maxCMData
 	if info.TxAttr != nil && info.TxAttr.Size > 0 {
 		e.txSize = info.TxAttr.Size
 	}
@@ -237,16 +206,6 @@ func (e *ep) resolve(dst netip.AddrPort) error {
 	return wait(rdmacm.EventRouteResolved)
 }
 
-func (e *ep) BindEQ(eq *fabric.EQ) error { return prov.BindEQ(&e.mu, &e.eq, eq) }
-
-func (e *ep) BindCQ(cq *fabric.CQ, flags uint64) error {
-	return prov.BindCQ(&e.mu, &e.comp, cq, flags, e)
-}
-
-func (e *ep) BindCounter(c *fabric.Counter, flags uint64) error {
-	return prov.BindCounter(&e.mu, &e.comp, c, flags, e)
-}
-
 // BindAV binds the address vector a datagram endpoint sends by; a
 // connected endpoint needs none.
 func (e *ep) BindAV(av *fabric.AV) error {
@@ -268,7 +227,7 @@ func (e *ep) Enable() error {
 	if e.ud != nil {
 		return e.enableUD()
 	}
-	if e.eq == nil || e.comp.TxCQ == nil || e.comp.RxCQ == nil {
+	if e.EQ == nil || e.Comp.TxCQ == nil || e.Comp.RxCQ == nil {
 		return fabric.Errorf("fi_enable", fabric.ErrNoCQ, "bind an EQ and CQs first")
 	}
 	if e.id.Verbs() == nil {
@@ -371,6 +330,70 @@ func (e *ep) Accept(param []byte) error {
 	return nil
 }
 
+// startEvents starts the CM event loop. Called with e.mu held.
+func (e *ep) startEvents() {
+	if e.started {
+		return
+	}
+	e.started = true
+	ctx, cancel := context.WithCancel(context.Background())
+	prev := e.cancel
+	e.cancel = func() { prev(); cancel() }
+	e.wg.Add(1)
+	go e.events(ctx)
+}
+
+// events turns the ID's CM events into EQ events.
+func (e *ep) events(ctx context.Context) {
+	defer e.wg.Done()
+	for {
+		ev, err := e.ch.GetEvent(ctx)
+		if err != nil {
+			return
+		}
+		typ, status, data := ev.Type, ev.Status, stripHdr(ev.Param.PrivateData)
+		ev.Ack()
+		e.mu.Lock()
+		if e.state == stClosed {
+			e.mu.Unlock()
+			return
+		}
+		eq := e.EQ
+		switch typ {
+		case rdmacm.EventEstablished:
+			e.state = stConnected
+			e.wg.Add(1)
+			go e.probe(ctx)
+			e.mu.Unlock()
+			eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e.FID(), Data: data})
+			continue
+		case rdmacm.EventRejected:
+			e.state = stShutdown
+			e.mu.Unlock()
+			eq.WriteErr(fabric.EQErrEntry{FID: e.FID(), Err: fabric.ErrConnRefused, ErrData: data})
+			continue
+		case rdmacm.EventUnreachable, rdmacm.EventConnectError:
+			e.state = stShutdown
+			e.mu.Unlock()
+			errno := fabric.ErrConnRefused
+			if status == -110 {
+				errno = fabric.ErrTimedOut
+			}
+			eq.WriteErr(fabric.EQErrEntry{FID: e.FID(), Err: errno})
+			continue
+		case rdmacm.EventDisconnected, rdmacm.EventDeviceRemoval:
+			was, lost := e.state, e.lost
+			e.state = stShutdown
+			e.mu.Unlock()
+			if (was == stConnected || was == stShutdown) && !lost {
+				eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e.FID()})
+			}
+			continue
+		}
+		e.mu.Unlock()
+	}
+}
+
 func (e *ep) Shutdown() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -423,11 +446,11 @@ func (e *ep) Close() error {
 	e.wg.Wait()
 	// No CQ or counter polls the endpoint from here on; one that took it
 	// before finds it closed (Progress) or its CQ gone (progressLocked).
-	e.comp.Detach(e)
+	e.Comp.Detach(e)
 	e.mu.Lock()
 	for _, o := range e.ops {
 		if o.comp {
-			e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: o.ctx, Flags: o.flags}, Err: fabric.ErrCanceled})
+			e.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: o.ctx, Flags: o.flags}, Err: fabric.ErrCanceled})
 		}
 	}
 	e.ops = map[uint64]op{}
@@ -481,7 +504,7 @@ func sge(op string, buf []byte, desc any) ([]verbs.SGE, error) {
 	if !ok || m == nil {
 		return nil, fabric.Errorf(op, fabric.ErrInvalid, "no memory descriptor: the verbs provider needs FI_MR_LOCAL buffers (MR.Desc)")
 	}
-	vm, ok := m.Driver().(*verbs.MR)
+	vm, ok := fabric.MRDriverOf(m).(*verbs.MR)
 	if !ok || len(m.Buf) == 0 {
 		return nil, fabric.Errorf(op, fabric.ErrInvalid, "the descriptor is not a verbs region")
 	}
@@ -632,10 +655,3 @@ func (e *ep) Read(buf []byte, desc any, _ fabric.Addr, addr, key uint64, context
 	o := op{ctx: context, flags: fabric.CompRMA | fabric.CompRead, comp: true}
 	return e.post("fi_read", verbs.SendWR{Opcode: verbs.WRRDMARead, RemoteAddr: addr, RKey: uint32(key)}, buf, desc, fabric.AddrNotAvail, o, false)
 }
-
-// GetOpt has FI_OPT_CM_DATA_SIZE (55, as C's provider).
-func (e *ep) GetOpt(opt fabric.Opt) (int, error) { return prov.GetOpt(opt, maxCMData) }
-
-func (e *ep) SetOpt(o fabric.Opt, v int) error { return prov.SetOpt(o, v) }
-
-// ---- Progress ----

@@ -45,7 +45,7 @@ func Example() {
 	type side struct {
 		dom *fabric.Domain
 		cq  *fabric.CQ
-		ep  fabric.Endpoint
+		ep  *fabric.Endpoint
 		buf []byte
 		mr  *fabric.MR
 	}
@@ -132,7 +132,7 @@ func Example_datagram() {
 	prefix := info.EPAttr.MsgPrefixSize
 
 	type end struct {
-		ep  fabric.Endpoint
+		ep  *fabric.Endpoint
 		av  *fabric.AV
 		cq  *fabric.CQ
 		buf []byte

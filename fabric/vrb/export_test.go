@@ -1,11 +1,14 @@
 package vrb
 
-import "github.com/rdmago/rdmago/fabric"
+import (
+	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/unwrap"
+)
 
 // Vanish leaves fep's peer what a killed process leaves it: its QP is
 // gone, and no disconnect request is sent.
-func Vanish(fep fabric.Endpoint) {
-	e := fep.(*ep)
+func Vanish(fep *fabric.Endpoint) {
+	e := unwrap.Endpoint(fep).(*ep)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.state = stShutdown // (so that Close sends no DREQ either)

@@ -5,26 +5,50 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rdmago/rdmago/fabric"
-	"github.com/rdmago/rdmago/fabric/internal/prov"
 	"github.com/rdmago/rdmago/rdmacm"
 )
 
-// The passive endpoint (fi_pep): an rdma_cm listener whose connection
-// requests it reports on its EQ, and their rejection.
+// resolveTimeout bounds address and route resolution, as C's provider's
+// rdma_getaddrinfo and rdma_resolve_* do.
+const resolveTimeout = 2 * time.Second
+
+// withHdr puts C's one-byte length in front of the program's private data.
+func withHdr(op string, param []byte) ([]byte, error) {
+	if len(param) > maxCMData {
+		return nil, fabric.Errorf(op, fabric.ErrInvalid, "private data over 55 bytes")
+	}
+	return append([]byte{byte(len(param))}, param...), nil
+}
+
+// stripHdr takes the program's private data out of what the CM carried
+// (padded by the IB CM; the first byte says how much is real).
+func stripHdr(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	n := int(b[0])
+	if n > len(b)-1 {
+		n = len(b) - 1
+	}
+	if n == 0 {
+		return nil
+	}
+	return append([]byte(nil), b[1:1+n]...)
+}
 
 type pep struct {
 	info *fabric.Info
 	ctx  any
 
-	mu     sync.Mutex
-	eq     *fabric.EQ
+	mu sync.Mutex
+	fabric.PassiveBinds
 	ch     *rdmacm.EventChannel
 	id     *rdmacm.ID
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	closed bool
 	reqs   []*connReq // requests handed out, answered or not
 }
 
@@ -35,7 +59,7 @@ type connReq struct {
 	taken atomic.Bool
 }
 
-func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any) (fabric.PassiveEndpoint, error) {
+func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any) (fabric.PassiveEndpointDriver, error) {
 	ch, err := rdmacm.CreateEventChannel()
 	if err != nil {
 		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrNoMemory, err.Error())
@@ -48,23 +72,12 @@ func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any
 	return &pep{info: info.Dup(), ctx: context, ch: ch, id: id}, nil
 }
 
-func (p *pep) Bind(eq *fabric.EQ) error { return prov.BindEQ(&p.mu, &p.eq, eq) }
-
 // Listen binds the info's source address and listens (rdma_bind_addr,
 // rdma_listen).
 func (p *pep) Listen() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.eq == nil {
-		return fabric.Errorf("fi_listen", fabric.ErrNoEQ, "bind an EQ first")
-	}
-	if p.cancel != nil {
-		return fabric.Errorf("fi_listen", fabric.ErrAlready, "already listening") // as the tcp provider
-	}
-	src := p.info.SrcAddr
-	if !src.IsValid() {
-		src = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
-	}
+	src := fabric.ListenAddr(p.info)
 	if err := p.id.BindAddr(src); err != nil {
 		return fabric.Errorf("fi_listen", errnoOf(err, fabric.ErrAddrNotAvail), err.Error())
 	}
@@ -102,10 +115,9 @@ func (p *pep) loop(ctx context.Context) {
 			info.DomainAttr.Name = v.Device().Name()
 		}
 		p.mu.Lock()
-		eq := p.eq
 		p.reqs = append(p.reqs, req)
 		p.mu.Unlock()
-		eq.Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
+		p.Queue().Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
 	}
 }
 
@@ -130,10 +142,8 @@ func (p *pep) Reject(handle any, param []byte) error {
 	return nil
 }
 
+// Close is called once (fabric.PassiveEndpointDriver).
 func (p *pep) Close() error {
-	if !prov.Closing(&p.mu, &p.closed) {
-		return nil
-	}
 	p.mu.Lock()
 	cancel := p.cancel
 	p.mu.Unlock()

@@ -6,76 +6,8 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
-	"github.com/rdmago/rdmago/rdmacm"
 	"github.com/rdmago/rdmago/verbs"
 )
-
-// An endpoint's progress: its completions, the CM's events, the probe
-// that finds a vanished peer, and the background loop.
-
-// startEvents starts the CM event loop. Called with e.mu held.
-func (e *ep) startEvents() {
-	if e.started {
-		return
-	}
-	e.started = true
-	ctx, cancel := context.WithCancel(context.Background())
-	prev := e.cancel
-	e.cancel = func() { prev(); cancel() }
-	e.wg.Add(1)
-	go e.events(ctx)
-}
-
-// events turns the ID's CM events into EQ events.
-func (e *ep) events(ctx context.Context) {
-	defer e.wg.Done()
-	for {
-		ev, err := e.ch.GetEvent(ctx)
-		if err != nil {
-			return
-		}
-		typ, status, data := ev.Type, ev.Status, stripHdr(ev.Param.PrivateData)
-		ev.Ack()
-		e.mu.Lock()
-		if e.state == stClosed {
-			e.mu.Unlock()
-			return
-		}
-		eq := e.eq
-		switch typ {
-		case rdmacm.EventEstablished:
-			e.state = stConnected
-			e.wg.Add(1)
-			go e.probe(ctx)
-			e.mu.Unlock()
-			eq.Write(fabric.EQEntry{Event: fabric.EventConnected, FID: e, Data: data})
-			continue
-		case rdmacm.EventRejected:
-			e.state = stShutdown
-			e.mu.Unlock()
-			eq.WriteErr(fabric.EQErrEntry{FID: e, Err: fabric.ErrConnRefused, ErrData: data})
-			continue
-		case rdmacm.EventUnreachable, rdmacm.EventConnectError:
-			e.state = stShutdown
-			e.mu.Unlock()
-			errno := fabric.ErrConnRefused
-			if status == -110 {
-				errno = fabric.ErrTimedOut
-			}
-			eq.WriteErr(fabric.EQErrEntry{FID: e, Err: errno})
-			continue
-		case rdmacm.EventDisconnected, rdmacm.EventDeviceRemoval:
-			was, lost := e.state, e.lost
-			e.state = stShutdown
-			e.mu.Unlock()
-			if (was == stConnected || was == stShutdown) && !lost {
-				eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
-			}
-			continue
-		}
-		e.mu.Unlock()
-	}
-}
 
 // Progress moves the verbs CQ's completions to the fabric CQs and
 // counters (fabric.Progressor).
@@ -153,9 +85,9 @@ func (e *ep) peerLost() {
 	}
 	e.lost = true
 	e.state = stShutdown
-	if e.eq != nil {
-		e.eq.WriteErr(fabric.EQErrEntry{FID: e, Err: fabric.ErrTimedOut})
-		e.eq.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e})
+	if e.EQ != nil {
+		e.EQ.WriteErr(fabric.EQErrEntry{FID: e.FID(), Err: fabric.ErrTimedOut})
+		e.EQ.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e.FID()})
 	}
 }
 
@@ -186,15 +118,15 @@ func (e *ep) complete(wc *verbs.WC) {
 			errno = fabric.ErrCanceled
 		}
 		if o.comp {
-			e.comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: o.ctx, Flags: o.flags}, Err: errno, ProvErrno: int(wc.Status)})
+			e.Comp.Failed(fabric.CQErrEntry{CQEntry: fabric.CQEntry{Context: o.ctx, Flags: o.flags}, Err: errno, ProvErrno: int(wc.Status)})
 		}
 		return
 	}
 	if !recv {
 		if o.comp {
-			e.comp.Done(fabric.CQEntry{Context: o.ctx, Flags: o.flags, Len: o.len})
+			e.Comp.Done(fabric.CQEntry{Context: o.ctx, Flags: o.flags, Len: o.len})
 		} else {
-			e.comp.Count(o.flags)
+			e.Comp.Count(o.flags)
 		}
 		return
 	}
@@ -209,7 +141,7 @@ func (e *ep) complete(wc *verbs.WC) {
 		entry.Flags |= fabric.CompRemoteCQData
 		entry.Data = uint64(wc.ImmData)
 	}
-	e.comp.Done(entry)
+	e.Comp.Done(entry)
 }
 
 // pollGrace is how long the program must not poll before the background

@@ -60,7 +60,6 @@ import (
 	"strings"
 
 	"github.com/rdmago/rdmago/fabric"
-	"github.com/rdmago/rdmago/fabric/internal/prov"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -194,7 +193,7 @@ func (provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([
 	if err != nil {
 		return nil, err
 	}
-	port, nodeAddr, dst, routeSrc := ad.Port, ad.Node, ad.Dest, ad.RouteSrc
+	nodeAddr, dst, routeSrc := ad.Node, ad.Dest, ad.RouteSrc
 	var xs []devAddr
 	for _, x := range deviceAddrs() {
 		switch {
@@ -212,7 +211,9 @@ func (provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([
 	var out []*fabric.Info
 	add := func(mk func(devAddr) *fabric.Info) {
 		for _, x := range xs {
-			out = append(out, prov.Addrs(mk(x), x.addr, node, service, nodeAddr, port, flags, hints))
+			i := mk(x)
+			ad.Place(i, x.addr)
+			out = append(out, i)
 		}
 	}
 	// In C's order: MSG, DGRAM, then verbs;ofi_rxm's RDM.
@@ -279,8 +280,8 @@ func (d *domain) Close() error {
 }
 
 // driverOf returns the provider's side of a domain of this provider.
-func driverOf(d *fabric.Domain) (*domain, error) {
-	dd, ok := d.Driver().(*domain)
+func driverOf(d fabric.DomainRef) (*domain, error) {
+	dd, ok := d.Driver.(*domain)
 	if !ok {
 		return nil, fabric.Errorf("fi_endpoint", fabric.ErrDomain, "not a verbs domain")
 	}

@@ -84,7 +84,7 @@ type rdmWire struct {
 	free []int
 }
 
-func newRDM(d *fabric.Domain, info *fabric.Info, _ any) (*rxm.Endpoint, error) {
+func newRDM(d fabric.DomainRef, info *fabric.Info, _ any) (*rxm.Endpoint, error) {
 	w := &rdmWire{}
 	w.r = rxm.New(w, rxm.Config{InjectSize: rdmInject, RxSize: rdmRxSizeCM, RegisterReads: true}, d, info)
 	return w.r, nil
@@ -92,7 +92,7 @@ func newRDM(d *fabric.Domain, info *fabric.Info, _ any) (*rxm.Endpoint, error) {
 
 // Listen registers the send buffers and starts the listener peers
 // connect to.
-func (w *rdmWire) Listen(info *fabric.Info, eq *fabric.EQ) (fabric.PassiveEndpoint, error) {
+func (w *rdmWire) Listen(info *fabric.Info, eq *fabric.EQ) (fabric.PassiveEndpointDriver, error) {
 	tx := make([]byte, rdmTxSlots*rdmSlotLen)
 	mr, err := w.r.D.RegMR(tx, fabric.AccessSend, 0)
 	if err != nil {
@@ -120,7 +120,7 @@ func (w *rdmWire) Listen(info *fabric.Info, eq *fabric.EQ) (fabric.PassiveEndpoi
 	return p, nil
 }
 
-func (w *rdmWire) Open(info *fabric.Info) (fabric.Endpoint, error) {
+func (w *rdmWire) Open(info *fabric.Info) (fabric.EndpointDriver, error) {
 	return provider{}.Endpoint(w.r.D, info, nil)
 }
 

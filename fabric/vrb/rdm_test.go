@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
-	"github.com/rdmago/rdmago/fabric/internal/fabrictest"
+	"github.com/rdmago/rdmago/fabric/fabrictest"
 )
 
 // rdmSide is an FI_EP_RDM endpoint (verbs;ofi_rxm) on the software
@@ -15,7 +15,7 @@ import (
 type rdmSide struct {
 	t   *testing.T
 	dom *fabric.Domain
-	ep  fabric.Endpoint
+	ep  *fabric.Endpoint
 	cq  *fabric.CQ
 	av  *fabric.AV
 	buf []byte
@@ -50,12 +50,12 @@ func (s *rdmSide) peer(o *rdmSide) fabric.Addr { return fabrictest.Peer(s.t, s.a
 // next waits for a completion or an error entry.
 func (s *rdmSide) next() (fabric.CQEntry, *fabric.CQErrEntry) {
 	s.t.Helper()
-	return fabrictest.Next(s.t, s.cq, 10*time.Second)
+	return fabrictest.Next(s.t, s.cq)
 }
 
 func (s *rdmSide) comp() fabric.CQEntry {
 	s.t.Helper()
-	return fabrictest.Comp(s.t, s.cq, 10*time.Second)
+	return fabrictest.Completion(s.t, s.cq)
 }
 
 func pattern(n, seed int) []byte {

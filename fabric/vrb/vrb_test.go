@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
-	"github.com/rdmago/rdmago/fabric/internal/fabrictest"
+	"github.com/rdmago/rdmago/fabric/fabrictest"
 	_ "github.com/rdmago/rdmago/fabric/vrb"
 	_ "github.com/rdmago/rdmago/rxe" // the software device
 )
@@ -28,7 +28,7 @@ type side struct {
 	eq  *fabric.EQ
 	dom *fabric.Domain
 	cq  *fabric.CQ
-	ep  fabric.Endpoint
+	ep  *fabric.Endpoint
 	buf []byte
 	mr  *fabric.MR
 }
@@ -69,55 +69,18 @@ func (s *side) register(n int, access uint64) {
 	var err error
 	s.mr, err = s.dom.RegMR(s.buf, access, 0)
 	must(t, err)
-	t.Cleanup(func() {
-		s.ep.Close()
-		s.mr.Close()
-		if err := s.dom.Close(); err != nil {
-			t.Errorf("domain close: %v", err)
-		}
-	})
+	fabrictest.CloseAtEnd(t, s.ep, s.mr, s.dom)
 }
-
-// event and comp wait for the side's next event and completion.
-func (s *side) event(want fabric.EventType) fabric.EQEntry {
-	return fabrictest.Event(s.t, s.eq, want, 10*time.Second)
-}
-func (s *side) comp() fabric.CQEntry { return fabrictest.Comp(s.t, s.cq, 10*time.Second) }
 
 // connected returns a client and a server connected over 127.0.0.1, the
 // client's private data checked at the server and the server's at the
 // client.
 func connected(t testing.TB) (cli, srv *side) {
-	sinfo := loopback(t, fabric.FlagSource, "127.0.0.1")
-	l := fabrictest.Listen(t, sinfo)
-	fab, eq, name := l.Fab, l.EQ, l.Name
-
-	hints := fabric.AllocInfo()
-	hints.FabricAttr.ProvName = "verbs"
-	hints.EPAttr.Type = fabric.EPMsg
-	hints.DestAddr = name
-	infos, err := fabric.GetInfo("", "", 0, hints)
-	must(t, err)
-	cfab, err := fabric.OpenFabric(infos[0])
-	must(t, err)
-	ceq, err := cfab.OpenEQ()
-	must(t, err)
-	cli = &side{t: t, fab: cfab, eq: ceq}
-	cli.open(infos[0])
-	must(t, cli.ep.Connect(name, []byte("hello")))
-
-	srv = &side{t: t, fab: fab, eq: eq}
-	req := srv.event(fabric.EventConnReq)
-	if string(req.Data) != "hello" {
-		t.Fatalf("CONNREQ private data %q, want %q", req.Data, "hello")
+	c, s := fabrictest.Connect(t, "verbs", []byte("hello"))
+	wrap := func(s *fabrictest.Side) *side {
+		return &side{t: t, eq: s.EQ, dom: s.Dom, cq: s.CQ, ep: s.EP, buf: s.Buf, mr: s.MR}
 	}
-	srv.open(req.Info)
-	must(t, srv.ep.Accept([]byte("welcome")))
-	srv.event(fabric.EventConnected)
-	if e := cli.event(fabric.EventConnected); string(e.Data) != "welcome" {
-		t.Fatalf("CONNECTED private data %q, want %q", e.Data, "welcome")
-	}
-	return cli, srv
+	return wrap(c), wrap(s)
 }
 
 // Every data operation of the MSG endpoint, as C's verbs provider maps
@@ -130,23 +93,23 @@ func TestMsgEndpointOperations(t *testing.T) {
 	must(t, srv.ep.Recv(srv.buf[:100], srv.mr.Desc(), fabric.AddrNotAvail, "r1"))
 	copy(cli.buf, "ping")
 	must(t, cli.ep.Send(cli.buf[:4], cli.mr.Desc(), fabric.AddrNotAvail, "s1"))
-	if e := cli.comp(); e.Context != "s1" || e.Flags&fabric.CompSend == 0 {
+	if e := fabrictest.Completion(cli.t, cli.cq); e.Context != "s1" || e.Flags&fabric.CompSend == 0 {
 		t.Fatalf("send completion %+v", e)
 	}
-	if e := srv.comp(); e.Context != "r1" || string(e.Buf) != "ping" || e.Flags&fabric.CompRecv == 0 {
+	if e := fabrictest.Completion(srv.t, srv.cq); e.Context != "r1" || string(e.Buf) != "ping" || e.Flags&fabric.CompRecv == 0 {
 		t.Fatalf("receive completion %+v", e)
 	}
 	must(t, srv.ep.Recv(srv.buf[:100], srv.mr.Desc(), fabric.AddrNotAvail, "r2"))
 	must(t, cli.ep.SendData(cli.buf[:4], cli.mr.Desc(), 0xdeadbeef, fabric.AddrNotAvail, "s2"))
-	cli.comp()
-	if e := srv.comp(); e.Flags&fabric.CompRemoteCQData == 0 || e.Data != 0xdeadbeef {
+	fabrictest.Completion(cli.t, cli.cq)
+	if e := fabrictest.Completion(srv.t, srv.cq); e.Flags&fabric.CompRemoteCQData == 0 || e.Data != 0xdeadbeef {
 		t.Fatalf("senddata at the receiver %+v", e)
 	}
 
 	// Inject: no completion, the data arrives.
 	must(t, srv.ep.Recv(srv.buf[:100], srv.mr.Desc(), fabric.AddrNotAvail, "r3"))
 	must(t, cli.ep.Inject([]byte("injected"), fabric.AddrNotAvail))
-	if e := srv.comp(); string(e.Buf) != "injected" {
+	if e := fabrictest.Completion(srv.t, srv.cq); string(e.Buf) != "injected" {
 		t.Fatalf("inject arrived as %q", e.Buf)
 	}
 	if err := cli.ep.Inject(make([]byte, 300), fabric.AddrNotAvail); !errors.Is(err, fabric.ErrMsgSize) {
@@ -157,7 +120,7 @@ func TestMsgEndpointOperations(t *testing.T) {
 	// address and key.
 	copy(cli.buf[100:], "written by RDMA")
 	must(t, cli.ep.Write(cli.buf[100:115], cli.mr.Desc(), fabric.AddrNotAvail, srv.mr.Addr()+1000, srv.mr.Key(), "w"))
-	if e := cli.comp(); e.Context != "w" || e.Flags&fabric.CompWrite == 0 {
+	if e := fabrictest.Completion(cli.t, cli.cq); e.Context != "w" || e.Flags&fabric.CompWrite == 0 {
 		t.Fatalf("write completion %+v", e)
 	}
 	if got := string(srv.buf[1000:1015]); got != "written by RDMA" {
@@ -165,7 +128,7 @@ func TestMsgEndpointOperations(t *testing.T) {
 	}
 	must(t, cli.ep.InjectWrite([]byte("!"), fabric.AddrNotAvail, srv.mr.Addr()+1015, srv.mr.Key()))
 	must(t, cli.ep.Read(cli.buf[200:216], cli.mr.Desc(), fabric.AddrNotAvail, srv.mr.Addr()+1000, srv.mr.Key(), "rd"))
-	if e := cli.comp(); e.Context != "rd" || e.Flags&fabric.CompRead == 0 {
+	if e := fabrictest.Completion(cli.t, cli.cq); e.Context != "rd" || e.Flags&fabric.CompRead == 0 {
 		t.Fatalf("read completion %+v", e)
 	}
 	if got := string(cli.buf[200:216]); got != "written by RDMA!" {
@@ -175,8 +138,8 @@ func TestMsgEndpointOperations(t *testing.T) {
 	// Write with CQ data: the server's posted receive completes with it.
 	must(t, srv.ep.Recv(srv.buf[:100], srv.mr.Desc(), fabric.AddrNotAvail, "r4"))
 	must(t, cli.ep.WriteData(cli.buf[100:103], cli.mr.Desc(), 77, fabric.AddrNotAvail, srv.mr.Addr()+2000, srv.mr.Key(), "wd"))
-	cli.comp()
-	if e := srv.comp(); e.Context != "r4" || e.Data != 77 || e.Flags&(fabric.CompRemoteWrite|fabric.CompRemoteCQData) != fabric.CompRemoteWrite|fabric.CompRemoteCQData {
+	fabrictest.Completion(cli.t, cli.cq)
+	if e := fabrictest.Completion(srv.t, srv.cq); e.Context != "r4" || e.Data != 77 || e.Flags&(fabric.CompRemoteWrite|fabric.CompRemoteCQData) != fabric.CompRemoteWrite|fabric.CompRemoteCQData {
 		t.Fatalf("writedata at the target %+v", e)
 	}
 	if !bytes.Equal(srv.buf[2000:2003], []byte("wri")) {
@@ -196,7 +159,7 @@ func TestMsgEndpointAtomics(t *testing.T) {
 	op, res, cmp := cli.buf[0:8], cli.buf[8:16], cli.buf[16:24]
 	done := func(ctx string, flags uint64) {
 		t.Helper()
-		if e := cli.comp(); e.Context != ctx || e.Flags != fabric.CompAtomic|flags {
+		if e := fabrictest.Completion(cli.t, cli.cq); e.Context != ctx || e.Flags != fabric.CompAtomic|flags {
 			t.Fatalf("%s completion %+v, want flags FI_ATOMIC|%#x", ctx, e, flags)
 		}
 	}
@@ -271,7 +234,7 @@ func TestShutdownAndCloseCancel(t *testing.T) {
 	cli, srv := connected(t)
 	must(t, srv.ep.Recv(srv.buf[:100], srv.mr.Desc(), fabric.AddrNotAvail, "pending"))
 	must(t, cli.ep.Shutdown())
-	srv.event(fabric.EventShutdown)
+	fabrictest.Event(srv.t, srv.eq, fabric.EventShutdown)
 	must(t, srv.ep.Close())
 	var e [1]fabric.CQEntry
 	if _, err := srv.cq.Read(e[:]); !errors.Is(err, fabric.ErrAvail) {
@@ -323,7 +286,7 @@ func TestPassiveCloseRejectsPendingRequests(t *testing.T) {
 // pendingRequest makes a listener and a client connecting to it, and
 // returns the listener, the request's FI_CONNREQ event, unanswered, and
 // the client's EQ.
-func pendingRequest(t *testing.T) (fabric.PassiveEndpoint, fabric.EQEntry, *fabric.EQ) {
+func pendingRequest(t *testing.T) (*fabric.PassiveEndpoint, fabric.EQEntry, *fabric.EQ) {
 	sinfo := loopback(t, fabric.FlagSource, "127.0.0.1")
 	fab, err := fabric.OpenFabric(sinfo)
 	must(t, err)
@@ -343,6 +306,10 @@ func pendingRequest(t *testing.T) (fabric.PassiveEndpoint, fabric.EQEntry, *fabr
 	cli := &side{t: t, fab: cfab, eq: ceq}
 	cli.open(infos[0])
 	must(t, cli.ep.Connect(name, nil))
-	req := (&side{t: t, eq: eq}).event(fabric.EventConnReq)
+	req := fabrictest.Event(t, eq, fabric.EventConnReq)
 	return pep, req, ceq
+}
+
+func TestConformance(t *testing.T) {
+	fabrictest.Run(t, fabrictest.Provider{Name: "verbs", CMDataSize: 55, Atomics: true})
 }

@@ -28,8 +28,8 @@ type session struct {
 	dom  *fabric.Domain
 	txcq *fabric.CQ
 	rxcq *fabric.CQ
-	ep   fabric.Endpoint
-	pep  fabric.PassiveEndpoint
+	ep   *fabric.Endpoint
+	pep  *fabric.PassiveEndpoint
 	av   *fabric.AV
 	peer fabric.Addr // the peer's AV handle (FI_EP_RDM)
 

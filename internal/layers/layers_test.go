@@ -41,7 +41,7 @@ var rules = []rule{
 	{dir: "rdmacm/mad", forbid: []string{module + "/", "net", "os", "syscall", "golang.org/x/sys/", "sync"}},
 	// fabric is the API over registered providers: it knows none of them,
 	// nor what they are built on.
-	{dir: "fabric", only: true, forbid: []string{module + "/fabric/", module + "/verbs", module + "/rdmacm", module + "/rxe", module + "/rdmacore"}},
+	{dir: "fabric", only: true, forbid: []string{module + "/fabric/tcp", module + "/fabric/vrb", module + "/verbs", module + "/rdmacm", module + "/rxe", module + "/rdmacore"}},
 	// The tcp provider speaks libfabric's tcp protocol over sockets: no verbs.
 	{dir: "fabric/tcp", forbid: []string{module + "/verbs", module + "/rdmacm", module + "/rxe", module + "/rdmacore", module + "/fabric/vrb"}},
 	// The verbs provider goes through verbs and rdmacm, whichever device

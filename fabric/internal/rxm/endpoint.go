@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/rdmago/rdmago/fabric"
-	"github.com/rdmago/rdmago/fabric/internal/prov"
 )
 
 // SendFunc is an RDM endpoint's one way of sending a message: op names
@@ -14,7 +13,7 @@ import (
 // FlagRemoteCQData, completion flags) are the call's.
 type SendFunc func(op string, buf []byte, dest fabric.Addr, tagged bool, tag, data uint64, ctx any, flags uint64) error
 
-// Sends gives an RDM endpoint fabric.Endpoint's send calls (fi_send,
+// Sends gives an RDM endpoint fabric.EndpointDriver's send calls (fi_send,
 // fi_senddata, fi_inject, fi_sendmsg and their tagged forms), each a call
 // of To; an inject longer than InjectSize fails with ErrMsgSize. It also
 // answers the calls of connected endpoints, which an RDM endpoint does
@@ -112,12 +111,16 @@ func (b *Binds) BindAV(av *fabric.AV) error {
 }
 
 func (b *Binds) BindCQ(cq *fabric.CQ, flags uint64) error {
-	return prov.BindCQ(&b.Mu, &b.Comp, cq, flags, b.Self)
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	return b.Comp.BindCQ(cq, flags, b.Self)
 }
 
 // BindCounter binds a counter for the operations flags names.
 func (b *Binds) BindCounter(c *fabric.Counter, flags uint64) error {
-	return prov.BindCounter(&b.Mu, &b.Comp, c, flags, b.Self)
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	return b.Comp.BindCounter(c, flags, b.Self)
 }
 
 // Bound checks, with Mu held, that an AV and CQs for both directions are

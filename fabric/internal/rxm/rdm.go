@@ -29,17 +29,17 @@ type Endpoint struct {
 
 	T    Transport
 	Cfg  Config
-	D    *fabric.Domain
+	D    fabric.DomainRef
 	info *fabric.Info
 
 	enabled bool
 	closed  bool
-	pep     fabric.PassiveEndpoint
+	pep     fabric.PassiveEndpointDriver
 	name    netip.AddrPort
 	icq     *fabric.CQ // the connections' completions
 	ieq     *fabric.EQ // the connections' and the listener's events
 	conns   map[netip.AddrPort]*Conn
-	byEP    map[fabric.Endpoint]*Conn
+	byEP    map[fabric.EndpointDriver]*Conn
 	nextIdx uint64
 	q       Queue[*Conn]
 	sar     map[sarKey]*Msg[*Conn]
@@ -73,10 +73,10 @@ type Config struct {
 type Transport interface {
 	// Listen opens the passive endpoint peers connect to, bound to eq
 	// and listening (info is the RDM endpoint's, as FI_EP_MSG).
-	Listen(info *fabric.Info, eq *fabric.EQ) (fabric.PassiveEndpoint, error)
+	Listen(info *fabric.Info, eq *fabric.EQ) (fabric.PassiveEndpointDriver, error)
 	// Open opens a MSG endpoint: to connect to info.DestAddr, or to
 	// accept the request info came with.
-	Open(info *fabric.Info) (fabric.Endpoint, error)
+	Open(info *fabric.Info) (fabric.EndpointDriver, error)
 	// Attach readies a new connection whose endpoint is bound to the
 	// RDM endpoint's EQ and CQ: enables it and posts its receive
 	// buffers (each an *RxBuf as the context).
@@ -100,7 +100,7 @@ type Transport interface {
 
 // Conn is the connection to one peer.
 type Conn struct {
-	EP      fabric.Endpoint
+	EP      fabric.EndpointDriver
 	Peer    netip.AddrPort // the peer's name: its listening address
 	Addr    fabric.Addr    // its AV handle, or AddrNotAvail
 	MyIdx   uint64
@@ -158,8 +158,8 @@ const (
 )
 
 // New makes an RDM endpoint over t (fi_endpoint with FI_EP_RDM).
-func New(t Transport, cfg Config, d *fabric.Domain, info *fabric.Info) *Endpoint {
-	r := &Endpoint{T: t, Cfg: cfg, D: d, info: info.Dup(), conns: map[netip.AddrPort]*Conn{}, byEP: map[fabric.Endpoint]*Conn{},
+func New(t Transport, cfg Config, d fabric.DomainRef, info *fabric.Info) *Endpoint {
+	r := &Endpoint{T: t, Cfg: cfg, D: d, info: info.Dup(), conns: map[netip.AddrPort]*Conn{}, byEP: map[fabric.EndpointDriver]*Conn{},
 		sar: map[sarKey]*Msg[*Conn]{}, rndv: map[uint64]*RndvSend{}, orphans: map[netip.AddrPort][]Waiter{}, pid: uint64(os.Getpid())}
 	r.Self = r
 	r.Sends = Sends{To: r.send, InjectSize: cfg.InjectSize}
@@ -332,7 +332,7 @@ func (r *Endpoint) Conn(op string, dest fabric.Addr) (*Conn, error) {
 // A loopback connection's far end (ours, connecting to ourselves) only
 // receives: it is not the connection sends to peer take. Called with Mu
 // held.
-func (r *Endpoint) newConn(e fabric.Endpoint, peer netip.AddrPort, addr fabric.Addr, sendable bool) (*Conn, error) {
+func (r *Endpoint) newConn(e fabric.EndpointDriver, peer netip.AddrPort, addr fabric.Addr, sendable bool) (*Conn, error) {
 	c := &Conn{EP: e, Peer: peer, Addr: addr, MyIdx: r.nextIdx}
 	r.nextIdx++
 	e.BindEQ(r.ieq)
@@ -400,7 +400,7 @@ func (r *Endpoint) cmEvent(ev fabric.EQEntry) {
 	case fabric.EventConnReq:
 		r.connReq(ev)
 	case fabric.EventConnected:
-		e, _ := ev.FID.(fabric.Endpoint)
+		e, _ := ev.FID.(fabric.EndpointDriver)
 		c := r.byEP[e]
 		if c == nil {
 			return
@@ -415,7 +415,7 @@ func (r *Endpoint) cmEvent(ev fabric.EQEntry) {
 			f(c, 0)
 		}
 	case fabric.EventShutdown:
-		if e, ok := ev.FID.(fabric.Endpoint); ok {
+		if e, ok := ev.FID.(fabric.EndpointDriver); ok {
 			if c := r.byEP[e]; c != nil {
 				r.dropConn(c)
 			}
@@ -476,7 +476,7 @@ func (r *Endpoint) connReq(ev fabric.EQEntry) {
 // unless the peer refused it because its own request to us goes on
 // (EALREADY): then it waits for that one.
 func (r *Endpoint) connFailed(ee fabric.EQErrEntry) {
-	e, _ := ee.FID.(fabric.Endpoint)
+	e, _ := ee.FID.(fabric.EndpointDriver)
 	c := r.byEP[e]
 	if c == nil {
 		return
@@ -532,7 +532,7 @@ func (r *Endpoint) FailRndv(id uint64, errno fabric.Errno) {
 // as rxm passes it to its MSG endpoints, with no rxm header.
 
 // rma runs do on dest's connection now if it is up, or when it comes up.
-func (r *Endpoint) rma(op string, dest fabric.Addr, flags uint64, o *rmaOp, do func(e fabric.Endpoint, o *rmaOp) error) error {
+func (r *Endpoint) rma(op string, dest fabric.Addr, flags uint64, o *rmaOp, do func(e fabric.EndpointDriver, o *rmaOp) error) error {
 	r.Mu.Lock()
 	defer r.Mu.Unlock()
 	c, err := r.Conn(op, dest)
@@ -558,14 +558,14 @@ func (r *Endpoint) rma(op string, dest fabric.Addr, flags uint64, o *rmaOp, do f
 
 // Write writes buf to dest's region key at addr (fi_write).
 func (r *Endpoint) Write(buf []byte, desc any, dest fabric.Addr, addr, key uint64, context any) error {
-	return r.rma("fi_write", dest, fabric.CompRMA|fabric.CompWrite, &rmaOp{ctx: context, comp: true}, func(e fabric.Endpoint, o *rmaOp) error {
+	return r.rma("fi_write", dest, fabric.CompRMA|fabric.CompWrite, &rmaOp{ctx: context, comp: true}, func(e fabric.EndpointDriver, o *rmaOp) error {
 		return e.Write(buf, desc, fabric.AddrNotAvail, addr, key, o)
 	})
 }
 
 // WriteData is Write with remote CQ data (fi_writedata).
 func (r *Endpoint) WriteData(buf []byte, desc any, data uint64, dest fabric.Addr, addr, key uint64, context any) error {
-	return r.rma("fi_writedata", dest, fabric.CompRMA|fabric.CompWrite, &rmaOp{ctx: context, comp: true}, func(e fabric.Endpoint, o *rmaOp) error {
+	return r.rma("fi_writedata", dest, fabric.CompRMA|fabric.CompWrite, &rmaOp{ctx: context, comp: true}, func(e fabric.EndpointDriver, o *rmaOp) error {
 		return e.WriteData(buf, desc, data, fabric.AddrNotAvail, addr, key, o)
 	})
 }
@@ -577,7 +577,7 @@ func (r *Endpoint) InjectWrite(buf []byte, dest fabric.Addr, addr, key uint64) e
 		return err
 	}
 	b := append([]byte(nil), buf...)
-	return r.rma("fi_inject_write", dest, fabric.CompRMA|fabric.CompWrite, &rmaOp{}, func(e fabric.Endpoint, _ *rmaOp) error {
+	return r.rma("fi_inject_write", dest, fabric.CompRMA|fabric.CompWrite, &rmaOp{}, func(e fabric.EndpointDriver, _ *rmaOp) error {
 		err := e.InjectWrite(b, fabric.AddrNotAvail, addr, key)
 		if err == nil {
 			r.Comp.Count(fabric.CompRMA | fabric.CompWrite)
@@ -588,7 +588,7 @@ func (r *Endpoint) InjectWrite(buf []byte, dest fabric.Addr, addr, key uint64) e
 
 // Read reads len(buf) bytes of src's region key at addr (fi_read).
 func (r *Endpoint) Read(buf []byte, desc any, src fabric.Addr, addr, key uint64, context any) error {
-	return r.rma("fi_read", src, fabric.CompRMA|fabric.CompRead, &rmaOp{ctx: context, comp: true}, func(e fabric.Endpoint, o *rmaOp) error {
+	return r.rma("fi_read", src, fabric.CompRMA|fabric.CompRead, &rmaOp{ctx: context, comp: true}, func(e fabric.EndpointDriver, o *rmaOp) error {
 		return e.Read(buf, desc, fabric.AddrNotAvail, addr, key, o)
 	})
 }
@@ -621,7 +621,7 @@ func (r *Endpoint) Close() error {
 	r.Mu.Lock()
 	defer r.Mu.Unlock()
 	conns := r.byEP
-	r.byEP, r.conns = map[fabric.Endpoint]*Conn{}, map[netip.AddrPort]*Conn{}
+	r.byEP, r.conns = map[fabric.EndpointDriver]*Conn{}, map[netip.AddrPort]*Conn{}
 	for _, c := range conns {
 		c.EP.Close()
 		r.T.Detach(c)

@@ -11,17 +11,17 @@ import (
 // endpoint's receive path.
 type noWire struct{ ctrl []Pkt }
 
-func (*noWire) Listen(*fabric.Info, *fabric.EQ) (fabric.PassiveEndpoint, error) {
+func (*noWire) Listen(*fabric.Info, *fabric.EQ) (fabric.PassiveEndpointDriver, error) {
 	return nil, fabric.ErrNotSupported
 }
-func (*noWire) Open(*fabric.Info) (fabric.Endpoint, error) { return nil, fabric.ErrNotSupported }
-func (*noWire) Attach(*Conn) error                         { return nil }
-func (*noWire) Detach(*Conn)                               {}
-func (*noWire) Send(*Conn, *Out) error                     { return fabric.ErrNotSupported }
-func (w *noWire) SendCtrl(_ *Conn, p *Pkt)                 { w.ctrl = append(w.ctrl, *p) }
-func (*noWire) Completion(fabric.CQEntry) bool             { return false }
-func (*noWire) Failure(fabric.CQErrEntry) bool             { return false }
-func (*noWire) Close()                                     {}
+func (*noWire) Open(*fabric.Info) (fabric.EndpointDriver, error) { return nil, fabric.ErrNotSupported }
+func (*noWire) Attach(*Conn) error                               { return nil }
+func (*noWire) Detach(*Conn)                                     {}
+func (*noWire) Send(*Conn, *Out) error                           { return fabric.ErrNotSupported }
+func (w *noWire) SendCtrl(_ *Conn, p *Pkt)                       { w.ctrl = append(w.ctrl, *p) }
+func (*noWire) Completion(fabric.CQEntry) bool                   { return false }
+func (*noWire) Failure(fabric.CQErrEntry) bool                   { return false }
+func (*noWire) Close()                                           {}
 
 // hostile is an RDM endpoint with one connection (no endpoint under it)
 // and a receive CQ, for feeding packets to received.
@@ -30,7 +30,7 @@ func hostile() (*Endpoint, *Conn, *fabric.CQ, *noWire) {
 	rxcq, _ := d.OpenCQ(nil)
 	w := &noWire{}
 	r := &Endpoint{T: w, Binds: Binds{Comp: fabric.Completions{RxCQ: rxcq}}, sar: map[sarKey]*Msg[*Conn]{}, rndv: map[uint64]*RndvSend{},
-		byEP: map[fabric.Endpoint]*Conn{}}
+		byEP: map[fabric.EndpointDriver]*Conn{}}
 	return r, &Conn{Addr: fabric.AddrNotAvail}, rxcq, w
 }
 

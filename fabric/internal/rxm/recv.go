@@ -16,7 +16,7 @@ func (r *Endpoint) completion(e fabric.CQEntry) {
 		if e.Flags&fabric.CompRemoteWrite != 0 {
 			// A peer's fi_writedata whose data consumed this buffer.
 			if e.Flags&fabric.CompRemoteCQData != 0 && r.Comp.RxCQ != nil {
-				r.Comp.RxCQ.Push(fabric.CQEntry{Flags: e.Flags, Data: e.Data})
+				r.Comp.PostRx(fabric.CQEntry{Flags: e.Flags, Data: e.Data})
 			}
 		} else {
 			r.received(x, e)
@@ -28,7 +28,7 @@ func (r *Endpoint) completion(e fabric.CQEntry) {
 		// A peer's RMA write with CQ data. (The connection counted it,
 		// into the counter the provider bound, as it counts the others.)
 		if e.Flags&fabric.CompRemoteCQData != 0 && r.Comp.RxCQ != nil {
-			r.Comp.RxCQ.Push(e)
+			r.Comp.PostRx(e)
 		}
 	case *rdOp:
 		// The rendezvous data is in: tell the sender, complete the receive.
