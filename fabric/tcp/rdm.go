@@ -124,7 +124,7 @@ func (w *rdmWire) Failure(ee fabric.CQErrEntry) bool {
 }
 
 // Send sends a message over c: eager, raw tagged or rendezvous.
-func (w *rdmWire) Send(c *rxm.Conn, m *rxm.Out) error {
+func (w *rdmWire) Send(c *rxm.Conn, m rxm.Out) error {
 	r := w.r
 	buf, tag, data, flags, context, cflags := m.Buf, m.Tag, m.Data, m.Flags, m.Ctx, m.CompFlags
 	if m.Inject {

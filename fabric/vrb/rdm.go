@@ -267,7 +267,7 @@ func (w *rdmWire) SendCtrl(c *rxm.Conn, p *rxm.Pkt) {
 
 // Send sends a message over c: eager, in segments, or by rendezvous.
 // The data is copied into registered send buffers before it returns.
-func (w *rdmWire) Send(c *rxm.Conn, m *rxm.Out) error {
+func (w *rdmWire) Send(c *rxm.Conn, m rxm.Out) error {
 	r := w.r
 	buf, data, tag, cflags := m.Buf, m.Data, m.Tag, m.CompFlags
 	h := rxm.Pkt{Size: uint64(len(buf)), Data: data, Tag: tag}

@@ -86,7 +86,7 @@ type Transport interface {
 	Detach(c *Conn)
 	// Send puts a message on the wire over c, which may not be up yet
 	// (Conn.Queue waits for it).
-	Send(c *Conn, m *Out) error
+	Send(c *Conn, m Out) error
 	// SendCtrl sends a control packet of rxm's (a rendezvous's "read
 	// done") over c.
 	SendCtrl(c *Conn, p *Pkt)
@@ -189,7 +189,7 @@ func (r *Endpoint) send(op string, buf []byte, dest fabric.Addr, tagged bool, ta
 	if err != nil {
 		return err
 	}
-	m := &Out{Op: op, Buf: buf, Tagged: tagged, Tag: tag, Data: data, Ctx: ctx, Flags: flags,
+	m := Out{Op: op, Buf: buf, Tagged: tagged, Tag: tag, Data: data, Ctx: ctx, Flags: flags,
 		Inject: flags&fabric.FlagInject != 0, CompFlags: fabric.CompSend | fabric.CompMsg}
 	if tagged {
 		m.CompFlags = fabric.CompSend | fabric.CompTagged

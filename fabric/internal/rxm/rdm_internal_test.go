@@ -17,7 +17,7 @@ func (*noWire) Listen(*fabric.Info, *fabric.EQ) (fabric.PassiveEndpointDriver, e
 func (*noWire) Open(*fabric.Info) (fabric.EndpointDriver, error) { return nil, fabric.ErrNotSupported }
 func (*noWire) Attach(*Conn) error                               { return nil }
 func (*noWire) Detach(*Conn)                                     {}
-func (*noWire) Send(*Conn, *Out) error                           { return fabric.ErrNotSupported }
+func (*noWire) Send(*Conn, Out) error                            { return fabric.ErrNotSupported }
 func (w *noWire) SendCtrl(_ *Conn, p *Pkt)                       { w.ctrl = append(w.ctrl, *p) }
 func (*noWire) Completion(fabric.CQEntry) bool                   { return false }
 func (*noWire) Failure(fabric.CQErrEntry) bool                   { return false }
