@@ -11,11 +11,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/netip"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -28,21 +26,13 @@ import (
 
 // Options are riostream's settings.
 type Options struct {
-	Dst, Src   string // -s, -b
-	Port       string // -p (default 7471)
-	Buffer     int    // -B: SO_SNDBUF and SO_RCVBUF (0: 512 KiB)
-	Inline     int    // -i (64)
-	Iterations int    // -I
-	Count      int    // -C
-	Size       int    // -S n
-	AllSizes   bool   // -S all
-	Custom     bool   // -I, -C or -S n was given
-	Verify     bool   // -T v
+	rsperf.Flags
+	Verify bool // -T v
 }
 
 // Defaults returns riostream's defaults.
 func Defaults() Options {
-	return Options{Port: "7471", Inline: 64, Iterations: 1, Count: 1000, Size: 1000}
+	return Options{Flags: rsperf.Defaults()}
 }
 
 // Usage prints riostream's usage text.
@@ -66,86 +56,24 @@ func Usage(w io.Writer) {
 `)
 }
 
-// The largest values of the numeric options, bounded so that what they
-// size can be allocated.
+// The largest values of the numeric options (rsperf's).
 const (
-	// MaxTransfer is the largest -S: the run's buffer is this large.
-	MaxTransfer = 1 << 30
-	// MaxBuffer is the largest -B: each ring is twice this.
-	MaxBuffer = 1 << 29
-	// MaxInline is the largest -i (RDMA_INLINE).
-	MaxInline = 0xfffe
+	MaxTransfer = rsperf.MaxTransfer
+	MaxBuffer   = rsperf.MaxBuffer
+	MaxInline   = rsperf.MaxInline
 )
-
-var maxArg = map[byte]int{'B': MaxBuffer, 'i': MaxInline, 'I': math.MaxInt32, 'C': math.MaxInt32, 'S': MaxTransfer}
 
 // ParseArgs parses riostream's command line: getopt "s:b:f:B:i:I:C:S:p:T:".
 // A bad option or -T value prints the usage, and the error exits 1 as
 // riostream does.
 func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 	o := Defaults()
-	usage := func() (Options, error) {
-		Usage(stdout)
-		return o, &tool.ExitError{Status: 1, Msg: "usage"}
-	}
-	num := func(opt byte, v string) (int, error) {
-		limit := maxArg[opt]
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 0 || n > limit {
-			fmt.Fprintf(stderr, "rdmago riostream: -%c %q: want a number from 0 to %d\n", opt, v, limit)
-			return 0, &tool.ExitError{Status: 1, Msg: "bad number"}
-		}
-		return n, nil
-	}
-	opts, _, err := getopt.Parse(args, "s:b:f:B:i:I:C:S:p:T:", nil) // riostream ignores operands
-	if err != nil {
-		fmt.Fprintf(stderr, "rdmago riostream: %v\n", err)
-		return usage()
-	}
-	for _, op := range opts {
-		val := op.Arg
-		var err error
-		switch op.Name {
-		case 's':
-			o.Dst = val
-		case 'b':
-			o.Src = val
-		case 'f':
-			switch v := strings.ToLower(val); {
-			case strings.HasPrefix(v, "gid"):
-				fmt.Fprintln(stderr, "rdmago riostream: -f gid: AF_IB addresses are not supported")
-				return o, &tool.ExitError{Status: 1, Msg: "AF_IB"}
-			case strings.HasPrefix(v, "ip"), strings.HasPrefix(v, "name"):
-			default:
-				fmt.Fprintln(stderr, "Warning: unknown address format")
-			}
-		case 'B':
-			o.Buffer, err = num(op.Name, val)
-		case 'i':
-			o.Inline, err = num(op.Name, val)
-		case 'I':
-			o.Custom = true
-			o.Iterations, err = num(op.Name, val)
-		case 'C':
-			o.Custom = true
-			o.Count, err = num(op.Name, val)
-		case 'S':
-			if strings.HasPrefix(strings.ToLower(val), "all") {
-				o.AllSizes = true
-			} else {
-				o.Custom = true
-				o.Size, err = num(op.Name, val)
-			}
-		case 'p':
-			o.Port = val
-		case 'T':
-			if !setTestOpt(&o, val) {
-				return usage()
-			}
-		}
-		if err != nil {
-			return o, err
-		}
+	p := rsperf.Parser{Tool: "riostream", Optstring: "s:b:f:B:i:I:C:S:p:T:", Usage: Usage,
+		Other: func(op getopt.Option, _ func(getopt.Option) (int, error)) (bool, error) {
+			return setTestOpt(&o, op.Arg), nil // -T
+		}}
+	if err := p.Parse(&o.Flags, args, stdout, stderr); err != nil {
+		return o, err
 	}
 	switch {
 	case o.Custom && o.Size == 0:

@@ -9,10 +9,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,23 +23,15 @@ import (
 
 // Options are rstream's settings.
 type Options struct {
-	Dst, Src   string // -s, -b
-	Port       string // -p (default 7471)
-	Buffer     int    // -B: SO_SNDBUF and SO_RCVBUF (0: 512 KiB)
-	Inline     int    // -i (64)
-	Iterations int    // -I
-	Count      int    // -C
-	Size       int    // -S n
-	AllSizes   bool   // -S all
-	Custom     bool   // -I, -C or -S n was given
-	KeepAlive  int    // -k seconds
-	Sockets    bool   // -T s (and f): TCP sockets instead of rsockets
-	Verify     bool   // -T v
+	rsperf.Flags
+	KeepAlive int  // -k seconds
+	Sockets   bool // -T s (and f): TCP sockets instead of rsockets
+	Verify    bool // -T v
 }
 
 // Defaults returns rstream's defaults.
 func Defaults() Options {
-	return Options{Port: "7471", Inline: 64, Iterations: 1, Count: 1000, Size: 1000}
+	return Options{Flags: rsperf.Defaults()}
 }
 
 // Usage prints rstream's usage text.
@@ -69,104 +59,28 @@ func Usage(w io.Writer) {
 `)
 }
 
-// The largest values of the numeric options. rstream keeps them in C
-// ints; here they are bounded so that what they size can be allocated.
+// The largest values of the numeric options (rsperf's).
 const (
-	// MaxTransfer is the largest -S: the run's buffer is this large.
-	MaxTransfer = 1 << 30
-	// MaxBuffer is the largest -B: each ring is twice this (SO_SNDBUF
-	// and SO_RCVBUF double the value they are given).
-	MaxBuffer = 1 << 29
-	// MaxInline is the largest -i (RDMA_INLINE; rsockets bounds it by
-	// its largest queue, RS_QP_MAX_SIZE); the device bounds it further,
-	// which Run checks.
-	MaxInline = 0xfffe
+	MaxTransfer = rsperf.MaxTransfer
+	MaxBuffer   = rsperf.MaxBuffer
+	MaxInline   = rsperf.MaxInline
 )
-
-var maxArg = map[byte]int{
-	'B': MaxBuffer,
-	'i': MaxInline,
-	'I': math.MaxInt32,
-	'C': math.MaxInt32,
-	'S': MaxTransfer,
-	'k': math.MaxInt32, // seconds, as TCP_KEEPIDLE takes them
-}
-
-var maxArgWhy = map[byte]string{
-	'B': " (each ring is twice -B bytes)",
-	'S': " (the transfer buffer is -S bytes)",
-}
 
 // ParseArgs parses rstream's command line: getopt "s:b:f:B:i:I:C:S:p:k:T:".
 // A bad option or -T value prints the usage, and the error exits 1 as
 // rstream does.
 func ParseArgs(args []string, stdout, stderr io.Writer) (Options, error) {
 	o := Defaults()
-	usage := func() (Options, error) {
-		Usage(stdout)
-		return o, &tool.ExitError{Status: 1, Msg: "usage"}
-	}
-	num := func(opt byte, v string) (int, error) {
-		limit := maxArg[opt]
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 0 || n > limit {
-			fmt.Fprintf(stderr, "rdmago rstream: -%c %q: want a number from 0 to %d%s\n", opt, v, limit, maxArgWhy[opt])
-			return 0, &tool.ExitError{Status: 1, Msg: "bad number"}
-		}
-		return n, nil
-	}
-	opts, _, err := getopt.Parse(args, "s:b:f:B:i:I:C:S:p:k:T:", nil) // rstream ignores operands
-	if err != nil {
-		fmt.Fprintf(stderr, "rdmago rstream: %v\n", err)
-		return usage()
-	}
-	for _, op := range opts {
-		val := op.Arg
-		var err error
-		switch op.Name {
-		case 's':
-			o.Dst = val
-		case 'b':
-			o.Src = val
-		case 'f':
-			switch v := strings.ToLower(val); {
-			case strings.HasPrefix(v, "gid"):
-				fmt.Fprintln(stderr, "rdmago rstream: -f gid: AF_IB addresses are not supported")
-				return o, &tool.ExitError{Status: 1, Msg: "AF_IB"}
-			case strings.HasPrefix(v, "ip"), strings.HasPrefix(v, "name"):
-				// Addresses are numeric or names either way.
-			default:
-				fmt.Fprintln(stderr, "Warning: unknown address format")
+	p := rsperf.Parser{Tool: "rstream", Optstring: "s:b:f:B:i:I:C:S:p:k:T:", Usage: Usage,
+		Other: func(op getopt.Option, num func(getopt.Option) (int, error)) (ok bool, err error) {
+			if op.Name == 'k' {
+				o.KeepAlive, err = num(op)
+				return true, err
 			}
-		case 'B':
-			o.Buffer, err = num(op.Name, val)
-		case 'i':
-			o.Inline, err = num(op.Name, val)
-		case 'I':
-			o.Custom = true
-			o.Iterations, err = num(op.Name, val)
-		case 'C':
-			o.Custom = true
-			o.Count, err = num(op.Name, val)
-		case 'S':
-			if strings.HasPrefix(strings.ToLower(val), "all") {
-				o.AllSizes = true
-			} else {
-				o.Custom = true
-				o.Size, err = num(op.Name, val)
-			}
-		case 'p':
-			o.Port = val
-		case 'k':
-			o.KeepAlive, err = num(op.Name, val)
-		case 'T':
-			if !setTestOpt(&o, val) {
-				return usage()
-			}
-		}
-		if err != nil {
-			return o, err
-		}
+			return setTestOpt(&o, op.Arg), nil // -T
+		}}
+	if err := p.Parse(&o.Flags, args, stdout, stderr); err != nil {
+		return o, err
 	}
 	if o.Custom && o.Size == 0 {
 		fmt.Fprintln(stderr, "rdmago rstream: -S 0: a transfer needs at least one byte")
