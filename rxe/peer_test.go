@@ -3,6 +3,8 @@ package rxe
 import (
 	"fmt"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,9 +258,24 @@ func TestImpliedNAKSpendsATransportRetry(t *testing.T) {
 // Queued behind them, the repeated response would reach the requester only
 // after the later packets, which it ignores and counts as evidence the
 // request was lost, asking again and again.
+//
+// The device's 16th response waits in the network until the duplicate is
+// on its way, so that the device cannot have sent everything before it
+// hears of it, however fast it runs.
 func TestDuplicateReadIsAnsweredBeforeLaterReads(t *testing.T) {
 	p := newPeer(t, 60, pairOpts{bufSize: 8 << 20})
 	p.net.SetQueueLen(1 << 14)
+	dupSent := make(chan struct{})
+	var closeOnce sync.Once
+	letGo := func() { closeOnce.Do(func() { close(dupSent) }) }
+	defer letGo()
+	var fromDev atomic.Int32
+	p.net.SetFaults(link.Faults{Filter: func(_ []byte, from, _ netip.Addr) bool {
+		if from == p.dev && fromDev.Add(1) == 16 {
+			<-dupSent
+		}
+		return true
+	}})
 	const aPkts, bPkts, from = 128, 4096, 64
 	va := p.e.mr.Addr()
 	read := func(psn wire.PSN, off, n uint64) {
@@ -269,6 +286,7 @@ func TestDuplicateReadIsAnsweredBeforeLaterReads(t *testing.T) {
 	read(aPkts, 0, bPkts*1024)
 	p.recv(5 * time.Second) // the device is answering
 	read(from, from*1024, (aPkts-from)*1024)
+	letGo()
 	bLast := wire.PSN(aPkts + bPkts - 1)
 	for {
 		pkt := p.recv(5 * time.Second)
