@@ -136,7 +136,7 @@ const (
 
 // bindPort reserves port (0: an ephemeral one) for id at addr in its port
 // space. Called with cm.mu held.
-func bindPort(id *ID, addr netip.Addr, port uint16) (uint16, error) {
+func bindPort(id *cmID, addr netip.Addr, port uint16) (uint16, error) {
 	if port == 0 {
 		for range 1000 {
 			p := uint16(ephemeralLow + rand.IntN(ephemeralHigh-ephemeralLow+1))
@@ -153,7 +153,7 @@ func bindPort(id *ID, addr netip.Addr, port uint16) (uint16, error) {
 			netip.AddrPortFrom(addr, port).String()+" is bound in "+id.ps.String())
 	}
 	if cm.ports == nil {
-		cm.ports = map[portKey][]*ID{}
+		cm.ports = map[portKey][]*cmID{}
 	}
 	k := portKey{id.ps, port}
 	cm.ports[k] = append(cm.ports[k], id)
@@ -171,7 +171,7 @@ func portFree(ps PortSpace, addr netip.Addr, port uint16) bool {
 }
 
 // unbindPort releases id's port. Called with cm.mu held.
-func unbindPort(id *ID) {
+func unbindPort(id *cmID) {
 	if !id.portBound {
 		return
 	}
@@ -193,8 +193,8 @@ func unbindPort(id *ID) {
 
 // listenerFor finds the listening ID of a service on agent a for a
 // request to dst. Called with cm.mu held.
-func listenerFor(a *agent, ps PortSpace, port uint16, dst netip.Addr) *ID {
-	var wild *ID
+func listenerFor(a *agent, ps PortSpace, port uint16, dst netip.Addr) *cmID {
+	var wild *cmID
 	for _, id := range cm.ports[portKey{ps, port}] {
 		if id.state != stateListen {
 			continue
@@ -221,7 +221,7 @@ type DeviceList struct {
 	Contexts []*verbs.Context
 
 	mu   sync.Mutex
-	refs []func() // each releases one device; called with cm.mu held
+	refs []func() // each releases one device; called with idMu held
 }
 
 // GetDevices opens every device the connection manager serves, or
@@ -231,31 +231,22 @@ type DeviceList struct {
 func GetDevices() (*DeviceList, error) {
 	l := &DeviceList{}
 	seen := map[*verbs.Device]bool{}
-	cm.mu.Lock()
-	defer cmUnlock()
+	devs := candidates()
+	idMu.Lock()
+	defer idMu.Unlock()
 	var first error
-	for _, dev := range candidates() {
+	for _, dev := range devs {
 		if seen[dev] {
 			continue
 		}
 		seen[dev] = true
-		if backendFor(dev) != nil {
-			k, err := kdeviceFor(dev)
-			if err != nil {
-				first = cmp.Or(first, err)
-				continue
-			}
-			l.Contexts = append(l.Contexts, k.ctx)
-			l.refs = append(l.refs, k.release)
-			continue
-		}
-		a, err := agentFor(dev)
+		k, err := kdeviceFor(dev)
 		if err != nil {
 			first = cmp.Or(first, err)
 			continue
 		}
-		l.Contexts = append(l.Contexts, a.ctx)
-		l.refs = append(l.refs, a.release)
+		l.Contexts = append(l.Contexts, k.ctx)
+		l.refs = append(l.refs, k.release)
 	}
 	if len(l.Contexts) == 0 && first != nil {
 		return nil, first
@@ -270,8 +261,8 @@ func GetDevices() (*DeviceList, error) {
 // and what was made on them are no longer needed. Calling Free twice is
 // harmless.
 func (l *DeviceList) Free() {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	l.freeLocked()
 }
 

@@ -14,30 +14,43 @@ import (
 	"github.com/rdmago/rdmago/verbs"
 )
 
-// The CM's state: every ID, listener, connection and agent. One mutex
-// guards all of it; the connection manager handles a few messages per
-// connection, so a single lock costs nothing and leaves no lock order to
-// get wrong. Events leave through EventChannels, whose own lock is taken
-// under this one and never the other way round.
+// The built-in IB CM's state: its IDs, listeners, connections and
+// agents. One mutex guards all of it; the connection manager handles a
+// few messages per connection, so a single lock costs little and leaves
+// no lock order to get wrong within it. It is never held while a MAD is
+// posted or an event is delivered: both wait in queues for whoever lets
+// go of the lock (cmUnlock).
 var cm struct {
 	mu     sync.Mutex
 	agents map[*verbs.Device]*agent
 	// ports holds the bound IDs of each port space and port.
-	ports map[portKey][]*ID
+	ports map[portKey][]*cmID
 	// pending are the agents with MADs queued to post: whoever lets go
 	// of mu posts them (unlock), so that no lock of the connection
 	// manager is held while a device sends.
 	pending []*agent
+	// events wait for delivery to their IDs' handlers (deliverEvents);
+	// delivering is set while a goroutine delivers them.
+	events     []queuedEvent
+	delivering bool
 }
 
-// cmUnlock lets go of cm.mu, then posts the MADs queued meanwhile.
-// Every holder of cm.mu lets go of it here.
+// cmUnlock lets go of cm.mu, then posts the MADs queued meanwhile, then
+// delivers the events queued meanwhile unless another goroutine delivers
+// them. Whoever queued a MAD or an event under cm.mu lets go of it here;
+// a holder that queued nothing (a getter, called with the ID layer's lock
+// held) may let go with a plain Unlock, and must, for delivering would
+// take that lock again.
 func cmUnlock() {
 	p := cm.pending
 	cm.pending = nil
+	deliver := len(cm.events) > 0 && !cm.delivering
 	cm.mu.Unlock()
 	for _, a := range p {
 		a.drain()
+	}
+	if deliver {
+		deliverEvents()
 	}
 }
 
@@ -84,9 +97,9 @@ type agent struct {
 	sendFree  []int       // free send slots
 	sendQueue []queuedMAD // MADs waiting for a send slot
 	ahs       map[ahKey]*verbs.AH
-	conns     map[uint32]*ID    // by local communication ID
-	remotes   map[remoteKey]*ID // by the peer's communication ID and CA GUID
-	qpns      map[remoteKey]*ID // connected IDs by the peer's QPN and CA GUID
+	conns     map[uint32]*cmID    // by local communication ID
+	remotes   map[remoteKey]*cmID // by the peer's communication ID and CA GUID
+	qpns      map[remoteKey]*cmID // connected IDs by the peer's QPN and CA GUID
 	stats     agentStats
 	issued    uint64        // MADs handed to send
 	finished  uint64        // of those, sent (or dropped)
@@ -196,8 +209,8 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a = &agent{dev: dev, ctx: ctx, ahs: map[ahKey]*verbs.AH{}, conns: map[uint32]*ID{},
-		remotes: map[remoteKey]*ID{}, qpns: map[remoteKey]*ID{}, done: make(chan struct{})}
+	a = &agent{dev: dev, ctx: ctx, ahs: map[ahKey]*verbs.AH{}, conns: map[uint32]*cmID{},
+		remotes: map[remoteKey]*cmID{}, qpns: map[remoteKey]*cmID{}, done: make(chan struct{})}
 	made := a // the failures below return a nil agent
 	defer func() {
 		if err != nil {
@@ -685,14 +698,14 @@ func (a *agent) unreachable(dst netip.Addr, errno syscall.Errno, pkt []byte) {
 		id.c.retr = nil
 		id.toIdle()
 		id.qpToError()
-		id.event(&Event{Type: EventUnreachable, Status: -int(errno)})
+		id.event(BackendEvent{Type: EventUnreachable, Status: -int(errno)})
 	case cmSIDRReqSent:
 		if id.c.retr != nil {
 			id.c.retr.stop()
 		}
 		id.c.retr = nil
 		id.toIdle()
-		id.event(&Event{Type: EventUnreachable, Status: -int(errno)})
+		id.event(BackendEvent{Type: EventUnreachable, Status: -int(errno)})
 	}
 }
 

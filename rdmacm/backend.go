@@ -8,12 +8,20 @@ import (
 	"github.com/rdmago/rdmago/verbs"
 )
 
-// A Backend is a connection manager this package hands an ID to when the
-// ID's device is served by it: the kernel's rdma_cm through librdmacm for
-// rdma-core devices (package rdmacore registers it). The software devices
-// have none; for them this package is the connection manager itself,
-// speaking the IB CM over their QP1. Programs see no difference: the same
-// ID, events and calls.
+// A Backend is a connection manager, which an ID hands itself to once its
+// device is known, and which then carries out each of its calls: the
+// kernel's rdma_cm through librdmacm for rdma-core devices (package
+// rdmacore registers it). A device no registered Backend serves (the
+// software device) gets this package's own IB CM, itself a Backend,
+// speaking the IB CM over the device's QP1. Programs see no difference:
+// the same ID, events and calls.
+//
+// The ID layer never holds a lock of its own while it calls a
+// BackendID's operations (BindAddr through Destroy), and a backend must
+// not hold one of its own while it calls a handler, which takes the ID
+// layer's lock; the getters (Device, LocalAddr, PeerAddr, Route,
+// InitQPAttr, SetHandler and the Set options) may be called with the ID
+// layer's lock held, so they must not wait for a handler.
 //
 // Backends are for providers; programs do not use these interfaces.
 type Backend interface {
@@ -89,10 +97,11 @@ func RegisterBackend(b Backend) {
 	backends.list = append(backends.list, b)
 }
 
-// backendFor returns the backend that serves dev, or nil.
+// backendFor returns the backend that serves dev: a registered one, or
+// the built-in IB CM.
 func backendFor(dev *verbs.Device) Backend {
 	if dev == nil {
-		return nil
+		return builtin
 	}
 	backends.mu.Lock()
 	defer backends.mu.Unlock()
@@ -101,35 +110,42 @@ func backendFor(dev *verbs.Device) Backend {
 			return b
 		}
 	}
-	return nil
+	return builtin
 }
 
 // wildcardBackend returns the backend a wildcard bind of the family of ip
-// goes to: one that serves every device of that family, or nil if any of
-// them is this package's to serve.
+// goes to: one registered backend that serves every device of that
+// family, or else the built-in IB CM, which listens on each device itself.
 func wildcardBackend(ip netip.Addr) Backend {
 	var b Backend
 	for _, d := range candidates() {
-		ok := false
-		for _, a := range deviceAddrs(d) {
-			if a.Is4() == ip.Is4() {
-				ok = true
-			}
-		}
-		if !ok {
+		if !hasFamily(d, ip) {
 			continue
 		}
 		db := backendFor(d)
-		if db == nil || b != nil && db != b {
-			return nil
+		if db == builtin || b != nil && db != b {
+			return builtin
 		}
 		b = db
+	}
+	if b == nil {
+		return builtin
 	}
 	return b
 }
 
-// kdevice is a device context the IDs of a backend share, as librdmacm's
-// IDs share id->verbs.
+// routeBackend returns the backend serving the device the host's route to
+// dst leaves from; the built-in IB CM if there is none.
+func routeBackend(dst netip.Addr) Backend {
+	src, err := routeSource(dst)
+	if err != nil {
+		return builtin
+	}
+	return backendFor(deviceFor(src))
+}
+
+// kdevice is a device context the IDs on a device share, as librdmacm's
+// IDs share id->verbs: what their QPs are made on.
 type kdevice struct {
 	dev  *verbs.Device
 	ctx  *verbs.Context
@@ -137,9 +153,9 @@ type kdevice struct {
 	refs int
 }
 
-var kdevices = map[*verbs.Device]*kdevice{} // guarded by cm.mu
+var kdevices = map[*verbs.Device]*kdevice{} // guarded by idMu
 
-// kdeviceFor opens, or shares, the context of dev. Called with cm.mu held.
+// kdeviceFor opens, or shares, the context of dev. Called with idMu held.
 func kdeviceFor(dev *verbs.Device) (*kdevice, error) {
 	if k := kdevices[dev]; k != nil {
 		k.refs++
@@ -159,7 +175,7 @@ func kdeviceFor(dev *verbs.Device) (*kdevice, error) {
 	return k, nil
 }
 
-// release drops a reference. Called with cm.mu held.
+// release drops a reference. Called with idMu held.
 func (k *kdevice) release() {
 	if k.refs--; k.refs == 0 {
 		delete(kdevices, k.dev)
@@ -168,60 +184,70 @@ func (k *kdevice) release() {
 	}
 }
 
-// kernel returns the ID's backend ID, or nil for an ID this package
-// serves.
-func (id *ID) kernel() BackendID {
-	cm.mu.Lock()
-	defer cmUnlock()
-	return id.k
-}
-
-// startBackend hands the ID to backend b. Called with cm.mu held.
-func (id *ID) startBackend(b Backend) error {
+// newBackendID makes the ID's backend ID on b, with the options set so
+// far. Called without idMu.
+func (id *ID) newBackendID(b Backend) (BackendID, error) {
 	k, err := b.CreateID(id.ps, id.backendEvent)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if id.opts.tos != 0 {
-		k.SetTOS(id.opts.tos)
+	idMu.Lock()
+	o := id.opts
+	idMu.Unlock()
+	if o.tos != 0 {
+		k.SetTOS(o.tos)
 	}
-	if id.opts.reuseAddr {
+	if o.reuseAddr {
 		k.SetReuseAddr(true)
 	}
-	if id.opts.ackTimeout != 0 {
-		k.SetACKTimeout(id.opts.ackTimeout)
+	if o.ackTimeout != 0 {
+		k.SetACKTimeout(o.ackTimeout)
 	}
-	id.k = k
-	return nil
+	if s, ok := k.(cmTimeoutSetter); ok && o.cmSet {
+		s.SetCMTimeouts(o.cmTimeout, o.cmRetries)
+	}
+	return k, nil
 }
 
-// bindDevice attaches the ID to the context of its backend ID's device,
-// once it has one. Called with cm.mu held.
+// bindDevice attaches the ID to the shared context of its backend ID's
+// device, once it has one. Called with idMu held.
 func (id *ID) bindDevice() {
-	if id.kdev != nil {
+	if id.kdev != nil || id.b == nil {
 		return
 	}
-	if dev := id.k.Device(); dev != nil {
+	if dev := id.b.Device(); dev != nil {
 		if kd, err := kdeviceFor(dev); err == nil {
 			id.kdev = kd
 		}
 	}
 }
 
+// releaseDevice lets go of the ID's device context.
+func (id *ID) releaseDevice() {
+	idMu.Lock()
+	defer idMu.Unlock()
+	if id.kdev != nil {
+		id.kdev.release()
+		id.kdev = nil
+	}
+}
+
 // backendEvent turns a backend event into the ID's event.
 func (id *ID) backendEvent(be BackendEvent) {
-	cm.mu.Lock()
-	defer cmUnlock()
-	if id.state == stateDestroying {
+	idMu.Lock()
+	k := id.b
+	if id.state == stateDestroying || k == nil {
+		idMu.Unlock()
 		if be.Child != nil {
+			// A request to a listener being destroyed.
 			be.Child.SetHandler(func(BackendEvent) {})
 			be.Child.Reject(nil)
 			be.Child.Destroy()
 		}
 		return
 	}
+	defer idMu.Unlock()
 	ev := &Event{Type: be.Type, Status: be.Status, Param: be.Param, UD: be.UD}
-	k := id.k
 	switch be.Type {
 	case EventAddrResolved:
 		id.state = stateAddrResolved
@@ -232,16 +258,21 @@ func (id *ID) backendEvent(be BackendEvent) {
 		id.route = k.Route()
 	case EventConnectRequest:
 		child := &ID{ps: id.ps, ch: id.ch, sync: id.sync, context: id.context, state: stateConnect,
-			qpType: id.qpType, parent: id, opts: id.opts, k: be.Child}
+			qpType: id.qpType, opts: id.opts, b: be.Child}
+		if be.UD.AHAttr.IsGlobal {
+			child.qpType = verbs.QPTUD // a SIDR request
+		}
 		be.Child.SetHandler(child.backendEvent)
 		child.local, child.peer, child.route = be.Child.LocalAddr(), be.Child.PeerAddr(), be.Child.Route()
 		child.bindDevice()
 		id.ch.ids++
 		id.ch.push(&Event{Type: EventConnectRequest, ID: child, ListenID: id, Param: be.Param, UD: be.UD})
 		return
+	case EventConnectResponse:
+		id.route = k.Route()
 	case EventEstablished:
 		id.state = stateConnect
-		id.peer = k.PeerAddr()
+		id.peer, id.route = k.PeerAddr(), k.Route()
 	case EventDisconnected:
 		id.state = stateDisconnect
 	case EventMulticastJoin, EventMulticastError:
@@ -250,66 +281,11 @@ func (id *ID) backendEvent(be BackendEvent) {
 	id.event(ev)
 }
 
-// The ID's calls on a backend.
-
-func (id *ID) kbind(b Backend, dev *verbs.Device, addr netip.AddrPort) error {
-	if err := id.startBackend(b); err != nil {
-		return err
-	}
-	if err := id.k.BindAddr(addr); err != nil {
-		id.k.Destroy()
-		id.k = nil
-		return err
-	}
-	id.local = id.k.LocalAddr()
-	id.state = stateAddrBound
-	if dev != nil {
-		id.bindDevice()
-	}
-	return nil
-}
-
-func (id *ID) kdestroy(k BackendID) {
-	cm.mu.Lock()
-	for _, ev := range id.destroyLocked() {
-		if child := ev.ID; child != nil && child != id && child.state != stateDestroying {
-			child.destroyLocked()
-			if child.k != nil {
-				child.k.Reject(nil)
-				child.k.Destroy()
-			}
-			if child.kdev != nil {
-				child.kdev.release()
-				child.kdev = nil
-			}
-		}
-	}
-	cmUnlock()
-	id.leaveAll()
-	id.freeQP()
-	id.DestroySRQ()
-	k.Destroy()
-	cm.mu.Lock()
-	if id.kdev != nil {
-		id.kdev.release()
-		id.kdev = nil
-	}
-	cmUnlock()
-}
-
+// kwait waits, on a synchronous ID, for the outcome of a backend call
+// that err says was made.
 func (id *ID) kwait(op string, err error, want EventType) error {
 	if err != nil {
 		return err
 	}
 	return id.wait(op, want)
-}
-
-// routeBackend returns the backend serving the device the host's route to
-// dst leaves from, or nil.
-func routeBackend(dst netip.Addr) Backend {
-	src, err := routeSource(dst)
-	if err != nil {
-		return nil
-	}
-	return backendFor(deviceFor(src))
 }

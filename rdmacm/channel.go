@@ -16,7 +16,7 @@ type EventChannel struct {
 	ready  chan struct{} // has a value while the queue is not empty
 	done   chan struct{} // closed by Close
 	closed bool
-	ids    int // IDs using the channel; guarded by cm.mu
+	ids    int // IDs using the channel; guarded by idMu
 }
 
 // CreateEventChannel opens an event channel (rdma_create_event_channel).
@@ -128,8 +128,8 @@ func (ch *EventChannel) take(id *ID) []*Event {
 // ID created on it must be destroyed (or migrated away) first: Close
 // fails with ErrBusy otherwise. A GetEvent blocked on the channel returns.
 func (ch *EventChannel) Close() error {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	if ch.ids > 0 {
 		return verbs.Errorf("rdma_destroy_event_channel", verbs.ErrBusy, "IDs still use the channel")
 	}

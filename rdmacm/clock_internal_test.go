@@ -136,6 +136,7 @@ func TestMRAWinsOverAFiredRetransmitTimer(t *testing.T) {
 	id, ch := connecting(t, n, 7601, 5, sent)
 
 	d, _ := clk.pending()
+	k := ibcmOf(id)
 	cm.mu.Lock()
 	fired := make(chan int)
 	go func() { fired <- clk.advance(d) }() // the timer's function waits for cm.mu
@@ -146,7 +147,7 @@ func TestMRAWinsOverAFiredRetransmitTimer(t *testing.T) {
 		runtime.Gosched()
 	}
 	// The peer's MRA (service timeout 20: about 4 s) arrives now.
-	id.agent.handleMRA(&inMAD{src: n.srv}, &mad.MRA{LocalCommID: 99, RemoteCommID: id.c.localID, MessageMRAed: mad.MsgCodeREQ, ServiceTimeout: 20})
+	k.agent.handleMRA(&inMAD{src: n.srv}, &mad.MRA{LocalCommID: 99, RemoteCommID: k.c.localID, MessageMRAed: mad.MsgCodeREQ, ServiceTimeout: 20})
 	cmUnlock()
 	if <-fired != 1 {
 		t.Fatal("the retransmit timer did not fire")

@@ -64,16 +64,15 @@ type conn struct {
 	pathMTU   verbs.MTU
 
 	timewait     stopper
-	counted      bool   // counted in the listener's pending requests
-	reqEvent     *Event // GetRequest's CONNECT_REQUEST event
-	lingering    bool   // destroyed by the user, kept until timewait ends
-	disconnected bool   // DISCONNECTED was delivered
+	counted      bool // counted in the listener's pending requests
+	lingering    bool // destroyed by the user, kept until timewait ends
+	disconnected bool // DISCONNECTED was delivered
 	ud           UDParam
 }
 
 // register enters the connection in its agent's tables. Called with cm.mu
 // held.
-func (id *ID) register() {
+func (id *cmID) register() {
 	a := id.agent
 	id.c.registered = true
 	a.conns[id.c.localID] = id
@@ -84,7 +83,7 @@ func (id *ID) register() {
 
 // unregister removes the connection from its agent's tables and stops its
 // timers. Called with cm.mu held.
-func (id *ID) unregister() {
+func (id *cmID) unregister() {
 	c := &id.c
 	c.retr.stop()
 	c.retr = nil
@@ -110,7 +109,7 @@ func (id *ID) unregister() {
 
 // dropAgent lets go of the ID's agent unless its connection lingers.
 // Called with cm.mu held.
-func (id *ID) dropAgent() {
+func (id *cmID) dropAgent() {
 	if id.c.lingering || id.agent == nil {
 		return
 	}
@@ -121,7 +120,7 @@ func (id *ID) dropAgent() {
 
 // abandon ends the connection of an ID being destroyed as the ib_cm does
 // when its cm_id is destroyed. Called with cm.mu held.
-func (id *ID) abandon() {
+func (id *cmID) abandon() {
 	c := &id.c
 	switch c.state {
 	case cmReqSent, cmMRAReqRcvd:
@@ -151,7 +150,7 @@ func (id *ID) abandon() {
 }
 
 // toIdle ends the connection's CM state. Called with cm.mu held.
-func (id *ID) toIdle() {
+func (id *cmID) toIdle() {
 	id.unregister()
 	id.c.state = cmIdle
 }
@@ -166,34 +165,17 @@ func peerTimeout(ackTimeout, responseTimeout uint8) time.Duration {
 
 // ---- Active side ----
 
-// Connect starts connecting to the resolved peer (rdma_connect). For the
-// TCP and IB port spaces it sends a REQ; ESTABLISHED follows when the peer
-// accepts (the CM moves the ID's QP to RTR and RTS and answers with RTU),
-// REJECTED when it refuses, UNREACHABLE when it does not answer. Without a
-// QP of the ID's own, CONNECT_RESPONSE comes instead, and the caller moves
-// its QP (InitQPAttr) and calls Establish. For the UDP port space it sends
-// a SIDR_REQ; ESTABLISHED carries the peer's QP number and Q_Key. A nil p
-// asks for the device's limits, 7 retries and infinite RNR retries. A
-// synchronous ID waits for the outcome.
-func (id *ID) Connect(p *ConnParam) error {
+// Connect implements BackendID: for a connected QP it sends a REQ, for a
+// datagram one (the UDP port space, or a UD QP) a SIDR_REQ.
+func (id *cmID) Connect(p *ConnParam) error {
 	const op = "rdma_connect"
-	if k := id.kernel(); k != nil {
-		cm.mu.Lock()
-		want := EventEstablished
-		if id.qp == nil && id.ps != PSUDP {
-			want = EventConnectResponse
-		}
-		cmUnlock()
-		return id.kwait(op, k.Connect(p), want)
-	}
 	cm.mu.Lock()
+	defer cmUnlock()
 	if id.state != stateRouteResolved {
-		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the route is not resolved")
 	}
 	param, err := id.connParam(p)
 	if err != nil {
-		cmUnlock()
 		return err
 	}
 	if id.ps == PSUDP || id.qpType == verbs.QPTUD {
@@ -202,20 +184,14 @@ func (id *ID) Connect(p *ConnParam) error {
 		err = id.sendREQ(param)
 	}
 	if err != nil {
-		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, err.Error())
 	}
 	id.state = stateConnect
-	want := EventEstablished
-	if id.qp == nil && id.ps != PSUDP {
-		want = EventConnectResponse
-	}
-	cmUnlock()
-	return id.wait(op, want)
+	return nil
 }
 
 // connParam fills in the defaults of p. Called with cm.mu held.
-func (id *ID) connParam(p *ConnParam) (ConnParam, error) {
+func (id *cmID) connParam(p *ConnParam) (ConnParam, error) {
 	var out ConnParam
 	if p != nil {
 		out = *p
@@ -237,7 +213,7 @@ func (id *ID) connParam(p *ConnParam) (ConnParam, error) {
 }
 
 // sendREQ builds and sends the REQ of a connection. Called with cm.mu held.
-func (id *ID) sendREQ(p ConnParam) error {
+func (id *cmID) sendREQ(p ConnParam) error {
 	a, c := id.agent, &id.c
 	var user []byte
 	if len(p.PrivateData) > mad.REQUserPrivateDataLen {
@@ -314,11 +290,11 @@ func flowLabel(qpn, commID uint32) uint32 {
 }
 
 // reqTimedOut: the REQ went unanswered (IB_CM_REQ_ERROR).
-func (id *ID) reqTimedOut() {
+func (id *cmID) reqTimedOut() {
 	id.c.retr = nil
 	id.toIdle()
 	id.qpToError()
-	id.event(&Event{Type: EventUnreachable, Status: -int(verbs.ErrTimedOut)})
+	id.event(BackendEvent{Type: EventUnreachable, Status: -int(verbs.ErrTimedOut)})
 }
 
 func (a *agent) handleMRA(in *inMAD, m *mad.MRA) {
@@ -367,7 +343,7 @@ func (a *agent) handleREP(in *inMAD, m *mad.REP) {
 		id.toIdle()
 		// Reported as the REJ this side sent: reason 10, stale
 		// connection (an ICMP port unreachable is ECONNREFUSED).
-		id.event(&Event{Type: EventRejected, Status: int(mad.RejectStaleConn)})
+		id.event(BackendEvent{Type: EventRejected, Status: int(mad.RejectStaleConn)})
 		return
 	}
 	c.retr.stop()
@@ -385,34 +361,30 @@ func (a *agent) handleREP(in *inMAD, m *mad.REP) {
 	c.state = cmRepRcvd
 	if id.qp == nil {
 		// The user moves the QP and calls Establish.
-		id.event(&Event{Type: EventConnectResponse, Param: param})
+		id.event(BackendEvent{Type: EventConnectResponse, Param: param})
 		return
 	}
 	if err := id.qpToRTS(); err != nil {
 		id.sendREJ(mad.RejectConsumerDefined, mad.MsgCodeREP, nil)
 		id.toIdle()
-		id.event(&Event{Type: EventConnectError, Status: -int(verbs.ErrInvalidArgument)})
+		id.event(BackendEvent{Type: EventConnectError, Status: -int(verbs.ErrInvalidArgument)})
 		return
 	}
 	id.sendRTU()
-	id.event(&Event{Type: EventEstablished, Param: param})
+	id.event(BackendEvent{Type: EventEstablished, Param: param})
 }
 
 // sendRTU sends the RTU that completes the handshake. Called with cm.mu
 // held.
-func (id *ID) sendRTU() {
+func (id *cmID) sendRTU() {
 	c := &id.c
 	c.last = marshal(c.tid, &mad.RTU{LocalCommID: c.localID, RemoteCommID: c.remoteID})
 	id.agent.send(c.last, c.peerGID, c.sgid)
 	c.state = cmEstablished
 }
 
-// Establish completes a connection whose QP the user moves (rdma_establish):
-// after CONNECT_RESPONSE and moving the QP to RTS, it sends the RTU.
-func (id *ID) Establish() error {
-	if k := id.kernel(); k != nil {
-		return k.Establish()
-	}
+// Establish implements BackendID: it sends the RTU.
+func (id *cmID) Establish() error {
 	cm.mu.Lock()
 	defer cmUnlock()
 	if id.c.state != cmRepRcvd {
@@ -423,7 +395,7 @@ func (id *ID) Establish() error {
 }
 
 func (a *agent) handleREJ(in *inMAD, m *mad.REJ) {
-	var id *ID
+	var id *cmID
 	if m.RemoteCommID != 0 {
 		id = a.conns[m.RemoteCommID]
 	} else {
@@ -452,14 +424,14 @@ func (a *agent) handleREJ(in *inMAD, m *mad.REJ) {
 		id.countDone()
 		id.toIdle()
 		id.qpToError()
-		id.event(&Event{Type: EventRejected, Status: int(m.Reason), Param: param})
+		id.event(BackendEvent{Type: EventRejected, Status: int(m.Reason), Param: param})
 	case cmEstablished, cmDreqSent, cmDreqRcvd:
 		// The peer gave up on the connection (a stale one, say): as
 		// Linux's cma, report REJECTED with its reason.
 		id.qpToError()
 		id.enterTimewait()
 		id.c.disconnected = true
-		id.event(&Event{Type: EventRejected, Status: int(m.Reason), Param: param})
+		id.event(BackendEvent{Type: EventRejected, Status: int(m.Reason), Param: param})
 	}
 }
 
@@ -499,7 +471,7 @@ func (a *agent) handleREQ(in *inMAD, m *mad.REQ) {
 	ps, port, ok := m.ServiceID.Split()
 	var hdr mad.CMAHeader
 	var user []byte
-	var lis *ID
+	var lis *cmID
 	if ok {
 		dst := m.Primary.RemoteGID.Addr()
 		if PortSpace(ps) != PSIB {
@@ -522,13 +494,11 @@ func (a *agent) handleREQ(in *inMAD, m *mad.REQ) {
 		a.stats.Dropped++ // the peer resends
 		return
 	}
-	// A new ID for the request, on the listener's channel.
-	child := &ID{ps: lis.ps, ch: lis.ch, sync: lis.sync, context: lis.context, state: stateConnect,
-		qpType: verbs.QPTRC, parent: lis, opts: lis.opts}
+	// A new ID for the request, handed to the listener's handler.
+	child := &cmID{ps: lis.ps, state: stateConnect, qpType: verbs.QPTRC, parent: lis, opts: lis.opts}
 	if m.TransportServiceType == mad.TransportUC {
 		child.qpType = verbs.QPTUC
 	}
-	lis.ch.ids++
 	a.refs++
 	child.agent = a
 	src := m.Primary.LocalGID.Addr()
@@ -561,44 +531,30 @@ func (a *agent) handleREQ(in *inMAD, m *mad.REQ) {
 		ResponderResources: m.InitiatorDepth, InitiatorDepth: m.ResponderResources,
 		FlowControl: b2u8(m.EndToEndFlowControl), RetryCount: m.RetryCount, RNRRetryCount: m.RNRRetryCount,
 		SRQ: b2u8(m.SRQ), QPNum: m.LocalQPN}
-	ev := &Event{Type: EventConnectRequest, ID: child, ListenID: lis, Param: param}
-	lis.ch.push(ev)
+	lis.event(BackendEvent{Type: EventConnectRequest, Param: param, Child: child})
 }
 
 // sendMRA asks the peer to wait for our answer to its REQ. Called with
 // cm.mu held.
-func (id *ID) sendMRA() {
+func (id *cmID) sendMRA() {
 	c := &id.c
 	// Service timeout 24: about 69 s, as Linux's rdma_cm asks.
 	c.last = marshal(c.tid, &mad.MRA{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageMRAed: mad.MsgCodeREQ, ServiceTimeout: 24})
 	id.agent.answer(c.last, c.peerGID, c.sgid) // if dropped, the next duplicate sends it
 }
 
-// Accept accepts a connection request (rdma_accept): for a connected port
-// space it moves the ID's QP to RTR and RTS and sends the REP, and
-// ESTABLISHED follows the peer's RTU; for the UDP port space it answers
-// the SIDR_REQ with the QP's number. A nil p takes the peer's resources
-// and 7 RNR retries. A synchronous ID waits for ESTABLISHED.
-func (id *ID) Accept(p *ConnParam) error {
+// Accept implements BackendID: for a connection it moves the ID's QP to
+// RTR and RTS and sends the REP, and ESTABLISHED follows the peer's RTU;
+// for a SIDR_REQ it answers with the QP's number, and no event follows.
+func (id *cmID) Accept(p *ConnParam) error {
 	const op = "rdma_accept"
-	if k := id.kernel(); k != nil {
-		cm.mu.Lock()
-		id.countDone()
-		cmUnlock()
-		if id.ps == PSUDP {
-			return k.Accept(p) // the SIDR_REP ends it: no ESTABLISHED here
-		}
-		return id.kwait(op, k.Accept(p), EventEstablished)
-	}
 	cm.mu.Lock()
+	defer cmUnlock()
 	c := &id.c
 	if c.state == cmSIDRReqRcvd {
-		err := id.acceptSIDR(p)
-		cmUnlock()
-		return err
+		return id.acceptSIDR(p)
 	}
 	if c.state != cmReqRcvd && c.state != cmMRAReqSent {
-		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "no connection request to accept")
 	}
 	var param ConnParam
@@ -608,21 +564,18 @@ func (id *ID) Accept(p *ConnParam) error {
 		param = ConnParam{ResponderResources: c.peerInitDepth, InitiatorDepth: c.peerRespRes, RNRRetryCount: 7}
 	}
 	if len(param.PrivateData) > mad.REPPrivateDataLen {
-		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, errf("private data of %d bytes: a REP carries at most %d", len(param.PrivateData), mad.REPPrivateDataLen).Error())
 	}
 	qpn, srq := param.QPNum, param.SRQ != 0
 	if id.qp != nil {
 		qpn, srq = id.qp.Num(), id.qp.SRQ() != nil
 	} else if qpn == 0 {
-		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID has no QP and ConnParam.QPNum is 0")
 	}
 	c.respRes = min(param.ResponderResources, 255)
 	c.initDepth = min(param.InitiatorDepth, c.peerRespRes)
 	if id.qp != nil {
 		if err := id.qpToRTS(); err != nil {
-			cmUnlock()
 			return err
 		}
 	}
@@ -644,13 +597,12 @@ func (id *ID) Accept(p *ConnParam) error {
 	id.countDone()
 	id.agent.qpns[remoteKey{c.remoteQPN, c.remoteGUID}] = id
 	c.retr = id.agent.startRetrier(marshal(c.tid, rep), c.peerGID, c.sgid, c.timeout, c.retries, id.repTimedOut)
-	cmUnlock()
-	return id.wait(op, EventEstablished)
+	return nil
 }
 
 // countDone takes a request off its listener's backlog. Called with cm.mu
 // held.
-func (id *ID) countDone() {
+func (id *cmID) countDone() {
 	if id.c.counted && id.parent != nil {
 		id.parent.pending--
 	}
@@ -658,11 +610,11 @@ func (id *ID) countDone() {
 }
 
 // repTimedOut: no RTU came (IB_CM_REP_ERROR).
-func (id *ID) repTimedOut() {
+func (id *cmID) repTimedOut() {
 	id.c.retr = nil
 	id.toIdle()
 	id.qpToError()
-	id.event(&Event{Type: EventUnreachable, Status: -int(verbs.ErrTimedOut)})
+	id.event(BackendEvent{Type: EventUnreachable, Status: -int(verbs.ErrTimedOut)})
 }
 
 func (a *agent) handleRTU(in *inMAD, m *mad.RTU) {
@@ -673,17 +625,13 @@ func (a *agent) handleRTU(in *inMAD, m *mad.RTU) {
 	id.c.retr.stop()
 	id.c.retr = nil
 	id.c.state = cmEstablished
-	id.event(&Event{Type: EventEstablished, Param: ConnParam{PrivateData: append([]byte(nil), m.PrivateData[:]...)}})
+	id.event(BackendEvent{Type: EventEstablished, Param: ConnParam{PrivateData: append([]byte(nil), m.PrivateData[:]...)}})
 }
 
-// Reject refuses a connection request (rdma_reject) with a REJ of reason
-// "consumer defined" (28) carrying up to 148 bytes of private data, or for
-// the UDP port space a SIDR_REP with status "rejected".
-func (id *ID) Reject(privateData []byte) error {
+// Reject implements BackendID: a REJ of reason "consumer defined" (28),
+// or for a SIDR_REQ a SIDR_REP with status "rejected".
+func (id *cmID) Reject(privateData []byte) error {
 	const op = "rdma_reject"
-	if k := id.kernel(); k != nil {
-		return k.Reject(privateData)
-	}
 	cm.mu.Lock()
 	defer cmUnlock()
 	c := &id.c
@@ -710,7 +658,7 @@ func (id *ID) Reject(privateData []byte) error {
 }
 
 // sendREJ sends a REJ for the connection. Called with cm.mu held.
-func (id *ID) sendREJ(reason mad.RejectReason, msg mad.MsgCode, pdata []byte) {
+func (id *cmID) sendREJ(reason mad.RejectReason, msg mad.MsgCode, pdata []byte) {
 	c := &id.c
 	rej := &mad.REJ{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageRejected: msg, Reason: reason}
 	if reason == mad.RejectTimeout {
@@ -727,15 +675,10 @@ func (id *ID) sendREJ(reason mad.RejectReason, msg mad.MsgCode, pdata []byte) {
 
 // ---- Disconnection ----
 
-// Disconnect closes the connection (rdma_disconnect): it moves the QP to
-// the error state, flushing its work requests, and sends a DREQ, or the
-// DREP if the peer disconnected first. DISCONNECTED follows on both sides
-// (at once here when answering the peer, otherwise on the peer's DREP or
-// when the DREQ goes unanswered), and TIMEWAIT_EXIT after the timewait.
-func (id *ID) Disconnect() error {
-	if k := id.kernel(); k != nil {
-		return k.Disconnect()
-	}
+// Disconnect implements BackendID: it moves the QP to the error state and
+// sends a DREQ, or the DREP if the peer disconnected first, and waits, at
+// most flushTimeout, for it to leave.
+func (id *cmID) Disconnect() error {
 	cm.mu.Lock()
 	err := id.disconnect()
 	a, issued := id.agent, uint64(0)
@@ -750,7 +693,7 @@ func (id *ID) Disconnect() error {
 }
 
 // disconnect is Disconnect with cm.mu held.
-func (id *ID) disconnect() error {
+func (id *cmID) disconnect() error {
 	const op = "rdma_disconnect"
 	c := &id.c
 	switch c.state {
@@ -774,7 +717,7 @@ func (id *ID) disconnect() error {
 }
 
 // sendDREQ starts the disconnection. Called with cm.mu held.
-func (id *ID) sendDREQ(pdata []byte) {
+func (id *cmID) sendDREQ(pdata []byte) {
 	c := &id.c
 	c.retr.stop()
 	m := &mad.DREQ{LocalCommID: c.localID, RemoteCommID: c.remoteID, RemoteQPN: c.remoteQPN}
@@ -784,7 +727,7 @@ func (id *ID) sendDREQ(pdata []byte) {
 }
 
 // dreqTimedOut: the peer never answered the DREQ (IB_CM_DREQ_ERROR).
-func (id *ID) dreqTimedOut() {
+func (id *cmID) dreqTimedOut() {
 	id.c.retr = nil
 	id.enterTimewait()
 	id.disconnectedEvent(-int(verbs.ErrTimedOut))
@@ -792,7 +735,7 @@ func (id *ID) dreqTimedOut() {
 
 // sendDREP answers the peer's DREQ and enters the timewait. Called with
 // cm.mu held.
-func (id *ID) sendDREP(pdata []byte) {
+func (id *cmID) sendDREP(pdata []byte) {
 	c := &id.c
 	m := &mad.DREP{LocalCommID: c.localID, RemoteCommID: c.remoteID}
 	copy(m.PrivateData[:], pdata)
@@ -801,7 +744,7 @@ func (id *ID) sendDREP(pdata []byte) {
 }
 
 // disconnectedEvent delivers DISCONNECTED once.
-func (id *ID) disconnectedEvent(status int) {
+func (id *cmID) disconnectedEvent(status int) {
 	if id.c.disconnected {
 		return
 	}
@@ -809,13 +752,13 @@ func (id *ID) disconnectedEvent(status int) {
 	if id.state == stateConnect {
 		id.state = stateDisconnect
 	}
-	id.event(&Event{Type: EventDisconnected, Status: status})
+	id.event(BackendEvent{Type: EventDisconnected, Status: status})
 }
 
 // enterTimewait keeps the connection's identifiers reserved for a while so
 // that late packets of it are not taken for a new connection's, then lets
 // it go (TIMEWAIT_EXIT). Called with cm.mu held.
-func (id *ID) enterTimewait() {
+func (id *cmID) enterTimewait() {
 	c := &id.c
 	c.retr.stop()
 	c.retr = nil
@@ -840,7 +783,7 @@ func (id *ID) enterTimewait() {
 			id.dropAgent()
 			return
 		}
-		id.event(&Event{Type: EventTimewaitExit})
+		id.event(BackendEvent{Type: EventTimewaitExit})
 	})
 }
 

@@ -62,12 +62,14 @@
 //
 // # Devices with a connection manager of their own
 //
-// On rdma-core devices (package rdmacore, built with -tags rdmacore) the
-// kernel owns QP1 and runs rdma_cm itself. There an ID is a kernel
-// rdma_cm ID driven through librdmacm (see Backend): the same calls and
-// events, the kernel's messages on the wire. Which one serves an ID
-// follows from its device, known once it is bound or its address is
-// resolved.
+// An ID's calls are carried out by a connection manager, a Backend. On
+// the software device, and any device whose provider registered none,
+// it is this package's own IB CM, which runs on the device's QP1. On
+// rdma-core devices (package rdmacore, built with -tags rdmacore) the
+// kernel owns QP1 and runs rdma_cm itself: there an ID is a kernel
+// rdma_cm ID driven through librdmacm, with the same calls and events
+// and the kernel's messages on the wire. Which one serves an ID follows
+// from its device, known once it is bound or its address is resolved.
 //
 // # C to Go
 //

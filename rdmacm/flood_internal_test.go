@@ -74,8 +74,9 @@ func TestFloodOfAnsweredMessagesQueuesBoundedAnswers(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			k := ibcmOf(lis)
 			cm.mu.Lock()
-			a := lis.agent
+			a := k.agent
 			// The first copy of the duplicated request makes the
 			// pending one.
 			a.handleREQ(&inMAD{hdr: mad.Header{TransactionID: 1}, src: peer}, req(0, service))
@@ -85,7 +86,7 @@ func TestFloodOfAnsweredMessagesQueuesBoundedAnswers(t *testing.T) {
 				maxQueued = max(maxQueued, len(a.sendQueue))
 			}
 			dropped := a.stats.Dropped
-			pending := lis.pending
+			pending := k.pending
 			cmUnlock()
 			if maxQueued > maxQueuedAnswers {
 				t.Errorf("%d MADs queued for a send slot after %d answered messages, want at most %d", maxQueued, flood, maxQueuedAnswers)
@@ -154,13 +155,14 @@ func TestListenBacklogIsCappedAtMaxBacklog(t *testing.T) {
 				t.Fatal(err)
 			}
 			sent := tc.want + 50
+			k := ibcmOf(lis)
 			cm.mu.Lock()
-			a := lis.agent
+			a := k.agent
 			dropped := a.stats.Dropped
 			for i := range sent {
 				a.handleREQ(&inMAD{hdr: mad.Header{TransactionID: uint64(i + 1)}, src: peer}, floodREQ(t, local, peer, i, service))
 			}
-			pending, held := lis.pending, len(a.remotes)
+			pending, held := k.pending, len(a.remotes)
 			dropped = a.stats.Dropped - dropped
 			cmUnlock()
 			if pending != tc.want || held != tc.want {

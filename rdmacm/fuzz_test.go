@@ -78,8 +78,9 @@ func FuzzAgentReceive(f *testing.F) {
 			break
 		}
 	}
+	lk := ibcmOf(lis)
 	cm.mu.Lock()
-	srvAgent := lis.agent
+	srvAgent := lk.agent
 	cmUnlock()
 
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -87,8 +88,9 @@ func FuzzAgentReceive(f *testing.F) {
 			return
 		}
 		flags, m := data[0], append([]byte(nil), data[1:]...)
+		k := ibcmOf(cli)
 		cm.mu.Lock()
-		c := cli.c
+		c := k.c
 		cmUnlock()
 		if len(m) >= mad.HeaderLen+8 {
 			if flags&1 != 0 {

@@ -3,9 +3,9 @@ package rdmacm
 import (
 	"context"
 	"net/netip"
+	"sync"
 	"time"
 
-	"github.com/rdmago/rdmago/rdmacm/mad"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -35,26 +35,18 @@ const (
 type ID struct {
 	ps PortSpace
 
-	// Guarded by cm.mu.
-	ch        *EventChannel
-	sync      bool
-	context   any
-	state     idState
-	agent     *agent   // the device's connection manager
-	agents    []*agent // a wildcard listener's agents, one per device
-	claims    []func() // a listener's service claims on shared devices, to release
-	local     netip.AddrPort
-	peer      netip.AddrPort
-	portBound bool
-	route     Route
-	opts      options
-
-	// Listening.
-	backlog int
-	pending int // requests not yet accepted or rejected
-	parent  *ID // a request's listening ID
-	epAttr  *verbs.QPInitAttr
-	epPD    *verbs.PD
+	// Guarded by idMu.
+	ch       *EventChannel
+	sync     bool
+	context  any
+	state    idState
+	local    netip.AddrPort
+	peer     netip.AddrPort
+	route    Route
+	opts     options
+	epAttr   *verbs.QPInitAttr // what GetRequest makes its requests' QPs with
+	epPD     *verbs.PD
+	reqEvent *Event // GetRequest's CONNECT_REQUEST event
 
 	// The ID's QP and what CreateQP made for it.
 	qp       *verbs.QP
@@ -69,13 +61,19 @@ type ID struct {
 	qpType   verbs.QPType
 	lastWait *Event // the event a synchronous call ended on
 
-	c conn // the IB CM connection
-
-	// The ID's backend ID, when a backend serves its device (see
-	// Backend), and the device context it shares.
-	k    BackendID
+	// b is the connection manager serving the ID, from when it is bound
+	// or its address resolved: the Backend registered for its device,
+	// or the built-in IB CM (ibcm.go). kdev is the device context the
+	// IDs on that device share.
+	b    BackendID
 	kdev *kdevice
 }
+
+// idMu guards the IDs, their channels' ID counts and the shared device
+// contexts. It is never held while an ID calls an operation of its
+// backend (which may deliver events, and so take idMu); it may be held
+// while it calls a backend's getters.
+var idMu sync.Mutex
 
 // options are the settable per-ID options (rdma_set_option and the Go
 // extensions).
@@ -129,8 +127,8 @@ func CreateID(ch *EventChannel, context any, ps PortSpace) (*ID, error) {
 	default:
 		id.qpType = verbs.QPTRC
 	}
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	if ch == nil {
 		ch = newChannel()
 		id.sync = true
@@ -149,15 +147,15 @@ func CreateID(ch *EventChannel, context any, ps PortSpace) (*ID, error) {
 
 // Context returns the user's value given to CreateID (id->context).
 func (id *ID) Context() any {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	return id.context
 }
 
 // SetContext replaces the user's value (assigning id->context).
 func (id *ID) SetContext(v any) {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	id.context = v
 }
 
@@ -167,36 +165,30 @@ func (id *ID) PortSpace() PortSpace { return id.ps }
 // Verbs returns the device context the ID is bound to (id->verbs), or nil
 // before it is bound or resolved. All IDs on a device share it.
 func (id *ID) Verbs() *verbs.Context {
-	cm.mu.Lock()
-	defer cmUnlock()
-	if id.kdev != nil {
-		return id.kdev.ctx
-	}
-	if id.agent == nil {
+	idMu.Lock()
+	defer idMu.Unlock()
+	if id.kdev == nil {
 		return nil
 	}
-	return id.agent.ctx
+	return id.kdev.ctx
 }
 
 // Device returns the device the ID is bound to, or nil.
 func (id *ID) Device() *verbs.Device {
-	cm.mu.Lock()
-	defer cmUnlock()
-	if id.kdev != nil {
-		return id.kdev.dev
-	}
-	if id.agent == nil {
+	idMu.Lock()
+	defer idMu.Unlock()
+	if id.kdev == nil {
 		return nil
 	}
-	return id.agent.dev
+	return id.kdev.dev
 }
 
 // PortNum returns the device port the ID uses (id->port_num): 1 once
 // bound, 0 before.
 func (id *ID) PortNum() uint8 {
-	cm.mu.Lock()
-	defer cmUnlock()
-	if id.agent == nil && id.kdev == nil {
+	idMu.Lock()
+	defer idMu.Unlock()
+	if id.kdev == nil {
 		return 0
 	}
 	return 1
@@ -205,8 +197,8 @@ func (id *ID) PortNum() uint8 {
 // Channel returns the ID's event channel (id->channel); nil for a
 // synchronous ID, and once the ID is destroyed.
 func (id *ID) Channel() *EventChannel {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	if id.sync {
 		return nil
 	}
@@ -216,62 +208,62 @@ func (id *ID) Channel() *EventChannel {
 // LocalAddr returns the ID's local address and port (rdma_get_local_addr,
 // rdma_get_src_port).
 func (id *ID) LocalAddr() netip.AddrPort {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	return id.local
 }
 
 // PeerAddr returns the peer's address and port (rdma_get_peer_addr,
 // rdma_get_dst_port).
 func (id *ID) PeerAddr() netip.AddrPort {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	return id.peer
 }
 
 // Route returns the resolved route (id->route).
 func (id *ID) Route() Route {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	return id.route
 }
 
 // QP returns the ID's QP (id->qp), or nil.
-func (id *ID) QP() *verbs.QP { cm.mu.Lock(); defer cmUnlock(); return id.qp }
+func (id *ID) QP() *verbs.QP { idMu.Lock(); defer idMu.Unlock(); return id.qp }
 
 // PD returns the protection domain of the ID's QP (id->pd), or nil.
-func (id *ID) PD() *verbs.PD { cm.mu.Lock(); defer cmUnlock(); return id.pd }
+func (id *ID) PD() *verbs.PD { idMu.Lock(); defer idMu.Unlock(); return id.pd }
 
 // SendCQ returns the CQ of the QP's send queue (id->send_cq).
-func (id *ID) SendCQ() *verbs.CQ { cm.mu.Lock(); defer cmUnlock(); return id.sendCQ }
+func (id *ID) SendCQ() *verbs.CQ { idMu.Lock(); defer idMu.Unlock(); return id.sendCQ }
 
 // RecvCQ returns the CQ of the QP's receive queue (id->recv_cq).
-func (id *ID) RecvCQ() *verbs.CQ { cm.mu.Lock(); defer cmUnlock(); return id.recvCQ }
+func (id *ID) RecvCQ() *verbs.CQ { idMu.Lock(); defer idMu.Unlock(); return id.recvCQ }
 
 // SendCompChannel returns the completion channel of the CQ CreateQP made
 // for sends (id->send_cq_channel), or nil if the user gave the CQ.
 func (id *ID) SendCompChannel() *verbs.CompChannel {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	return id.sendCh
 }
 
 // RecvCompChannel returns the completion channel of the CQ CreateQP made
 // for receives (id->recv_cq_channel), or nil if the user gave the CQ.
 func (id *ID) RecvCompChannel() *verbs.CompChannel {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	return id.recvCh
 }
 
 // SetTOS sets the IP type of service of the ID's connections
 // (rdma_set_option RDMA_OPTION_ID_TOS), before the route is resolved.
 func (id *ID) SetTOS(tos uint8) error {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	id.opts.tos = tos
-	if id.k != nil {
-		return id.k.SetTOS(tos)
+	if id.b != nil {
+		return id.b.SetTOS(tos)
 	}
 	return nil
 }
@@ -279,11 +271,11 @@ func (id *ID) SetTOS(tos uint8) error {
 // SetReuseAddr lets the ID bind a port other IDs have bound
 // (rdma_set_option RDMA_OPTION_ID_REUSEADDR).
 func (id *ID) SetReuseAddr(on bool) error {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	id.opts.reuseAddr = on
-	if id.k != nil {
-		return id.k.SetReuseAddr(on)
+	if id.b != nil {
+		return id.b.SetReuseAddr(on)
 	}
 	return nil
 }
@@ -296,11 +288,11 @@ func (id *ID) SetACKTimeout(code uint8) error {
 	if code == 0 || code > 31 {
 		return verbs.Errorf("rdma_set_option", verbs.ErrInvalidArgument, "ACK timeout code must be 1..31")
 	}
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	id.opts.ackTimeout = code
-	if id.k != nil {
-		return id.k.SetACKTimeout(code)
+	if id.b != nil {
+		return id.b.SetACKTimeout(code)
 	}
 	return nil
 }
@@ -313,12 +305,21 @@ func (id *ID) SetCMTimeouts(responseTimeout, maxRetries uint8) error {
 	if responseTimeout > 31 || maxRetries > 15 {
 		return verbs.Errorf("rdma_set_option", verbs.ErrInvalidArgument, "response timeout code must be 0..31 and retries 0..15")
 	}
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	id.opts.cmSet = true
 	id.opts.cmTimeout = responseTimeout
 	id.opts.cmRetries = maxRetries
+	if s, ok := id.b.(cmTimeoutSetter); ok {
+		return s.SetCMTimeouts(responseTimeout, maxRetries)
+	}
 	return nil
+}
+
+// cmTimeoutSetter is a backend ID whose CM timeouts a program may set
+// (SetCMTimeouts): the built-in IB CM's. The kernel's CM fixes them.
+type cmTimeoutSetter interface {
+	SetCMTimeouts(responseTimeout, maxRetries uint8) error
 }
 
 func (o *options) ack() uint8 {
@@ -347,7 +348,7 @@ func ibTime(code uint8) time.Duration {
 	return time.Duration(4096<<min(code, 31)) * time.Nanosecond
 }
 
-// event queues an event for id. Called with cm.mu held.
+// event queues an event for id. Called with idMu held.
 func (id *ID) event(ev *Event) {
 	if id.state == stateDestroying || id.ch == nil {
 		return
@@ -356,71 +357,70 @@ func (id *ID) event(ev *Event) {
 	id.ch.push(ev)
 }
 
+// backend returns the ID's backend ID, or nil.
+func (id *ID) backend() BackendID {
+	idMu.Lock()
+	defer idMu.Unlock()
+	return id.b
+}
+
 // BindAddr binds the ID to a local address and port (rdma_bind_addr). An
 // unspecified address binds the port on every device (for Listen); port 0
 // picks a free port.
 func (id *ID) BindAddr(addr netip.AddrPort) error {
 	const op = "rdma_bind_addr"
-	cm.mu.Lock()
-	defer cmUnlock()
-	if id.state != stateIdle {
+	idMu.Lock()
+	state := id.state
+	idMu.Unlock()
+	if state != stateIdle {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is already bound")
 	}
 	return id.bind(op, addr)
 }
 
-// bind is BindAddr with cm.mu held.
+// bind hands the ID to the backend of addr's device (for the unspecified
+// address, the backend of every device of its family, or the built-in
+// CM) and binds it there.
 func (id *ID) bind(op string, addr netip.AddrPort) error {
 	ip := addr.Addr().Unmap()
 	if !ip.IsValid() {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "no address")
 	}
-	var a *agent
+	var b Backend
+	var dev *verbs.Device
 	if ip.IsUnspecified() {
-		cmUnlock()
-		b := wildcardBackend(ip)
-		cm.mu.Lock()
-		if id.state != stateIdle {
-			return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID changed state (destroyed?) while binding")
-		}
-		if b != nil {
-			return id.kbind(b, nil, addr)
-		}
+		b = wildcardBackend(ip)
 	} else {
-		cmUnlock()
-		dev := deviceFor(ip)
-		cm.mu.Lock()
-		if id.state != stateIdle {
-			return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID changed state (destroyed?) while binding")
+		if dev = deviceFor(ip); dev == nil {
+			return noDevice(op, ip)
 		}
-		if dev == nil {
-			why := "no RDMA device serves " + ip.String()
-			if _, err := verbs.Devices(); err != nil {
-				why += " (" + err.Error() + ")"
-			} else if h := verbs.NoProviderHint(); h != "" {
-				why += " (" + h + ")"
-			}
-			return verbs.Errorf(op, verbs.ErrAddrNotAvail, why)
-		}
-		if b := backendFor(dev); b != nil {
-			return id.kbind(b, dev, addr)
-		}
-		var err error
-		if a, err = agentFor(dev); err != nil {
-			return err
-		}
+		b = backendFor(dev)
 	}
-	port, err := bindPort(id, ip, addr.Port())
+	idMu.Lock()
+	state := id.state
+	idMu.Unlock()
+	if state != stateIdle {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID changed state (destroyed?) while binding")
+	}
+	k, err := id.newBackendID(b)
 	if err != nil {
-		if a != nil {
-			a.release()
-		}
 		return err
 	}
-	id.portBound = true
-	id.local = netip.AddrPortFrom(ip, port)
-	id.agent = a
+	if err := k.BindAddr(addr); err != nil {
+		k.Destroy()
+		return err
+	}
+	idMu.Lock()
+	if id.state != stateIdle || id.b != nil {
+		idMu.Unlock()
+		k.Destroy()
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID changed state (destroyed?) while binding")
+	}
+	id.b = k
+	id.local = k.LocalAddr()
 	id.state = stateAddrBound
+	id.bindDevice()
+	idMu.Unlock()
 	return nil
 }
 
@@ -432,97 +432,39 @@ func (id *ID) bind(op string, addr netip.AddrPort) error {
 // no network exchange and ends at once.
 func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error {
 	const op = "rdma_resolve_addr"
-	cm.mu.Lock()
-	if id.state != stateIdle && id.state != stateAddrBound {
-		cmUnlock()
+	idMu.Lock()
+	state := id.state
+	idMu.Unlock()
+	if state != stateIdle && state != stateAddrBound {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not idle")
 	}
 	d := dst.Addr().Unmap()
 	if !d.IsValid() || d.IsUnspecified() || d.IsMulticast() && id.ps != PSUDP && id.ps != PSIPoIB {
-		cmUnlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "bad destination "+dst.String())
 	}
-	if src.Addr().IsValid() && id.state == stateIdle {
+	if src.Addr().IsValid() && state == stateIdle {
 		if err := id.bind(op, src); err != nil {
-			cmUnlock()
 			return err
 		}
 	}
-	if id.state == stateIdle && id.k == nil {
-		// Unbound: a backend takes the ID if it serves the device the
-		// route leaves from.
-		cmUnlock()
-		b := routeBackend(d)
-		cm.mu.Lock()
-		if b != nil && id.state == stateIdle && id.k == nil {
-			if err := id.startBackend(b); err != nil {
-				cmUnlock()
-				return err
-			}
-		}
-	}
-	if k := id.k; k != nil {
-		cmUnlock()
-		return id.kwait(op, k.ResolveAddr(src, dst, timeout), EventAddrResolved)
-	}
-	status := id.resolveAddr(d)
-	if status == 0 {
-		id.peer = netip.AddrPortFrom(d, dst.Port())
-		id.state = stateAddrResolved
-		id.event(&Event{Type: EventAddrResolved})
-	} else {
-		id.event(&Event{Type: EventAddrError, Status: status})
-	}
-	cmUnlock()
-	return id.wait(op, EventAddrResolved)
-}
-
-// resolveAddr finds the device and source address for d. It returns 0 or
-// a negative errno. Called with cm.mu held.
-func (id *ID) resolveAddr(d netip.Addr) int {
-	if id.agent != nil {
-		if id.local.Addr().Is4() != d.Is4() {
-			return -int(verbs.ErrInvalidArgument)
-		}
-		return 0
-	}
-	// Unbound, or bound to the unspecified address: route.
-	cmUnlock()
-	src, err := routeSource(d)
-	var dev *verbs.Device
-	if err == nil {
-		dev = deviceFor(src)
-		if dev == nil && src.IsLoopback() {
-			dev, src = loopbackDevice(src)
-		}
-	}
-	cm.mu.Lock()
-	if id.state == stateDestroying || id.agent != nil {
-		return -int(verbs.ErrInvalidArgument)
-	}
-	if err != nil {
-		return -int(verbs.ErrNetUnreach)
-	}
-	if dev == nil {
-		return -int(verbs.ErrNoDevice)
-	}
-	a, err := agentFor(dev)
-	if err != nil {
-		return -int(verbs.ErrNoDevice)
-	}
-	if !id.portBound {
-		port, err := bindPort(id, src, 0)
+	k := id.backend()
+	if k == nil {
+		// Unbound: the backend of the device the route leaves from
+		// takes the ID.
+		nk, err := id.newBackendID(routeBackend(d))
 		if err != nil {
-			a.release()
-			return -int(verbs.ErrAddrInUse)
+			return err
 		}
-		id.portBound = true
-		id.local = netip.AddrPortFrom(src, port)
-	} else {
-		id.local = netip.AddrPortFrom(src, id.local.Port())
+		idMu.Lock()
+		if id.state != stateIdle || id.b != nil {
+			idMu.Unlock()
+			nk.Destroy()
+			return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID changed state (destroyed?) while resolving")
+		}
+		id.b, k = nk, nk
+		idMu.Unlock()
 	}
-	id.agent = a
-	return 0
+	return id.kwait(op, k.ResolveAddr(src, dst, timeout), EventAddrResolved)
 }
 
 // ResolveRoute resolves the route to the peer (rdma_resolve_route): on
@@ -530,40 +472,12 @@ func (id *ID) resolveAddr(d netip.Addr) int {
 // comes as a ROUTE_RESOLVED event; a synchronous ID waits for it.
 func (id *ID) ResolveRoute(timeout time.Duration) error {
 	const op = "rdma_resolve_route"
-	if k := id.kernel(); k != nil {
-		return id.kwait(op, k.ResolveRoute(timeout), EventRouteResolved)
-	}
-	cm.mu.Lock()
-	if id.state != stateAddrResolved {
-		cmUnlock()
+	k := id.backend()
+	if k == nil {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the address is not resolved")
 	}
-	id.route = id.makeRoute()
-	id.state = stateRouteResolved
-	id.event(&Event{Type: EventRouteResolved})
-	cmUnlock()
-	return id.wait(op, EventRouteResolved)
+	return id.kwait(op, k.ResolveRoute(timeout), EventRouteResolved)
 }
-
-// makeRoute builds the route from the resolved addresses. Called with
-// cm.mu held.
-func (id *ID) makeRoute() Route {
-	a := id.agent
-	sgid := a.gidIndex(id.local.Addr())
-	r := Route{
-		SGID:         verbs.GIDFromAddr(id.local.Addr()),
-		DGID:         verbs.GIDFromAddr(id.peer.Addr()),
-		SGIDIndex:    uint8(max(sgid, 0)),
-		PathMTU:      a.mtu,
-		HopLimit:     64,
-		TrafficClass: id.opts.tos,
-	}
-	return r
-}
-
-// maxBacklog is the most connection requests a listener holds pending
-// (the default of Linux's net.rdma_ucm.max_backlog).
-const maxBacklog = 1024
 
 // Listen starts listening for connection requests (rdma_listen) on the
 // bound address and port. backlog bounds the requests not yet accepted or
@@ -571,97 +485,108 @@ const maxBacklog = 1024
 // peer's CM resends them, as Linux's rdma_cm does when a listener's
 // backlog is used up (its ucma returns ENOMEM for the request, and the IB
 // CM then drops it rather than reject it). A backlog that is not positive
-// or is above maxBacklog means maxBacklog, as the kernel's
-// net.rdma_ucm.max_backlog (1024 by default) caps it.
+// or is above 1024 means 1024, as the kernel's net.rdma_ucm.max_backlog
+// (1024 by default) caps it.
 func (id *ID) Listen(backlog int) error {
 	const op = "rdma_listen"
-	cm.mu.Lock()
-	defer cmUnlock()
-	if id.k != nil {
-		if err := id.k.Listen(backlog); err != nil {
-			return err
-		}
-		id.state = stateListen
-		return nil
-	}
-	if id.state != stateAddrBound {
+	k := id.backend()
+	if k == nil {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound (rdma_bind_addr)")
 	}
-	if backlog <= 0 || backlog > maxBacklog {
-		backlog = maxBacklog
+	if err := k.Listen(backlog); err != nil {
+		return err
 	}
-	id.backlog = backlog
-	if id.agent == nil {
-		// A wildcard: listen on every device of the address family.
-		cmUnlock()
-		devs := candidates()
-		cm.mu.Lock()
-		if id.state != stateAddrBound || id.agents != nil {
-			return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID changed state (destroyed?) while listening")
-		}
-		for _, d := range devs {
-			ok := false
-			for _, a := range deviceAddrs(d) {
-				if a.Is4() == id.local.Addr().Is4() {
-					ok = true
-				}
-			}
-			if !ok {
-				continue
-			}
-			if a, err := agentFor(d); err == nil {
-				id.agents = append(id.agents, a)
-			}
-		}
-		if len(id.agents) == 0 {
-			return verbs.Errorf(op, verbs.ErrNoDevice, "no RDMA device to listen on")
-		}
+	idMu.Lock()
+	defer idMu.Unlock()
+	if id.state != stateDestroying {
+		id.state = stateListen
 	}
-	// Claim the service on devices other processes share, so that their
-	// connection requests come here (and a second listener is refused).
-	sid := uint64(mad.MakeServiceID(mad.PortSpace(id.ps), id.local.Port()))
-	agents := id.agents
-	if id.agent != nil {
-		agents = []*agent{id.agent}
-	}
-	for _, a := range agents {
-		c, ok := verbs.DeviceDriverOf(a.dev).(ServiceClaimer)
-		if !ok {
-			continue
-		}
-		release, err := c.ClaimService(id.local.Addr(), sid)
-		if err != nil {
-			id.releaseClaims()
-			if id.agent == nil {
-				for _, a := range id.agents {
-					a.release()
-				}
-				id.agents = nil
-			}
-			return err
-		}
-		id.claims = append(id.claims, release)
-	}
-	id.state = stateListen
 	return nil
 }
 
-// releaseClaims gives up the listener's service claims.
-func (id *ID) releaseClaims() {
-	for _, r := range id.claims {
-		r()
+// Connect starts connecting to the resolved peer (rdma_connect). For the
+// TCP and IB port spaces it sends a REQ; ESTABLISHED follows when the peer
+// accepts (the CM moves the ID's QP to RTR and RTS and answers with RTU),
+// REJECTED when it refuses, UNREACHABLE when it does not answer. Without a
+// QP of the ID's own, CONNECT_RESPONSE comes instead, and the caller moves
+// its QP (InitQPAttr) and calls Establish. For the UDP port space it sends
+// a SIDR_REQ; ESTABLISHED carries the peer's QP number and Q_Key. A nil p
+// asks for the device's limits, 7 retries and infinite RNR retries. A
+// synchronous ID waits for the outcome.
+func (id *ID) Connect(p *ConnParam) error {
+	const op = "rdma_connect"
+	idMu.Lock()
+	k := id.b
+	want := EventEstablished
+	if id.qp == nil && id.ps != PSUDP {
+		want = EventConnectResponse
 	}
-	id.claims = nil
+	idMu.Unlock()
+	if k == nil {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the route is not resolved")
+	}
+	if err := k.Connect(p); err != nil {
+		return err
+	}
+	idMu.Lock()
+	if id.state == stateRouteResolved {
+		id.state = stateConnect
+	}
+	idMu.Unlock()
+	return id.wait(op, want)
 }
 
-// listensOn reports whether a wildcard listener listens on agent a.
-func (id *ID) listensOn(a *agent) bool {
-	for _, x := range id.agents {
-		if x == a {
-			return true
-		}
+// Accept accepts a connection request (rdma_accept): for a connected port
+// space it moves the ID's QP to RTR and RTS and sends the REP, and
+// ESTABLISHED follows the peer's RTU; for the UDP port space it answers
+// the SIDR_REQ with the QP's number. A nil p takes the peer's resources
+// and 7 RNR retries. A synchronous ID waits for ESTABLISHED.
+func (id *ID) Accept(p *ConnParam) error {
+	const op = "rdma_accept"
+	idMu.Lock()
+	k, datagram := id.b, id.ps == PSUDP || id.qpType == verbs.QPTUD
+	idMu.Unlock()
+	if k == nil {
+		return verbs.Errorf(op, verbs.ErrInvalidArgument, "no connection request to accept")
 	}
-	return false
+	if datagram {
+		return k.Accept(p) // the SIDR_REP ends it: no ESTABLISHED here
+	}
+	return id.kwait(op, k.Accept(p), EventEstablished)
+}
+
+// Reject refuses a connection request (rdma_reject) with a REJ of reason
+// "consumer defined" (28) carrying up to 148 bytes of private data, or for
+// the UDP port space a SIDR_REP with status "rejected".
+func (id *ID) Reject(privateData []byte) error {
+	k := id.backend()
+	if k == nil {
+		return verbs.Errorf("rdma_reject", verbs.ErrInvalidArgument, "no connection request to reject")
+	}
+	return k.Reject(privateData)
+}
+
+// Establish completes a connection whose QP the user moves (rdma_establish):
+// after CONNECT_RESPONSE and moving the QP to RTS, it sends the RTU.
+func (id *ID) Establish() error {
+	k := id.backend()
+	if k == nil {
+		return verbs.Errorf("rdma_establish", verbs.ErrInvalidArgument, "no connect response to answer")
+	}
+	return k.Establish()
+}
+
+// Disconnect closes the connection (rdma_disconnect): it moves the QP to
+// the error state, flushing its work requests, and sends a DREQ, or the
+// DREP if the peer disconnected first. DISCONNECTED follows on both sides
+// (at once here when answering the peer, otherwise on the peer's DREP or
+// when the DREQ goes unanswered), and TIMEWAIT_EXIT after the timewait.
+func (id *ID) Disconnect() error {
+	k := id.backend()
+	if k == nil {
+		return verbs.Errorf("rdma_disconnect", verbs.ErrInvalidArgument, "not connected")
+	}
+	return k.Disconnect()
 }
 
 // GetRequest waits for a connection request on a synchronous listening ID
@@ -669,13 +594,13 @@ func (id *ID) listensOn(a *agent) bool {
 // by CreateEP with QP attributes, the new ID has its QP.
 func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 	const op = "rdma_get_request"
-	cm.mu.Lock()
+	idMu.Lock()
 	if !id.sync || id.state != stateListen {
-		cmUnlock()
+		idMu.Unlock()
 		return nil, verbs.Errorf(op, verbs.ErrInvalidArgument, "not a synchronous listening ID")
 	}
 	ch := id.ch
-	cmUnlock()
+	idMu.Unlock()
 	for {
 		ev, err := ch.GetEvent(ctx)
 		if err != nil {
@@ -685,14 +610,14 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 			continue
 		}
 		child := ev.ID
-		cm.mu.Lock()
+		idMu.Lock()
 		attr, pd := id.epAttr, id.epPD
 		child.ch.ids--
 		child.ch = newChannel()
 		child.ch.ids++
 		child.sync = true
-		child.c.reqEvent = ev
-		cmUnlock()
+		child.reqEvent = ev
+		idMu.Unlock()
 		if attr != nil {
 			a := *attr
 			if err := child.CreateQP(pd, &a); err != nil {
@@ -709,17 +634,17 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 // GetRequest was made by: the peer's connection parameters and private
 // data (librdmacm's id->event).
 func (id *ID) RequestEvent() *Event {
-	cm.mu.Lock()
-	defer cmUnlock()
-	return id.c.reqEvent
+	idMu.Lock()
+	defer idMu.Unlock()
+	return id.reqEvent
 }
 
 // SetEndpointQP records the QP attributes GetRequest gives the QPs of the
 // listening ID's requests (what rdma_create_ep stores for a passive
 // endpoint).
 func (id *ID) SetEndpointQP(pd *verbs.PD, attr *verbs.QPInitAttr) {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	if attr == nil {
 		id.epAttr = nil
 	} else {
@@ -732,8 +657,8 @@ func (id *ID) SetEndpointQP(pd *verbs.PD, attr *verbs.QPInitAttr) {
 // Migrate moves the ID, and its events not yet taken, to another channel
 // (rdma_migrate_id). A nil ch makes the ID synchronous.
 func (id *ID) Migrate(ch *EventChannel) error {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	if id.state == stateDestroying {
 		return verbs.Errorf("rdma_migrate_id", verbs.ErrClosed, "ID destroyed")
 	}
@@ -770,9 +695,9 @@ func (id *ID) Migrate(ch *EventChannel) error {
 
 // wait makes a synchronous ID's call wait for its outcome event.
 func (id *ID) wait(op string, want EventType) error {
-	cm.mu.Lock()
+	idMu.Lock()
 	sync, ch := id.sync, id.ch
-	cmUnlock()
+	idMu.Unlock()
 	if !sync {
 		return nil
 	}
@@ -780,11 +705,11 @@ func (id *ID) wait(op string, want EventType) error {
 	if err != nil {
 		return err
 	}
-	cm.mu.Lock()
+	idMu.Lock()
 	if id.state != stateDestroying {
 		id.lastWait = ev
 	}
-	cmUnlock()
+	idMu.Unlock()
 	if ev.Type != want || ev.Status != 0 {
 		return &opError{op: op, ev: ev}
 	}
@@ -794,8 +719,8 @@ func (id *ID) wait(op string, want EventType) error {
 // LastEvent returns the event a synchronous ID's last blocking call ended
 // on (librdmacm's id->event): with the peer's private data after Connect.
 func (id *ID) LastEvent() *Event {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	return id.lastWait
 }
 
@@ -819,54 +744,40 @@ func (e *opError) Unwrap() error { return &EventError{Type: e.ev.Type, Status: e
 // taken from its channel are rejected and destroyed with it. Close is the
 // same.
 func (id *ID) Destroy() error {
-	cm.mu.Lock()
+	idMu.Lock()
 	if id.state == stateDestroying {
-		cmUnlock()
+		idMu.Unlock()
 		return nil
 	}
-	if k := id.k; k != nil {
-		cmUnlock()
-		id.kdestroy(k)
-		return nil
-	}
+	var orphans []*ID
 	for _, ev := range id.destroyLocked() {
 		// A request nobody took: refuse it and let it go.
-		child := ev.ID
-		if child != nil && child != id && child.state != stateDestroying {
+		if child := ev.ID; child != nil && child != id && child.state != stateDestroying {
 			child.destroyLocked()
-			child.dropAgent()
+			orphans = append(orphans, child)
 		}
 	}
-	a, issued := id.agent, uint64(0)
-	if a != nil {
-		issued = a.issued
+	k := id.b
+	idMu.Unlock()
+	for _, child := range orphans {
+		child.b.Reject(nil)
+		child.b.Destroy()
+		child.releaseDevice()
 	}
-	cmUnlock()
 	id.leaveAll()
 	id.freeQP()
 	id.DestroySRQ()
-	if a != nil {
-		a.flush(issued, flushTimeout)
+	if k != nil {
+		k.Destroy()
 	}
-	cm.mu.Lock()
-	id.dropAgent()
-	cmUnlock()
+	id.releaseDevice()
 	return nil
 }
 
-// destroyLocked ends the ID's connection and detaches it from its port,
-// listeners and channel, returning the events it still had queued.
-// Called with cm.mu held.
+// destroyLocked detaches the ID from its channel, returning the events
+// it still had queued. Called with idMu held.
 func (id *ID) destroyLocked() []*Event {
-	id.abandon()
 	id.state = stateDestroying
-	unbindPort(id)
-	id.releaseClaims()
-	for _, a := range id.agents {
-		a.release()
-	}
-	id.agents = nil
-	id.countDone()
 	id.ch.ids--
 	evs := id.ch.take(id)
 	if id.sync {
@@ -877,13 +788,9 @@ func (id *ID) destroyLocked() []*Event {
 		id.ch = nil
 	}
 	id.lastWait = nil
-	id.c.reqEvent = nil
+	id.reqEvent = nil
 	return evs
 }
 
 // Close is Destroy, for io.Closer.
 func (id *ID) Close() error { return id.Destroy() }
-
-// flushTimeout bounds how long Destroy and Disconnect wait for their CM
-// message to leave.
-const flushTimeout = time.Second

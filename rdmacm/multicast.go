@@ -33,10 +33,8 @@ const MulticastQPN = 0xFFFFFF
 
 // mcGroup is a group an ID joined.
 type mcGroup struct {
-	addr     netip.Addr
-	flags    MulticastJoinFlags
-	context  any
-	attached *verbs.QP // the QP this package attached, to detach on leave
+	addr    netip.Addr
+	context any
 }
 
 // MulticastGID is the GID of multicast group addr on RoCEv2, what a
@@ -82,52 +80,33 @@ func (id *ID) JoinMulticastEx(addr netip.Addr, flags MulticastJoinFlags, context
 	if id.ps != PSUDP && id.ps != PSIPoIB {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "multicast needs a datagram ID (RDMA_PS_UDP), not "+id.ps.String())
 	}
-	cm.mu.Lock()
+	idMu.Lock()
 	if id.state != stateAddrBound && id.state != stateAddrResolved {
-		cmUnlock()
+		idMu.Unlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound to an address (bind or resolve it first)")
 	}
-	if id.k == nil && id.agent == nil || id.k != nil && id.kdev == nil {
-		cmUnlock()
+	k := id.b
+	if k == nil || id.kdev == nil {
+		idMu.Unlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is bound to no device (bind a local address)")
 	}
 	if id.local.Addr().Is4() != ip.Is4() {
-		cmUnlock()
+		idMu.Unlock()
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "group "+ip.String()+" is not of the IP version of the ID's address "+id.local.Addr().String())
 	}
 	if slices.ContainsFunc(id.groups, func(g *mcGroup) bool { return g.addr == ip }) {
-		cmUnlock()
+		idMu.Unlock()
 		return verbs.Errorf(op, verbs.ErrAddrInUse, "the ID has joined "+ip.String()+" already")
 	}
-	g := &mcGroup{addr: ip, flags: flags, context: context}
+	g := &mcGroup{addr: ip, context: context}
 	id.groups = append(id.groups, g)
-	if k := id.k; k != nil {
-		cmUnlock()
-		if err := k.JoinMulticast(ip, flags); err != nil {
-			cm.mu.Lock()
-			id.dropGroup(g)
-			cmUnlock()
-			return err
-		}
-		return id.wait(op, EventMulticastJoin)
+	idMu.Unlock()
+	if err := k.JoinMulticast(ip, flags); err != nil {
+		idMu.Lock()
+		id.dropGroup(g)
+		idMu.Unlock()
+		return err
 	}
-	ev := &Event{Type: EventMulticastJoin, UD: UDParam{Context: context, QPNum: MulticastQPN, QKey: UDPQKey,
-		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: MulticastGID(ip),
-			SGIDIndex: uint8(max(id.agent.gidIndex(id.local.Addr()), 0)), HopLimit: mcastHopLimit, TrafficClass: id.opts.tos}}}}
-	qp := id.qp
-	cmUnlock()
-	var attached *verbs.QP
-	if qp != nil && flags != JoinSendOnlyFullMember {
-		if err := qp.AttachMcast(ev.UD.AHAttr.GRH.DGID, 0); err != nil {
-			ev = &Event{Type: EventMulticastError, Status: -int(errnoOf(err)), UD: UDParam{Context: context}}
-		} else {
-			attached = qp
-		}
-	}
-	cm.mu.Lock()
-	g.attached = attached
-	id.event(ev)
-	cmUnlock()
 	return id.wait(op, EventMulticastJoin)
 }
 
@@ -137,57 +116,37 @@ func (id *ID) JoinMulticastEx(addr netip.Addr, flags MulticastJoinFlags, context
 func (id *ID) LeaveMulticast(addr netip.Addr) error {
 	const op = "rdma_leave_multicast"
 	ip := addr.Unmap()
-	cm.mu.Lock()
+	idMu.Lock()
 	i := slices.IndexFunc(id.groups, func(g *mcGroup) bool { return g.addr == ip })
 	if i < 0 {
-		cmUnlock()
+		idMu.Unlock()
 		return verbs.Errorf(op, verbs.ErrAddrNotAvail, "the ID has not joined "+ip.String())
 	}
-	g := id.groups[i]
-	id.dropGroup(g)
-	k := id.k
-	cmUnlock()
-	if k != nil {
-		return k.LeaveMulticast(ip)
-	}
-	return g.leave()
+	id.dropGroup(id.groups[i])
+	k := id.b
+	idMu.Unlock()
+	return k.LeaveMulticast(ip)
 }
 
-// leave detaches the QP the join attached, if any.
-func (g *mcGroup) leave() error {
-	if g.attached == nil {
-		return nil
-	}
-	err := g.attached.DetachMcast(MulticastGID(g.addr), 0)
-	if errors.Is(err, verbs.ErrClosed) {
-		return nil // the QP is gone, and its attachments with it
-	}
-	return err
-}
-
-// dropGroup forgets g. Called with cm.mu held.
+// dropGroup forgets g. Called with idMu held.
 func (id *ID) dropGroup(g *mcGroup) {
 	id.groups = slices.DeleteFunc(id.groups, func(x *mcGroup) bool { return x == g })
 }
 
 // leaveAll leaves every group the ID joined, before it is destroyed.
 func (id *ID) leaveAll() {
-	cm.mu.Lock()
+	idMu.Lock()
 	groups := id.groups
 	id.groups = nil
-	k := id.k
-	cmUnlock()
+	k := id.b
+	idMu.Unlock()
 	for _, g := range groups {
-		if k != nil {
-			k.LeaveMulticast(g.addr)
-		} else {
-			g.leave()
-		}
+		k.LeaveMulticast(g.addr)
 	}
 }
 
-// groupContext returns the context of the group an ID joined, for a
-// backend's multicast events. Called with cm.mu held.
+// groupContext returns the context of the group an ID joined, for its
+// multicast events. Called with idMu held.
 func (id *ID) groupContext(addr netip.Addr) any {
 	for _, g := range id.groups {
 		if g.addr == addr {

@@ -28,9 +28,9 @@ func (id *ID) createQPShared(attr *verbs.QPInitAttr, shared bool) error {
 func (id *ID) createQPOn(pd *verbs.PD, attr *verbs.QPInitAttr, shareCQ bool) error {
 	const op = "rdma_create_qp"
 	devCtx, devPD, initQP := id.device()
-	cm.mu.Lock()
+	idMu.Lock()
 	has, srq := id.qp != nil, id.srq
-	cmUnlock()
+	idMu.Unlock()
 	if devCtx == nil {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound to a device (resolve the address first)")
 	}
@@ -50,15 +50,12 @@ func (id *ID) createQPOn(pd *verbs.PD, attr *verbs.QPInitAttr, shareCQ bool) err
 // device returns the context and PD of the ID's device, and how its QPs
 // are brought to INIT: nil if the ID is not bound to a device yet.
 func (id *ID) device() (*verbs.Context, *verbs.PD, func(*verbs.QP) error) {
-	cm.mu.Lock()
-	defer cmUnlock()
-	switch {
-	case id.k != nil && id.kdev != nil:
-		return id.kdev.ctx, id.kdev.pd, id.k.AttachQP
-	case id.k == nil && id.agent != nil:
-		return id.agent.ctx, id.agent.pd, id.initQP
+	idMu.Lock()
+	defer idMu.Unlock()
+	if id.b == nil || id.kdev == nil {
+		return nil, nil, nil
 	}
-	return nil, nil, nil
+	return id.kdev.ctx, id.kdev.pd, id.b.AttachQP
 }
 
 // CreateSRQ makes a shared receive queue on the ID's device, with pd or,
@@ -84,8 +81,8 @@ func (id *ID) CreateSRQ(pd *verbs.PD, attr *verbs.SRQInitAttr) error {
 	if err != nil {
 		return err
 	}
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	if id.srq != nil || id.state == stateDestroying {
 		srq.Destroy()
 		return verbs.Errorf(op, verbs.ErrExist, "the ID already has an SRQ or was destroyed")
@@ -96,27 +93,27 @@ func (id *ID) CreateSRQ(pd *verbs.PD, attr *verbs.SRQInitAttr) error {
 
 // SRQ returns the SRQ CreateSRQ made (id->srq), or nil.
 func (id *ID) SRQ() *verbs.SRQ {
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	return id.srq
 }
 
 // DestroySRQ destroys the ID's SRQ (rdma_destroy_srq); the ID's QP, which
 // uses it, must be destroyed first. Without an SRQ it does nothing.
 func (id *ID) DestroySRQ() error {
-	cm.mu.Lock()
+	idMu.Lock()
 	srq := id.srq
 	id.srq = nil
-	cmUnlock()
+	idMu.Unlock()
 	if srq == nil {
 		return nil
 	}
 	if err := srq.Destroy(); err != nil {
-		cm.mu.Lock()
+		idMu.Lock()
 		if id.srq == nil {
 			id.srq = srq
 		}
-		cmUnlock()
+		idMu.Unlock()
 		return err
 	}
 	return nil
@@ -199,8 +196,8 @@ func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, at
 		qp.Destroy()
 		return fail(err)
 	}
-	cm.mu.Lock()
-	defer cmUnlock()
+	idMu.Lock()
+	defer idMu.Unlock()
 	if id.qp != nil || id.state == stateDestroying {
 		qp.Destroy()
 		return fail(verbs.Errorf(op, verbs.ErrExist, "the ID already has a QP or was destroyed"))
@@ -233,29 +230,6 @@ func (id *ID) defaultQPType() verbs.QPType {
 	return verbs.QPTRC
 }
 
-// initQP moves a new QP to INIT, or for UD all the way to RTS.
-func (id *ID) initQP(qp *verbs.QP) error {
-	attr, mask, err := id.InitQPAttr(verbs.QPSInit)
-	if err != nil {
-		return err
-	}
-	if qp.Type() == verbs.QPTUD {
-		attr.QKey = UDPQKey
-		mask |= verbs.QPAttrQKey
-		mask &^= verbs.QPAttrAccessFlags
-	}
-	if err := qp.Modify(&attr, mask); err != nil {
-		return err
-	}
-	if qp.Type() != verbs.QPTUD {
-		return nil
-	}
-	if err := qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR}, verbs.QPAttrState); err != nil {
-		return err
-	}
-	return qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: randUint32() & 0xffffff}, verbs.QPAttrState|verbs.QPAttrSQPSN)
-}
-
 // DestroyQP destroys the ID's QP (rdma_destroy_qp), and the CQs and
 // completion channels CreateQP made for it.
 func (id *ID) DestroyQP() error {
@@ -265,11 +239,11 @@ func (id *ID) DestroyQP() error {
 
 // freeQP destroys what CreateQP made.
 func (id *ID) freeQP() {
-	cm.mu.Lock()
+	idMu.Lock()
 	qp, sendCQ, recvCQ, sendCh, recvCh, own := id.qp, id.sendCQ, id.recvCQ, id.sendCh, id.recvCh, id.ownCQs
 	id.qp, id.sendCQ, id.recvCQ, id.sendCh, id.recvCh, id.ownCQs, id.pd = nil, nil, nil, nil, nil, false, nil
-	k := id.k
-	cmUnlock()
+	k := id.b
+	idMu.Unlock()
 	if qp != nil && k != nil {
 		k.DetachQP()
 	}
@@ -293,89 +267,11 @@ func (id *ID) freeQP() {
 // once the peer's answer is known (after CONNECT_REQUEST on the passive
 // side, CONNECT_RESPONSE on the active side).
 func (id *ID) InitQPAttr(s verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
-	if k := id.kernel(); k != nil {
-		return k.InitQPAttr(s)
+	k := id.backend()
+	if k == nil {
+		return verbs.QPAttr{}, 0, verbs.Errorf("rdma_init_qp_attr", verbs.ErrInvalidArgument, "the ID is not bound to a device")
 	}
-	cm.mu.Lock()
-	defer cmUnlock()
-	return id.qpAttr(s)
-}
-
-// qpAttr is InitQPAttr with cm.mu held.
-func (id *ID) qpAttr(s verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
-	const op = "rdma_init_qp_attr"
-	c := &id.c
-	switch s {
-	case verbs.QPSInit:
-		if id.agent == nil {
-			return verbs.QPAttr{}, 0, verbs.Errorf(op, verbs.ErrInvalidArgument, "the ID is not bound to a device")
-		}
-		attr := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1,
-			QPAccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
-		mask := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags
-		if id.qpType == verbs.QPTUD {
-			attr.QKey = UDPQKey
-			mask = mask&^verbs.QPAttrAccessFlags | verbs.QPAttrQKey
-		}
-		return attr, mask, nil
-	case verbs.QPSRTR:
-		if c.state != cmRepRcvd && c.state != cmReqRcvd && c.state != cmMRAReqSent && c.state != cmRepSent && c.state != cmEstablished {
-			return verbs.QPAttr{}, 0, verbs.Errorf(op, verbs.ErrInvalidArgument, "the peer's QP is not known yet")
-		}
-		attr := verbs.QPAttr{
-			QPState:         verbs.QPSRTR,
-			PathMTU:         c.pathMTU,
-			DestQPNum:       c.remoteQPN,
-			RQPSN:           c.myPSN,
-			MaxDestRdAtomic: c.respRes,
-			MinRNRTimer:     minRNRTimer,
-			AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{
-				DGID: verbs.GIDFromAddr(c.peerGID), SGIDIndex: uint8(c.sgid),
-				HopLimit: id.route.HopLimit, TrafficClass: id.route.TrafficClass, FlowLabel: id.route.FlowLabel}},
-		}
-		mask := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
-		if id.qpType != verbs.QPTUC {
-			mask |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
-		}
-		return attr, mask, nil
-	case verbs.QPSRTS:
-		if c.state != cmRepRcvd && c.state != cmReqRcvd && c.state != cmMRAReqSent && c.state != cmRepSent && c.state != cmEstablished {
-			return verbs.QPAttr{}, 0, verbs.Errorf(op, verbs.ErrInvalidArgument, "the peer's QP is not known yet")
-		}
-		attr := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: c.peerPSN, Timeout: c.ackTO,
-			RetryCnt: c.retryCnt, RNRRetry: c.rnrRetry, MaxRdAtomic: c.initDepth}
-		mask := verbs.QPAttrState | verbs.QPAttrSQPSN
-		if id.qpType != verbs.QPTUC {
-			mask |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
-		}
-		return attr, mask, nil
-	case verbs.QPSErr:
-		return verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState, nil
-	}
-	return verbs.QPAttr{}, 0, verbs.Errorf(op, verbs.ErrInvalidArgument, fmt.Sprintf("no attributes for state %v", s))
-}
-
-// qpToRTS moves the ID's QP to RTR and RTS for its connection. Called with
-// cm.mu held.
-func (id *ID) qpToRTS() error {
-	for _, s := range []verbs.QPState{verbs.QPSRTR, verbs.QPSRTS} {
-		attr, mask, err := id.qpAttr(s)
-		if err != nil {
-			return err
-		}
-		if err := id.qp.Modify(&attr, mask); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// qpToError moves the ID's QP to ERR, flushing its work requests. Called
-// with cm.mu held.
-func (id *ID) qpToError() {
-	if id.qp != nil && id.qp.Type() != verbs.QPTUD {
-		id.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
-	}
+	return k.InitQPAttr(s)
 }
 
 func errf(format string, args ...any) error { return fmt.Errorf(format, args...) }

@@ -118,9 +118,9 @@ func TestDestroyDuringBindFreesPortAndAgent(t *testing.T) {
 		t.Errorf("binding the port of a destroyed ID: %v", err)
 	}
 	other.Destroy()
-	cm.mu.Lock()
+	idMu.Lock()
 	st := id.state
-	cmUnlock()
+	idMu.Unlock()
 	if st != stateDestroying {
 		t.Errorf("destroyed ID is in state %d, want stateDestroying", st)
 	}
@@ -155,7 +155,7 @@ func TestDestroyedSyncListenerFreesItsRequests(t *testing.T) {
 	// Wait until the request is queued on the listener.
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		cm.mu.Lock()
-		p := lis.pending
+		p := ibcmOf(lis).pending
 		cmUnlock()
 		if p > 0 {
 			break
@@ -216,12 +216,13 @@ func TestREJOfOtherConnectionLeavesEstablishedAlone(t *testing.T) {
 			t.Fatalf("%v %v", ev, err)
 		}
 	}
+	k := ibcmOf(cli)
 	cm.mu.Lock()
-	a, local, remote := cli.agent, cli.c.localID, cli.c.remoteID
+	a, local, remote := k.agent, k.c.localID, k.c.remoteID
 	cmUnlock()
 	cm.mu.Lock()
 	a.handleREJ(&inMAD{src: n.srv}, &mad.REJ{LocalCommID: remote ^ 0x5a5a5a5a, RemoteCommID: local, MessageRejected: mad.MsgCodeREP, Reason: mad.RejectInvalidCommID})
-	st := cli.c.state
+	st := k.c.state
 	cmUnlock()
 	if st != cmEstablished {
 		t.Fatalf("a REJ from communication ID %#x (the peer is %#x) moved the connection to state %d", remote^0x5a5a5a5a, remote, st)
@@ -237,8 +238,13 @@ func FuzzAgentUnreachable(f *testing.F) {
 	req[20+17] = byte(mad.AttrREQ)
 	f.Add(req)
 	f.Add([]byte{1, 2, 3})
-	a := &agent{conns: map[uint32]*ID{}}
+	a := &agent{conns: map[uint32]*cmID{}}
 	f.Fuzz(func(t *testing.T, pkt []byte) {
 		a.unreachable(netip.MustParseAddr("192.0.2.1"), syscall.ECONNREFUSED, pkt)
 	})
+}
+
+// ibcmOf is the built-in IB CM's ID under id. Called without cm.mu.
+func ibcmOf(id *ID) *cmID {
+	return id.backend().(*cmID)
 }

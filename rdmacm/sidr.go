@@ -12,7 +12,7 @@ import (
 // service, answered by a SIDR_REP with the QP number and Q_Key.
 
 // sendSIDRREQ sends the SIDR_REQ of a datagram ID. Called with cm.mu held.
-func (id *ID) sendSIDRREQ(user []byte) error {
+func (id *cmID) sendSIDRREQ(user []byte) error {
 	a, c := id.agent, &id.c
 	if len(user) > mad.SIDRREQUserPrivateDataLen {
 		return errf("private data of %d bytes: a SIDR_REQ carries at most %d", len(user), mad.SIDRREQUserPrivateDataLen)
@@ -36,7 +36,7 @@ func (id *ID) sendSIDRREQ(user []byte) error {
 	c.retr = a.startRetrier(marshal(c.tid, m), c.peerGID, c.sgid, c.timeout, c.retries, func() {
 		c.retr = nil
 		id.toIdle()
-		id.event(&Event{Type: EventUnreachable, Status: -int(verbs.ErrTimedOut)})
+		id.event(BackendEvent{Type: EventUnreachable, Status: -int(verbs.ErrTimedOut)})
 	})
 	return nil
 }
@@ -49,19 +49,19 @@ func (a *agent) handleSIDRREP(in *inMAD, m *mad.SIDRREP) {
 	id.toIdle()
 	pdata := append([]byte(nil), m.PrivateData[:]...)
 	if m.Status != mad.SIDRSuccess {
-		id.event(&Event{Type: EventUnreachable, Status: int(m.Status), UD: UDParam{PrivateData: pdata}})
+		id.event(BackendEvent{Type: EventUnreachable, Status: int(m.Status), UD: UDParam{PrivateData: pdata}})
 		return
 	}
 	if m.QKey != UDPQKey && id.ps == PSUDP {
-		id.event(&Event{Type: EventUnreachable, Status: -int(verbs.ErrInvalidArgument), UD: UDParam{PrivateData: pdata}})
+		id.event(BackendEvent{Type: EventUnreachable, Status: -int(verbs.ErrInvalidArgument), UD: UDParam{PrivateData: pdata}})
 		return
 	}
 	id.c.ud = UDParam{PrivateData: pdata, QPNum: m.QPN, QKey: m.QKey, AHAttr: id.ahAttr(in.src, in.sgid)}
-	id.event(&Event{Type: EventEstablished, UD: id.c.ud})
+	id.event(BackendEvent{Type: EventEstablished, UD: id.c.ud})
 }
 
 // ahAttr is the address vector to the peer at gid.
-func (id *ID) ahAttr(peer netip.Addr, sgid int) verbs.AHAttr {
+func (id *cmID) ahAttr(peer netip.Addr, sgid int) verbs.AHAttr {
 	return verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{
 		DGID: verbs.GIDFromAddr(peer), SGIDIndex: uint8(sgid), HopLimit: 64, TrafficClass: id.opts.tos}}
 }
@@ -75,7 +75,7 @@ func (a *agent) handleSIDRREQ(in *inMAD, m *mad.SIDRREQ) {
 		return
 	}
 	ps, port, ok := m.ServiceID.Split()
-	var lis *ID
+	var lis *cmID
 	var hdr mad.CMAHeader
 	var user []byte
 	if ok {
@@ -98,9 +98,7 @@ func (a *agent) handleSIDRREQ(in *inMAD, m *mad.SIDRREQ) {
 		a.stats.Dropped++
 		return
 	}
-	child := &ID{ps: lis.ps, ch: lis.ch, sync: lis.sync, context: lis.context, state: stateConnect,
-		qpType: verbs.QPTUD, parent: lis, opts: lis.opts}
-	lis.ch.ids++
+	child := &cmID{ps: lis.ps, state: stateConnect, qpType: verbs.QPTUD, parent: lis, opts: lis.opts}
 	a.refs++
 	child.agent = a
 	local := a.gids[in.sgid]
@@ -121,10 +119,9 @@ func (a *agent) handleSIDRREQ(in *inMAD, m *mad.SIDRREQ) {
 		PathMTU: a.mtu, HopLimit: 64}
 	child.register()
 	lis.pending++
-	ev := &Event{Type: EventConnectRequest, ID: child, ListenID: lis,
+	lis.event(BackendEvent{Type: EventConnectRequest, Child: child,
 		Param: ConnParam{PrivateData: append([]byte(nil), user...)},
-		UD:    UDParam{PrivateData: append([]byte(nil), user...), AHAttr: child.ahAttr(in.src, in.sgid)}}
-	lis.ch.push(ev)
+		UD:    UDParam{PrivateData: append([]byte(nil), user...), AHAttr: child.ahAttr(in.src, in.sgid)}})
 }
 
 // addrKey folds an address into the GUID half of a remoteKey, for SIDR
@@ -139,7 +136,7 @@ func addrKey(a netip.Addr) uint64 {
 }
 
 // acceptSIDR answers a SIDR_REQ with the ID's QP. Called with cm.mu held.
-func (id *ID) acceptSIDR(p *ConnParam) error {
+func (id *cmID) acceptSIDR(p *ConnParam) error {
 	const op = "rdma_accept"
 	var param ConnParam
 	if p != nil {
@@ -164,7 +161,7 @@ func (id *ID) acceptSIDR(p *ConnParam) error {
 }
 
 // sendSIDRREP answers the SIDR_REQ. Called with cm.mu held.
-func (id *ID) sendSIDRREP(status mad.SIDRStatus, qpn uint32, pdata []byte) {
+func (id *cmID) sendSIDRREP(status mad.SIDRStatus, qpn uint32, pdata []byte) {
 	c := &id.c
 	m := &mad.SIDRREP{RequestID: c.remoteID, Status: status, ServiceID: c.serviceID}
 	if status == mad.SIDRSuccess {
