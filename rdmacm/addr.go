@@ -91,7 +91,7 @@ func deviceFor(addr netip.Addr) *verbs.Device {
 			if a.Unmap().WithZone("") != addr {
 				continue
 			}
-			if backendFor(d) != nil {
+			if backendFor(d) != builtin {
 				return d
 			}
 			if first == nil {

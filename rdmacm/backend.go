@@ -113,10 +113,22 @@ func backendFor(dev *verbs.Device) Backend {
 	return builtin
 }
 
+// registeredBackends reports whether any backend is registered: if none
+// is, every ID is the built-in IB CM's, and no device need be looked up
+// to say so.
+func registeredBackends() bool {
+	backends.mu.Lock()
+	defer backends.mu.Unlock()
+	return len(backends.list) > 0
+}
+
 // wildcardBackend returns the backend a wildcard bind of the family of ip
 // goes to: one registered backend that serves every device of that
 // family, or else the built-in IB CM, which listens on each device itself.
 func wildcardBackend(ip netip.Addr) Backend {
+	if !registeredBackends() {
+		return builtin
+	}
 	var b Backend
 	for _, d := range candidates() {
 		if !hasFamily(d, ip) {
@@ -137,6 +149,9 @@ func wildcardBackend(ip netip.Addr) Backend {
 // routeBackend returns the backend serving the device the host's route to
 // dst leaves from; the built-in IB CM if there is none.
 func routeBackend(dst netip.Addr) Backend {
+	if !registeredBackends() {
+		return builtin
+	}
 	src, err := routeSource(dst)
 	if err != nil {
 		return builtin
@@ -147,13 +162,21 @@ func routeBackend(dst netip.Addr) Backend {
 // kdevice is a device context the IDs on a device share, as librdmacm's
 // IDs share id->verbs: what their QPs are made on.
 type kdevice struct {
-	dev  *verbs.Device
-	ctx  *verbs.Context
-	pd   *verbs.PD
-	refs int
+	dev   *verbs.Device
+	ctx   *verbs.Context
+	pd    *verbs.PD
+	refs  int
+	close func()
 }
 
 var kdevices = map[*verbs.Device]*kdevice{} // guarded by idMu
+
+// contextSharer is a backend with a context of its own on each device it
+// serves, which the IDs there share rather than open another: the
+// built-in IB CM's agent's. release lets go of it. Called with idMu held.
+type contextSharer interface {
+	sharedContext(dev *verbs.Device) (ctx *verbs.Context, pd *verbs.PD, release func(), err error)
+}
 
 // kdeviceFor opens, or shares, the context of dev. Called with idMu held.
 func kdeviceFor(dev *verbs.Device) (*kdevice, error) {
@@ -161,16 +184,29 @@ func kdeviceFor(dev *verbs.Device) (*kdevice, error) {
 		k.refs++
 		return k, nil
 	}
-	ctx, err := dev.Open()
-	if err != nil {
-		return nil, err
+	k := &kdevice{dev: dev, refs: 1}
+	if s, ok := backendFor(dev).(contextSharer); ok {
+		ctx, pd, release, err := s.sharedContext(dev)
+		if err != nil {
+			return nil, err
+		}
+		k.ctx, k.pd, k.close = ctx, pd, release
+	} else {
+		ctx, err := dev.Open()
+		if err != nil {
+			return nil, err
+		}
+		pd, err := ctx.AllocPD()
+		if err != nil {
+			ctx.Close()
+			return nil, err
+		}
+		k.ctx, k.pd = ctx, pd
+		k.close = func() {
+			pd.Dealloc()
+			ctx.Close()
+		}
 	}
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		ctx.Close()
-		return nil, err
-	}
-	k := &kdevice{dev: dev, ctx: ctx, pd: pd, refs: 1}
 	kdevices[dev] = k
 	return k, nil
 }
@@ -179,8 +215,7 @@ func kdeviceFor(dev *verbs.Device) (*kdevice, error) {
 func (k *kdevice) release() {
 	if k.refs--; k.refs == 0 {
 		delete(kdevices, k.dev)
-		k.pd.Dealloc()
-		k.ctx.Close()
+		k.close()
 	}
 }
 

@@ -43,6 +43,22 @@ func (ibcm) CreateID(ps PortSpace, handle func(BackendEvent)) (BackendID, error)
 	return id, nil
 }
 
+// sharedContext implements contextSharer: the IDs on a device share its
+// agent's context and PD. Called with idMu held.
+func (ibcm) sharedContext(dev *verbs.Device) (*verbs.Context, *verbs.PD, func(), error) {
+	cm.mu.Lock()
+	defer cm.mu.Unlock() // nothing queued: no cmUnlock under idMu
+	a, err := agentFor(dev)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return a.ctx, a.pd, func() {
+		cm.mu.Lock()
+		defer cm.mu.Unlock()
+		a.release()
+	}, nil
+}
+
 // cmID is an ID of the built-in IB CM: an address, a listener, or one
 // connection.
 type cmID struct {

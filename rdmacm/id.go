@@ -388,9 +388,12 @@ func (id *ID) bind(op string, addr netip.AddrPort) error {
 	}
 	var b Backend
 	var dev *verbs.Device
-	if ip.IsUnspecified() {
+	switch {
+	case ip.IsUnspecified():
 		b = wildcardBackend(ip)
-	} else {
+	case !registeredBackends():
+		b = builtin // which finds the device itself
+	default:
 		if dev = deviceFor(ip); dev == nil {
 			return noDevice(op, ip)
 		}
