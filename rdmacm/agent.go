@@ -87,6 +87,8 @@ type agent struct {
 	guid uint64
 	mtu  verbs.MTU
 	gids []netip.Addr // the port's GID table, as addresses
+	// clock is what the agent's timers run on: cmClock when it started.
+	clock clock
 	// owner is the upper 8 bits of the agent's communication IDs: on a
 	// device that several processes share, what routes the answers to our
 	// messages to this process (see CommIDOwner).
@@ -209,7 +211,7 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a = &agent{dev: dev, ctx: ctx, ahs: map[ahKey]*verbs.AH{}, conns: map[uint32]*cmID{},
+	a = &agent{dev: dev, ctx: ctx, clock: cmClock, ahs: map[ahKey]*verbs.AH{}, conns: map[uint32]*cmID{},
 		remotes: map[remoteKey]*cmID{}, qpns: map[remoteKey]*cmID{}, done: make(chan struct{})}
 	made := a // the failures below return a nil agent
 	defer func() {
@@ -760,7 +762,7 @@ func (r *retrier) arm(d time.Duration) {
 	}
 	r.gen++
 	gen := r.gen
-	r.timer = cmClock.afterFunc(d, func() { r.fire(gen) })
+	r.timer = r.a.clock.afterFunc(d, func() { r.fire(gen) })
 }
 
 func (r *retrier) fire(gen int) {

@@ -22,8 +22,10 @@ type wallClock struct{}
 
 func (wallClock) afterFunc(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
 
-// cmClock is the IB CM's clock. Guarded by cm.mu; tests set it with
-// setClock before making IDs.
+// cmClock is the clock an agent takes when it starts, for its timers and
+// those of its connections. Guarded by cm.mu; tests set it with
+// useFakeClock before making the devices their IDs use, so that what
+// other tests' connections do later stays on the clocks of their own.
 var cmClock clock = wallClock{}
 
 // fakeClock is a clock a test moves with advance.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,8 +14,11 @@ import (
 	"github.com/rdmago/rdmago/verbs"
 )
 
-// useFakeClock runs the IB CM's timers on a clock the test moves, until
-// the test ends.
+// useFakeClock runs the timers of the IB CM agents started from now on
+// a clock the test moves. When the test ends, new agents go back to the
+// wall clock, and this clock is run on until its timers are done, so
+// that the test's connections leave their timewait and free their
+// agents.
 func useFakeClock(t *testing.T) *fakeClock {
 	c := &fakeClock{}
 	cm.mu.Lock()
@@ -25,6 +29,11 @@ func useFakeClock(t *testing.T) *fakeClock {
 		cm.mu.Lock()
 		cmClock = old
 		cm.mu.Unlock()
+		for range 100 {
+			if c.advance(time.Hour) == 0 {
+				break
+			}
+		}
 	})
 	return c
 }
@@ -167,4 +176,104 @@ func ctxDone() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
+}
+
+// TestSlowAcceptGetsMRA: while the server's application takes its time,
+// the client's resent REQ is answered with an MRA (service timeout 24,
+// about 69 s), and on the CM's clock the client then waits well past the
+// point where its own retries (2, about 5 ms apart) would have run out.
+func TestSlowAcceptGetsMRA(t *testing.T) {
+	clk := useFakeClock(t)
+	n := newRegressNet(t, 42, nil)
+	var mras, reqs atomic.Int32
+	n.net.SetFaults(link.Faults{Filter: func(p []byte, from, to netip.Addr) bool {
+		if len(p) >= 20+16+2 && binary.BigEndian.Uint32(p[4:8])&0xffffff == 1 {
+			switch mad.AttrID(binary.BigEndian.Uint16(p[20+16:])) {
+			case mad.AttrMRA:
+				mras.Add(1)
+			case mad.AttrREQ:
+				reqs.Add(1)
+			}
+		}
+		return true
+	}})
+	caps := &verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	sch := newChannel()
+	lis, _ := CreateID(sch, nil, PSTCP)
+	defer lis.Destroy()
+	if err := lis.BindAddr(netip.AddrPortFrom(n.srv, 7642)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lis.Listen(4); err != nil {
+		t.Fatal(err)
+	}
+	cch := newChannel()
+	cli, _ := CreateID(cch, nil, PSTCP)
+	defer cli.Destroy()
+	if err := cli.ResolveAddr(netip.AddrPortFrom(n.cli, 0), netip.AddrPortFrom(n.srv, 7642), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cli.ResolveRoute(time.Second)
+	cli.SetACKTimeout(8)
+	cli.SetCMTimeouts(10, 2)
+	if err := cli.CreateQP(nil, caps); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 2 { // ADDR_RESOLVED, ROUTE_RESOLVED
+		cch.GetEvent(ctx)
+	}
+	if err := cli.Connect(nil); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := sch.GetEvent(ctx)
+	if err != nil || ev.Type != EventConnectRequest {
+		t.Fatalf("%v %v, want CONNECT_REQUEST", ev, err)
+	}
+	srv := ev.ID
+	defer srv.Destroy()
+
+	// The REQ's timeout ends: it goes again, and the server, still
+	// deciding, answers the duplicate with an MRA.
+	d, _ := clk.pending()
+	if clk.advance(d) != 1 {
+		t.Fatal("the REQ's retransmission timer did not fire")
+	}
+	for deadline := time.Now().Add(10 * time.Second); mras.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no MRA answered the resent REQ (%d REQs sent)", reqs.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The MRA reaches the client and lengthens its wait.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if d, ok := clk.pending(); ok && d > time.Minute {
+			break
+		}
+		if time.Now().After(deadline) {
+			d, ok := clk.pending()
+			t.Fatalf("after the MRA the client's next deadline is %v away (armed %v), want above a minute", d, ok)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clk.advance(time.Second) // 200 times the REQ's timeout
+	if ev, err := cch.GetEvent(ctxDone()); err == nil {
+		t.Fatalf("%v (status %d) while the server decides; its MRA asked for about 69 s", ev.Type, ev.Status)
+	}
+
+	if err := srv.CreateQP(nil, caps); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Accept(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []*EventChannel{cch, sch} {
+		if ev, err := ch.GetEvent(ctx); err != nil || ev.Type != EventEstablished {
+			t.Fatalf("%v %v, want ESTABLISHED", ev, err)
+		}
+	}
+	if n := reqs.Load(); n != 2 {
+		t.Errorf("%d REQs sent, want 2: the first, and the one the MRA answered", n)
+	}
 }

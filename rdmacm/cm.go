@@ -770,7 +770,7 @@ func (id *cmID) enterTimewait() {
 	if k := (remoteKey{c.remoteQPN, c.remoteGUID}); id.agent.qpns[k] == id {
 		delete(id.agent.qpns, k)
 	}
-	c.timewait = cmClock.afterFunc(ibTime(c.ackTO), func() {
+	c.timewait = id.agent.clock.afterFunc(ibTime(c.ackTO), func() {
 		cm.mu.Lock()
 		defer cmUnlock()
 		if c.state != cmTimewait || c.timewait == nil {

@@ -221,45 +221,6 @@ func TestLostHandshakeMessagesAreResent(t *testing.T) {
 	}
 }
 
-// TestSlowAcceptGetsMRA: while the server's application takes its time,
-// the resent REQs are answered with an MRA that makes the client wait,
-// although its own retries ran out long before.
-func TestSlowAcceptGetsMRA(t *testing.T) {
-	n := newCMNet(t, 7)
-	var mras atomic.Int32
-	n.filter(func(pkt []byte, from, to netip.Addr) bool {
-		if madAttr(pkt) == mad.AttrMRA {
-			mras.Add(1)
-		}
-		return false
-	})
-	sch, cch := mustChannel(t), mustChannel(t)
-	n.listen(t, sch, rdmacm.PSTCP, 7477)
-	cli := n.resolve(t, cch, rdmacm.PSTCP, 7477)
-	cli.SetACKTimeout(8)
-	cli.SetCMTimeouts(10, 2) // gives up after about 15 ms without an MRA
-	if err := cli.CreateQP(nil, qpCaps()); err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.Connect(nil); err != nil {
-		t.Fatal(err)
-	}
-	srv := mustEvent(t, sch, rdmacm.EventConnectRequest, 0).ID
-	defer srv.Destroy()
-	time.Sleep(200 * time.Millisecond)
-	if err := srv.CreateQP(nil, qpCaps()); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Accept(nil); err != nil {
-		t.Fatal(err)
-	}
-	mustEvent(t, cch, rdmacm.EventEstablished, 0)
-	mustEvent(t, sch, rdmacm.EventEstablished, 0)
-	if mras.Load() == 0 {
-		t.Error("no MRA was sent")
-	}
-}
-
 // TestREQFromConnectedQPIsStale: a second REQ naming a QP that is still
 // connected is refused with reason 10 (stale connection).
 func TestREQFromConnectedQPIsStale(t *testing.T) {
