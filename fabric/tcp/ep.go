@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/sockpoll"
 )
 
 // cmTimeout bounds each step of connection setup.
@@ -68,9 +69,9 @@ type ep struct {
 	fabric.CMDataSize
 	fabric.EndpointBinds // the EQ, and the CQs and counters operations report to (under mu)
 	req                  *connReq
-	fd                   int    // the connection's socket, -1 before it is made and after it is closed
-	up                   bool   // the socket carries frames (false after the stream ended or broke)
-	wt                   *watch // the socket's registration with the waker
+	fd                   int             // the connection's socket, -1 before it is made and after it is closed
+	up                   bool            // the socket carries frames (false after the stream ended or broke)
+	wt                   *sockpoll.Watch // the socket's registration with the waker
 	local                netip.AddrPort
 	peer                 netip.AddrPort
 	wg                   sync.WaitGroup
@@ -258,7 +259,7 @@ func (e *ep) attach(c *net.TCPConn) error {
 		unix.Close(fd)
 		return fabric.Errorf("fi_connect", fabric.ErrIO, err.Error())
 	}
-	wt, err := watchSocket(fd)
+	wt, err := sockpoll.Add(fd)
 	if err != nil {
 		unix.Close(fd)
 		return fabric.Errorf("fi_connect", fabric.ErrIO, err.Error())
@@ -266,7 +267,7 @@ func (e *ep) attach(c *net.TCPConn) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.state == stClosed {
-		wt.close()
+		wt.Close()
 		unix.Close(fd)
 		return fabric.Errorf("fi_connect", fabric.ErrBadFD, "endpoint closed")
 	}
@@ -287,7 +288,7 @@ func (e *ep) closeSocket() {
 	if e.fd < 0 {
 		return
 	}
-	e.wt.close()
+	e.wt.Close()
 	unix.Close(e.fd)
 	e.fd = -1
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/sockpoll"
 )
 
 func (e *ep) progressLocked() {
@@ -31,7 +32,7 @@ func (e *ep) flushTx() {
 				t.bufs = t.bufs[1:] // nothing to write (an empty range)
 				continue
 			}
-			if e.full && !ready(e.fd, unix.POLLOUT) {
+			if e.full && !sockpoll.Ready(e.fd, unix.POLLOUT) {
 				// The socket's buffer was full and still is (asked
 				// without taking the socket's lock, as for reads).
 				return
@@ -107,17 +108,6 @@ func (e *ep) readSome(b []byte) (int, error) {
 	return e.readRaw(b)
 }
 
-// ready reports whether fd has one of events (or an error): whether a
-// read or write would not block. It is the spin of a polling program, so
-// it makes the system call raw: ppoll with a zero timeout returns at
-// once, and the runtime need not hear of it.
-func ready(fd int, events int16) bool {
-	fds := [1]unix.PollFd{{Fd: int32(fd), Events: events}}
-	var ts unix.Timespec
-	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-	return errno != 0 || n != 0
-}
-
 // rawIO reads or writes the non-blocking socket fd. Up to a staging
 // buffer's worth it makes the system call raw, which costs the runtime
 // nothing and cannot block; more goes the usual way, so that a long copy
@@ -148,7 +138,7 @@ func (e *ep) readRaw(b []byte) (int, error) {
 		// poll, which does not take the socket's lock as read does: a
 		// program spinning on an empty socket would otherwise contend
 		// with the kernel delivering the very segment it waits for.
-		if !ready(e.fd, unix.POLLIN|unix.POLLRDHUP) {
+		if !sockpoll.Ready(e.fd, unix.POLLIN|unix.POLLRDHUP) {
 			return 0, nil
 		}
 	}
@@ -486,7 +476,7 @@ func (e *ep) background() {
 			}
 		}
 		if events != 0 {
-			e.wt.arm(events)
+			e.wt.Arm(events)
 		}
 		kick := e.kick
 		e.mu.Unlock()

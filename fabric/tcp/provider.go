@@ -35,10 +35,10 @@
 package tcp
 
 import (
-	"net"
 	"net/netip"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/ipif"
 )
 
 func init() { fabric.RegisterProvider(provider{}) }
@@ -51,62 +51,8 @@ type provider struct{}
 func (provider) Name() string            { return Name }
 func (provider) Version() fabric.Version { return fabric.MakeVersion(117, 0) }
 
-// iface is one address of one interface.
-type iface struct {
-	name   string
-	addr   netip.Addr
-	prefix netip.Prefix
-}
-
-// interfaces lists the host's addresses: other interfaces first, loopback
-// last, IPv4 before IPv6 within each.
-func interfaces() []iface {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil
-	}
-	var out, loop []iface
-	for _, ifi := range ifs {
-		if ifi.Flags&net.FlagUp == 0 {
-			continue
-		}
-		addrs, _ := ifi.Addrs()
-		var v4, v6 []iface
-		for _, a := range addrs {
-			ipn, ok := a.(*net.IPNet)
-			if !ok {
-				continue
-			}
-			ip, _ := netip.AddrFromSlice(ipn.IP)
-			ip = ip.Unmap()
-			ones, _ := ipn.Mask.Size()
-			if ip.IsLoopback() {
-				ones = ip.BitLen() // C names loopback fabrics 127.0.0.1/32
-			}
-			if ip.Is6() && ip.IsLinkLocalUnicast() {
-				ip = ip.WithZone(ifi.Name)
-			}
-			x := iface{name: ifi.Name, addr: ip, prefix: netip.PrefixFrom(ip.WithZone(""), ones).Masked()}
-			switch {
-			case ip.Is4():
-				v4 = append(v4, x)
-			case ip.IsLinkLocalUnicast():
-				v6 = append([]iface{x}, v6...) // link-local first, as C lists them
-			default:
-				v6 = append(v6, x)
-			}
-		}
-		if ifi.Flags&net.FlagLoopback != 0 {
-			loop = append(append(loop, v4...), v6...)
-		} else {
-			out = append(append(out, v4...), v6...)
-		}
-	}
-	return append(out, loop...)
-}
-
 // template is the fi_info of the C provider's MSG endpoint.
-func template(x iface) *fabric.Info {
+func template(x ipif.Iface) *fabric.Info {
 	order := fabric.OrderRAR | fabric.OrderRAW | fabric.OrderRAS | fabric.OrderWAW | fabric.OrderWAS | fabric.OrderSAW |
 		fabric.OrderSAS | fabric.OrderRMARAR | fabric.OrderRMARAW | fabric.OrderRMAWAW | fabric.OrderAtomicRAR |
 		fabric.OrderAtomicRAW | fabric.OrderAtomicWAW // as C's provider reports
@@ -114,20 +60,20 @@ func template(x iface) *fabric.Info {
 		Caps: fabric.CapMsg | fabric.CapRMA | fabric.CapRead | fabric.CapWrite | fabric.CapRecv | fabric.CapSend |
 			fabric.CapRemoteRead | fabric.CapRemoteWrite | fabric.CapRMAPmem | fabric.CapLocalComm | fabric.CapRemoteComm | fabric.CapRMAEvent,
 		AddrFormat: fabric.FormatSockaddrIn,
-		SrcAddr:    netip.AddrPortFrom(x.addr, 0),
+		SrcAddr:    netip.AddrPortFrom(x.Addr, 0),
 		TxAttr: &fabric.TxAttr{Caps: fabric.CapMsg | fabric.CapRMA | fabric.CapRead | fabric.CapWrite | fabric.CapSend | fabric.CapRMAPmem,
 			MsgOrder: order, CompOrder: fabric.OrderStrict, InjectSize: injectSize, Size: 256, IOVLimit: maxIOV, RMAIOVLimit: maxIOV},
 		RxAttr: &fabric.RxAttr{Caps: fabric.CapMsg | fabric.CapRMA | fabric.CapRecv | fabric.CapRemoteRead | fabric.CapRemoteWrite | fabric.CapRMAPmem | fabric.CapRMAEvent,
 			MsgOrder: order, CompOrder: fabric.OrderStrict, Size: 256, IOVLimit: maxIOV},
 		EPAttr: &fabric.EPAttr{Type: fabric.EPMsg, Protocol: fabric.ProtoSockTCP, MaxMsgSize: ^uint64(0),
 			MaxOrderRAWSize: ^uint64(0), MaxOrderWAWSize: ^uint64(0), TxCtxCnt: 1, RxCtxCnt: 1},
-		DomainAttr: &fabric.DomainAttr{Name: x.name, Threading: fabric.ThreadSafe, ControlProgress: fabric.ProgressAuto,
+		DomainAttr: &fabric.DomainAttr{Name: x.Name, Threading: fabric.ThreadSafe, ControlProgress: fabric.ProgressAuto,
 			DataProgress: fabric.ProgressAuto, ResourceMgmt: fabric.RMEnabled, AVType: fabric.AVUnspec, MRKeySize: 8,
 			CQDataSize: 8, CQCnt: 256, EPCnt: 8192, TxCtxCnt: 8192, RxCtxCnt: 8192, MaxEPTxCtx: 1, MaxEPRxCtx: 1,
 			MaxEPSrxCtx: 8192, MRIOVLimit: 1, Caps: fabric.CapLocalComm | fabric.CapRemoteComm},
-		FabricAttr: &fabric.FabricAttr{Name: x.prefix.String(), ProvName: Name, ProvVersion: fabric.MakeVersion(117, 0), APIVersion: fabric.APIVersion},
+		FabricAttr: &fabric.FabricAttr{Name: x.Prefix.String(), ProvName: Name, ProvVersion: fabric.MakeVersion(117, 0), APIVersion: fabric.APIVersion},
 	}
-	if x.addr.Is6() {
+	if x.Addr.Is6() {
 		i.AddrFormat = fabric.FormatSockaddrIn6
 	}
 	return i
@@ -135,7 +81,7 @@ func template(x iface) *fabric.Info {
 
 // rdmTemplate is the fi_info of an FI_EP_RDM endpoint, as C's
 // tcp;ofi_rxm offers it (messages, tagged messages and RMA).
-func rdmTemplate(x iface) *fabric.Info {
+func rdmTemplate(x ipif.Iface) *fabric.Info {
 	i := template(x)
 	caps := fabric.CapMsg | fabric.CapTagged | fabric.CapRMA | fabric.CapRead | fabric.CapWrite | fabric.CapRecv | fabric.CapSend |
 		fabric.CapRemoteRead | fabric.CapRemoteWrite | fabric.CapLocalComm | fabric.CapRemoteComm
@@ -167,32 +113,32 @@ func (p provider) Infos(node, service string, flags uint64, hints *fabric.Info) 
 	}
 	nodeAddr, dst, routeSrc := ad.Node, ad.Dest, ad.RouteSrc
 	var out, rdms []*fabric.Info
-	for _, x := range interfaces() {
-		if routeSrc.IsValid() && x.addr.WithZone("") != routeSrc.WithZone("") {
+	for _, x := range ipif.List() {
+		if routeSrc.IsValid() && x.Addr.WithZone("") != routeSrc.WithZone("") {
 			continue
 		}
-		if flags&fabric.FlagSource != 0 && node != "" && x.addr.WithZone("") != nodeAddr.WithZone("") {
+		if flags&fabric.FlagSource != 0 && node != "" && x.Addr.WithZone("") != nodeAddr.WithZone("") {
 			continue
 		}
-		if flags&fabric.FlagSource == 0 && nodeAddr.IsValid() && nodeAddr.Is4() != x.addr.Is4() {
+		if flags&fabric.FlagSource == 0 && nodeAddr.IsValid() && nodeAddr.Is4() != x.Addr.Is4() {
 			continue
 		}
-		if hints != nil && hints.SrcAddr.IsValid() && hints.SrcAddr.Addr().WithZone("") != x.addr.WithZone("") {
+		if hints != nil && hints.SrcAddr.IsValid() && hints.SrcAddr.Addr().WithZone("") != x.Addr.WithZone("") {
 			continue
 		}
-		if hints != nil && hints.DestAddr.IsValid() && hints.DestAddr.Addr().Is4() != x.addr.Is4() {
+		if hints != nil && hints.DestAddr.IsValid() && hints.DestAddr.Addr().Is4() != x.Addr.Is4() {
 			continue
 		}
 		// Addresses, as the node, service and hints give them.
 		shape := func(i *fabric.Info) *fabric.Info {
-			ad.Place(i, x.addr)
+			ad.Place(i, x.Addr)
 			return i
 		}
 		if hints == nil || hints.EPAttr == nil || hints.EPAttr.Type == fabric.EPUnspec || hints.EPAttr.Type == fabric.EPRDM {
 			rdms = append(rdms, shape(rdmTemplate(x)))
 		}
 		i := template(x)
-		if !dst.IsValid() && node == "" && service == "" && x.addr.IsLoopback() {
+		if !dst.IsValid() && node == "" && service == "" && x.Addr.IsLoopback() {
 			i.Caps &^= fabric.CapRemoteComm // as C lists loopback
 		}
 		out = append(out, shape(i))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/ipif"
 	"github.com/rdmago/rdmago/fabric/internal/unwrap"
 )
 
@@ -26,7 +27,7 @@ func streamEndpoint(t testing.TB) (*ep, *net.TCPConn, *fabric.CQ, *fabric.EQ) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info := template(iface{name: "lo"})
+	info := template(ipif.Iface{Name: "lo"})
 	fab := &fabric.Fabric{}
 	dom, _ := fab.OpenDomain(info)
 	if _, err := dom.RegMR(make([]byte, 4096), fabric.AccessRemoteRead|fabric.AccessRemoteWrite, 1); err != nil {

@@ -1,23 +1,27 @@
-package tcp
-
-import (
-	"sync"
-
-	"golang.org/x/sys/unix"
-)
-
-// The provider's sockets are not in the Go runtime's network poller: a
+// Package sockpoll watches the sockets of the socket-based fabric
+// providers (tcp, udp) for the moments their endpoints must progress in
+// the background.
+//
+// The providers' sockets are not in the Go runtime's network poller: a
 // socket registered there makes the runtime wake a thread for every
 // segment that arrives, even while the program busy-polls its CQ and
 // takes the data itself, and on a small machine those wake-ups cost more
-// than the message. Instead each connection's socket is a plain
-// non-blocking descriptor, read and written with direct system calls,
-// and a waker (one per process, alive while any connection is) watches
-// the sockets whose endpoints want background progress.
+// than the message. Instead each socket is a plain non-blocking
+// descriptor, read and written with direct system calls, and a waker (one
+// per process, alive while any socket is watched) watches the sockets
+// whose endpoints want background progress.
 //
 // A socket is in the waker's epoll set disarmed (EPOLLONESHOT); an
 // endpoint arms it with the events it waits for, and the waker signals
 // the endpoint's channel once when one of them happens.
+package sockpoll
+
+import (
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
 
 // waker is one epoll instance and the goroutine that waits on it.
 type waker struct {
@@ -35,17 +39,17 @@ var wakers struct {
 	refs int
 }
 
-// watch is one socket's registration with the waker.
-type watch struct {
+// Watch is one socket's registration with the waker.
+type Watch struct {
 	w  *waker
 	fd int
 	id uint64
 	C  chan struct{} // signalled (buffered, 1) when an armed event happens
 }
 
-// watchSocket registers fd with the process's waker, starting it if it is
+// Add registers fd with the process's waker, starting it if it is
 // not running.
-func watchSocket(fd int) (*watch, error) {
+func Add(fd int) (*Watch, error) {
 	wakers.mu.Lock()
 	defer wakers.mu.Unlock()
 	if wakers.cur == nil {
@@ -74,20 +78,20 @@ func watchSocket(fd int) (*watch, error) {
 		return nil, err
 	}
 	wakers.refs++
-	return &watch{w: w, fd: fd, id: id, C: ch}, nil
+	return &Watch{w: w, fd: fd, id: id, C: ch}, nil
 }
 
-// arm asks for one signal when any of events (EPOLLIN, EPOLLOUT) happens
+// Arm asks for one signal when any of events (EPOLLIN, EPOLLOUT) happens
 // on the socket; events that already hold signal at once. The caller
 // keeps the socket open while it arms.
-func (x *watch) arm(events uint32) {
+func (x *Watch) Arm(events uint32) {
 	ev := unix.EpollEvent{Events: events | unix.EPOLLONESHOT, Fd: int32(uint32(x.id)), Pad: int32(uint32(x.id >> 32))}
 	unix.EpollCtl(x.w.epfd, unix.EPOLL_CTL_MOD, x.fd, &ev)
 }
 
-// close removes the socket from the waker, which stops once it watches
+// Close removes the socket from the waker, which stops once it watches
 // nothing. Call it before closing the socket.
-func (x *watch) close() {
+func (x *Watch) Close() {
 	unix.EpollCtl(x.w.epfd, unix.EPOLL_CTL_DEL, x.fd, nil)
 	x.w.mu.Lock()
 	delete(x.w.subs, x.id)
@@ -157,4 +161,15 @@ func (w *waker) stop() {
 	<-w.done
 	unix.Close(w.evfd)
 	unix.Close(w.epfd)
+}
+
+// Ready reports whether fd has one of events (or an error): whether a
+// read or write would not block. It is the spin of a polling program, so
+// it makes the system call raw: ppoll with a zero timeout returns at
+// once, and the runtime need not hear of it.
+func Ready(fd int, events int16) bool {
+	fds := [1]unix.PollFd{{Fd: int32(fd), Events: events}}
+	var ts unix.Timespec
+	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	return errno != 0 || n != 0
 }

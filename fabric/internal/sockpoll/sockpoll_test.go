@@ -1,4 +1,4 @@
-package tcp
+package sockpoll
 
 import (
 	"testing"
@@ -16,11 +16,11 @@ func TestWakerSignalsOncePerArmAndStopsWhenIdle(t *testing.T) {
 	}
 	defer unix.Close(fds[0])
 	defer unix.Close(fds[1])
-	a, err := watchSocket(fds[0])
+	a, err := Add(fds[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := watchSocket(fds[1])
+	b, err := Add(fds[1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestWakerSignalsOncePerArmAndStopsWhenIdle(t *testing.T) {
 		t.Fatal("signalled before it was armed")
 	case <-time.After(20 * time.Millisecond):
 	}
-	a.arm(unix.EPOLLIN)
+	a.Arm(unix.EPOLLIN)
 	select {
 	case <-a.C:
 	case <-time.After(5 * time.Second):
@@ -45,13 +45,13 @@ func TestWakerSignalsOncePerArmAndStopsWhenIdle(t *testing.T) {
 		t.Fatal("a second signal without arming again")
 	case <-time.After(20 * time.Millisecond):
 	}
-	a.close()
+	a.Close()
 	select {
 	case <-w.done:
 		t.Fatal("the waker stopped while a socket was still watched")
 	default:
 	}
-	b.close()
+	b.Close()
 	select {
 	case <-w.done:
 	case <-time.After(5 * time.Second):
