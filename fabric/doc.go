@@ -5,7 +5,8 @@
 // provider, wire-compatible with libfabric 1.17's, so a Go program and a
 // C libfabric program (fi_pingpong -p tcp -e msg) talk to each other;
 // package fabric/vrb is the verbs provider, RDMA over rdma_cm on any
-// verbs device, wire-compatible with libfabric's verbs provider.
+// verbs device, wire-compatible with libfabric's verbs provider; package
+// fabric/udp is the udp provider, datagrams over UDP sockets as C's.
 //
 // The flow is libfabric's:
 //
@@ -88,6 +89,10 @@
 //	fi_ep_bind with a counter     Endpoint.BindCounter
 //	fi_tsend, fi_trecv            Endpoint.TSend, TRecv
 //	fi_tinject, fi_tsendmsg       Endpoint.TInject, TSendMsg
+//	fi_cq_readfrom                (*CQ).ReadFrom; CQEntry.Source
 //
-// Not yet here: FI_EP_DGRAM, the verbs provider's FI_EP_RDM, and atomics.
+// Not here: fi_join and FI_MULTICAST, scalable endpoints and shared
+// contexts (fi_scalable_ep, fi_stx_context, fi_srx_context), wait sets
+// and poll sets (a CQ's Wait serves instead), and triggered
+// operations.
 package fabric

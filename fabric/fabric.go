@@ -341,6 +341,21 @@ type CQEntry struct {
 	Buf     []byte // where they were placed
 	Data    uint64 // remote CQ data, with CompRemoteCQData
 	Tag     uint64
+
+	src Addr // the sender's handle plus one, or 0: see Source
+}
+
+// Source is the handle in the endpoint's AV of the sender of a received
+// message, on an endpoint with FI_SOURCE (what fi_cq_readfrom returns
+// beside the entry); AddrNotAvail if the provider does not say or the
+// sender is not in the AV.
+func (e CQEntry) Source() Addr { return e.src - 1 }
+
+// WithSource returns e naming src as its sender (see Source). Providers
+// with FI_SOURCE use it.
+func (e CQEntry) WithSource(src Addr) CQEntry {
+	e.src = src + 1
+	return e
 }
 
 // CQErrEntry is a failed operation (struct fi_cq_err_entry).
@@ -425,6 +440,20 @@ func (cq *CQ) Read(buf []CQEntry) (int, error) {
 		p.Progress()
 	}
 	return cq.q.take("fi_cq_read", buf)
+}
+
+// ReadFrom is Read that also gives each completion's sender
+// (fi_cq_readfrom): src[i] is the AV handle of the sender of buf[i] (see
+// CQEntry.Source). src must be as long as buf.
+func (cq *CQ) ReadFrom(buf []CQEntry, src []Addr) (int, error) {
+	if len(src) < len(buf) {
+		return 0, Errorf("fi_cq_readfrom", ErrInvalid, "fewer source slots than entries")
+	}
+	n, err := cq.Read(buf)
+	for i := range buf[:n] {
+		src[i] = buf[i].Source()
+	}
+	return n, err
 }
 
 // SRead waits for at least one completion (fi_cq_sread) until ctx is done

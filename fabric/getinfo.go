@@ -126,6 +126,9 @@ func matches(i, h *Info) bool {
 	if h.EPAttr != nil && h.EPAttr.Type != EPUnspec && h.EPAttr.Type != i.EPAttr.Type {
 		return false
 	}
+	if h.EPAttr != nil && i.EPAttr != nil && h.EPAttr.MaxMsgSize > i.EPAttr.MaxMsgSize {
+		return false // a message larger than the endpoint carries (as ofi_check_ep_attr)
+	}
 	if h.DomainAttr != nil {
 		if h.DomainAttr.Name != "" && h.DomainAttr.Name != i.DomainAttr.Name {
 			return false

@@ -141,12 +141,13 @@ const (
 	ProtoUnspec     Protocol = 0  // FI_PROTO_UNSPEC
 	ProtoRDMACMIBRC Protocol = 1  // FI_PROTO_RDMA_CM_IB_RC
 	ProtoIBUD       Protocol = 3  // FI_PROTO_IB_UD
+	ProtoUDP        Protocol = 5  // FI_PROTO_UDP
 	ProtoSockTCP    Protocol = 6  // FI_PROTO_SOCK_TCP
 	ProtoRXM        Protocol = 11 // FI_PROTO_RXM
 )
 
 var protoNames = map[Protocol]string{ProtoUnspec: "FI_PROTO_UNSPEC", ProtoRDMACMIBRC: "FI_PROTO_RDMA_CM_IB_RC", ProtoIBUD: "FI_PROTO_IB_UD",
-	ProtoSockTCP: "FI_PROTO_SOCK_TCP", ProtoRXM: "FI_PROTO_RXM"}
+	ProtoUDP: "FI_PROTO_UDP", ProtoSockTCP: "FI_PROTO_SOCK_TCP", ProtoRXM: "FI_PROTO_RXM"}
 
 func (p Protocol) String() string {
 	if s, ok := protoNames[p]; ok {

@@ -29,6 +29,7 @@ type Options struct {
 	EPType   fabric.EPType
 	Iters    int    // -I
 	Sizes    []int  // -S
+	OneSize  bool   // -S gave one size (not "all")
 	Check    bool   // -c
 	Tagged   bool   // -m tagged
 	Verbose  bool   // -v
@@ -107,7 +108,7 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 				if err != nil {
 					return nil, err
 				}
-				o.Sizes = []int{n}
+				o.Sizes, o.OneSize = []int{n}, true
 			}
 		case 'c':
 			o.Check = true
@@ -243,6 +244,11 @@ func (c *ctrl) recv(n int) ([]byte, error) {
 	b := make([]byte, n)
 	c.c.SetReadDeadline(time.Now().Add(ctrlTimeout))
 	if _, err := io.ReadFull(c.c, b); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			// As the C program: the peer closed the control
+			// connection (it failed, say): ECONNABORTED.
+			return nil, fmt.Errorf("ctrl/read: no data or remote connection closed: %w (%w)", err, fabric.ErrConnAborted)
+		}
 		return nil, fmt.Errorf("ctrl/read: no data or remote connection closed: %w", err)
 	}
 	return b, nil

@@ -3,6 +3,7 @@ package fipingpong
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -179,6 +180,20 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 type side struct {
 	out, errw syncBuffer
 	done      chan error
+	err       error // what came on done, once pingpongOnce took it
+	ended     bool
+}
+
+// status is the exit status the side ended with, -1 if it did not end.
+func (s *side) status() int {
+	var ee *exec.ExitError
+	switch {
+	case !s.ended:
+		return -1
+	case errors.As(s.err, &ee):
+		return ee.ExitCode()
+	}
+	return ExitStatus(s.err)
 }
 
 func runGo(args []string) *side {
@@ -272,6 +287,7 @@ func pingpongOnce(t *testing.T, goServes, withC bool, flags string) (srv, cli *s
 		}
 		select {
 		case e := <-s.done:
+			s.err, s.ended = e, true
 			if e != nil && err == nil {
 				err = e
 			}
@@ -330,18 +346,21 @@ func TestGoPingpongOverVerbs(t *testing.T) {
 // TestGoPingpongOverVerbsDatagrams: the default endpoint type, FI_EP_DGRAM,
 // rdmago against rdmago as two processes on software devices of their
 // own (127.0.0.2 serving, 127.0.0.1, MTU 4096) at a RoCE port of their
-// own: the default sizes up to the MTU, and, as in C, none for a -S
-// above it. (Datagrams are not retransmitted: devices of other tests
-// sharing a port, whose leader may come and go, would lose some.)
+// own: the default sizes up to the MTU; and, as in C, a -S above it
+// finds no entry (the hints ask for max_msg_size -S), the server exiting
+// with ENODATA and the client with ECONNABORTED. (Datagrams are not
+// retransmitted: devices of other tests sharing a port, whose leader may
+// come and go, would lose some.)
 func TestGoPingpongOverVerbsDatagrams(t *testing.T) {
 	bin := vmtest.BuildRdmago(t)
 	rxePort := vmtest.FreeUDPPort(t, "127.0.0.2", "127.0.0.1")
 	for _, c := range []struct {
-		flags string
-		rows  int
+		flags        string
+		rows         int
+		sexit, cexit int
 	}{
-		{"-I 20 -c", 4},
-		{"-I 5 -c -S 4097", 0},
+		{"-I 20 -c", 4, 0, 0},
+		{"-I 5 -c -S 4097", 0, 61, 103},
 	} {
 		ctrl := strconv.Itoa(freePort(t))
 		cmd := func(addr string, args ...string) (*exec.Cmd, *syncBuffer) {
@@ -362,8 +381,9 @@ func TestGoPingpongOverVerbsDatagrams(t *testing.T) {
 		waitListening(t, ctrl) // the server's control listener
 		cerr := cli.Run()
 		serr := srv.Wait()
-		if cerr != nil || serr != nil {
-			t.Fatalf("%s: server %v, client %v\nserver:\n%s\nclient:\n%s", c.flags, serr, cerr, sout.String(), cout.String())
+		if srv.ProcessState.ExitCode() != c.sexit || cli.ProcessState.ExitCode() != c.cexit {
+			t.Fatalf("%s: server %v, client %v; want exit statuses %d and %d\nserver:\n%s\nclient:\n%s",
+				c.flags, serr, cerr, c.sexit, c.cexit, sout.String(), cout.String())
 		}
 		sr, cr := rows(sout.String()), rows(cout.String())
 		if len(sr) != c.rows || fmt.Sprint(sr) != fmt.Sprint(cr) {
@@ -406,6 +426,11 @@ func TestInteropWithCFiPingpong(t *testing.T) {
 		{"-p tcp -e rdm -S 64 -I 1000 -c", 1},
 		{"-p tcp -e rdm -S 65536 -I 200 -c", 1},
 		{"-p tcp -e rdm -m tagged -I 100 -c", 6},
+		// udp: datagrams up to 1472 bytes; the default sizes stop at 1 KiB.
+		{"-p udp -S 64 -I 1000 -c", 1},
+		{"-p udp -S 1472 -I 1000 -c", 1},
+		{"-p udp -I 100 -c", 3},
+		{"-p udp -S all -I 10 -c", 21},
 	} {
 		for _, goServes := range []bool{true, false} {
 			name := "C server, rdmago client"
@@ -413,6 +438,22 @@ func TestInteropWithCFiPingpong(t *testing.T) {
 				name = "rdmago server, C client"
 			}
 			t.Run(name+" "+c.flags, func(t *testing.T) { pingpong(t, goServes, true, c.flags, c.rows) })
+		}
+	}
+}
+
+// TestDatagramTooLargeFailsAsC: -S over a datagram's 1472 bytes finds no
+// udp entry, on either side, and both programs exit as C's do: the server
+// with ENODATA (61) from fi_getinfo, the client with ECONNABORTED (103)
+// when the server's control connection closes.
+func TestDatagramTooLargeFailsAsC(t *testing.T) {
+	for _, goServes := range []bool{true, false} {
+		srv, cli, err := pingpongOnce(t, goServes, true, "-p udp -S 4096 -I 10")
+		if err == nil {
+			t.Fatalf("a 4096-byte udp run succeeded")
+		}
+		if got := []int{srv.status(), cli.status()}; got[0] != 61 || got[1] != 103 {
+			t.Errorf("Go serves %v: exit statuses %v, want [61 103]\nserver: %s\nclient: %s", goServes, got, srv.errw.String(), cli.errw.String())
 		}
 	}
 }

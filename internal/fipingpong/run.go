@@ -99,6 +99,11 @@ func (s *session) hints() *fabric.Info {
 	h.Mode = fabric.ModeContext | fabric.ModeContext2 | fabric.ModeMsgPrefix
 	h.DomainAttr.MRMode = fabric.MRLocal | fabric.MRAllocated | fabric.MRProvKey | fabric.MRVirtAddr
 	h.EPAttr.Type = s.o.EPType
+	if s.o.EPType == fabric.EPDgram && s.o.OneSize {
+		// As the C program: a datagram endpoint must carry the size
+		// asked for whole, or fi_getinfo finds none.
+		h.EPAttr.MaxMsgSize = uint64(s.o.Sizes[0])
+	}
 	h.FabricAttr.ProvName = s.o.Provider
 	h.DomainAttr.Name = s.o.Domain
 	return h
