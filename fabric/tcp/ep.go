@@ -210,7 +210,7 @@ func (e *ep) dial(ctx context.Context, addr netip.AddrPort, req []byte) ([]byte,
 	}
 	c, err := d.DialContext(ctx, "tcp", addr.String())
 	if err != nil {
-		return nil, fabric.Errorf("fi_connect", errnoOf(err, fabric.ErrConnRefused), err.Error())
+		return nil, fabric.Errorf("fi_connect", sockpoll.Errno(err, fabric.ErrConnRefused), err.Error())
 	}
 	tc := c.(*net.TCPConn)
 	tc.SetNoDelay(true)

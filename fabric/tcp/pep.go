@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/sockpoll"
 )
 
 type pep struct {
@@ -45,7 +46,7 @@ func (p *pep) Listen() error {
 	src := fabric.ListenAddr(p.info)
 	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(src))
 	if err != nil {
-		return fabric.Errorf("fi_listen", errnoOf(err, fabric.ErrAddrInUse), err.Error())
+		return fabric.Errorf("fi_listen", sockpoll.Errno(err, fabric.ErrAddrInUse), err.Error())
 	}
 	p.ln = ln
 	p.wg.Add(1)

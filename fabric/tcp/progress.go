@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"errors"
 	"io"
 	"syscall"
 	"time"
@@ -433,15 +432,6 @@ func (e *ep) broken(errno fabric.Errno) {
 		e.EQ.WriteErr(fabric.EQErrEntry{FID: e.FID(), Err: errno})
 		e.EQ.Write(fabric.EQEntry{Event: fabric.EventShutdown, FID: e.FID()})
 	}
-}
-
-// errnoOf maps a socket error to an errno, or def.
-func errnoOf(err error, def fabric.Errno) fabric.Errno {
-	var se syscall.Errno
-	if errors.As(err, &se) {
-		return fabric.Errno(se)
-	}
-	return def
 }
 
 // background progresses the endpoint while the program does not poll.

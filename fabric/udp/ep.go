@@ -63,14 +63,14 @@ func (provider) Endpoint(d fabric.DomainRef, info *fabric.Info, context any) (fa
 	}
 	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
 	if err != nil {
-		return nil, fabric.Errorf("fi_endpoint", errnoOf(err, fabric.ErrNoMemory), "socket: "+err.Error())
+		return nil, fabric.Errorf("fi_endpoint", sockpoll.Errno(err, fabric.ErrNoMemory), "socket: "+err.Error())
 	}
 	e := &ep{d: d, info: info.Dup(), ctx: context, fd: fd, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	e.Lock, e.Self = &e.mu, e
 	if info.SrcAddr.IsValid() && !info.SrcAddr.Addr().IsUnspecified() {
 		if err := e.bind(info.SrcAddr); err != nil {
 			unix.Close(fd)
-			return nil, fabric.Errorf("fi_endpoint", errnoOf(err, fabric.ErrAddrNotAvail), "binding "+info.SrcAddr.String()+": "+err.Error())
+			return nil, fabric.Errorf("fi_endpoint", sockpoll.Errno(err, fabric.ErrAddrNotAvail), "binding "+info.SrcAddr.String()+": "+err.Error())
 		}
 	}
 	return e, nil
@@ -154,12 +154,12 @@ func (e *ep) Enable() error {
 			a = netip.AddrPortFrom(netip.IPv6Loopback(), 0)
 		}
 		if err := e.bind(a); err != nil {
-			return fabric.Errorf("fi_enable", errnoOf(err, fabric.ErrAddrNotAvail), "binding "+a.String()+": "+err.Error())
+			return fabric.Errorf("fi_enable", sockpoll.Errno(err, fabric.ErrAddrNotAvail), "binding "+a.String()+": "+err.Error())
 		}
 	}
 	wt, err := sockpoll.Add(e.fd)
 	if err != nil {
-		return fabric.Errorf("fi_enable", errnoOf(err, fabric.ErrNoMemory), err.Error())
+		return fabric.Errorf("fi_enable", sockpoll.Errno(err, fabric.ErrNoMemory), err.Error())
 	}
 	e.wt = wt
 	e.enabled = true
@@ -175,7 +175,7 @@ func (e *ep) Name() (netip.AddrPort, error) {
 	defer e.mu.Unlock()
 	sa, err := unix.Getsockname(e.fd)
 	if err != nil {
-		return netip.AddrPort{}, fabric.Errorf("fi_getname", errnoOf(err, fabric.ErrInvalid), err.Error())
+		return netip.AddrPort{}, fabric.Errorf("fi_getname", sockpoll.Errno(err, fabric.ErrInvalid), err.Error())
 	}
 	return fromSockaddr(sa), nil
 }
@@ -282,7 +282,7 @@ func (e *ep) send(op string, buf []byte, dest fabric.Addr, context any, flags ui
 		if err == syscall.EAGAIN || err == syscall.ENOBUFS {
 			return fabric.ErrAgain
 		}
-		return fabric.Errorf(op, errnoOf(err, fabric.ErrIO), "sendto "+to.String()+": "+err.Error())
+		return fabric.Errorf(op, sockpoll.Errno(err, fabric.ErrIO), "sendto "+to.String()+": "+err.Error())
 	}
 	if flags&fabric.FlagInject != 0 {
 		e.Comp.Count(fabric.CompSend) // an inject completes with no entry
@@ -465,13 +465,4 @@ func (e *ep) Close() error {
 	e.mu.Unlock()
 	e.Comp.Detach(e)
 	return nil
-}
-
-// errnoOf is err's errno as a fabric error number, or def.
-func errnoOf(err error, def fabric.Errno) fabric.Errno {
-	var se syscall.Errno
-	if errors.As(err, &se) {
-		return fabric.Errno(se)
-	}
-	return def
 }

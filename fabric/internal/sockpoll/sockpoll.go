@@ -17,9 +17,12 @@
 package sockpoll
 
 import (
+	"errors"
 	"sync"
+	"syscall"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/fabric"
 	"golang.org/x/sys/unix"
 )
 
@@ -172,4 +175,15 @@ func Ready(fd int, events int16) bool {
 	var ts unix.Timespec
 	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
 	return errno != 0 || n != 0
+}
+
+// Errno is the system errno err carries, as a fabric error number
+// (libfabric's FI_E* numbers are the system's), or def if it carries
+// none.
+func Errno(err error, def fabric.Errno) fabric.Errno {
+	var se syscall.Errno
+	if errors.As(err, &se) {
+		return fabric.Errno(se)
+	}
+	return def
 }
