@@ -75,6 +75,19 @@ var opFlagNames = []flagName{
 	{FlagTransmitComplete, "FI_TRANSMIT_COMPLETE"}, {FlagDeliveryComplete, "FI_DELIVERY_COMPLETE"}, {FlagCommitComplete, "FI_COMMIT_COMPLETE"},
 }
 
+// compOrderList prints a completion order as fi_tostr does: FI_ORDER_NONE
+// or FI_ORDER_STRICT, then FI_ORDER_DATA if set.
+func compOrderList(v uint64) string {
+	s := "[ FI_ORDER_NONE"
+	if v&OrderStrict != 0 {
+		s = "[ FI_ORDER_STRICT"
+	}
+	if v&OrderData != 0 {
+		s += ", FI_ORDER_DATA"
+	}
+	return s + " ]"
+}
+
 // flagList prints bits as fi_tostr does: "[ FI_MSG, FI_RMA ]", "[  ]".
 func flagList(v uint64, names []flagName) string {
 	var s []string
@@ -200,7 +213,7 @@ func (i *Info) String() string {
 		p(8, "mode: %s", flagList(uint64(t.Mode), modeNames))
 		p(8, "op_flags: %s", flagList(t.OpFlags, opFlagNames))
 		p(8, "msg_order: %s", flagList(t.MsgOrder, orderNames))
-		p(8, "comp_order: %s", flagList(t.CompOrder, orderNames))
+		p(8, "comp_order: %s", compOrderList(t.CompOrder))
 		p(8, "inject_size: %d", t.InjectSize)
 		p(8, "size: %d", t.Size)
 		p(8, "iov_limit: %d", t.IOVLimit)
@@ -213,7 +226,7 @@ func (i *Info) String() string {
 		p(8, "mode: %s", flagList(uint64(r.Mode), modeNames))
 		p(8, "op_flags: %s", flagList(r.OpFlags, opFlagNames))
 		p(8, "msg_order: %s", flagList(r.MsgOrder, orderNames))
-		p(8, "comp_order: %s", flagList(r.CompOrder, orderNames))
+		p(8, "comp_order: %s", compOrderList(r.CompOrder))
 		p(8, "total_buffered_recv: %d", r.TotalBufferedRecv)
 		p(8, "size: %d", r.Size)
 		p(8, "iov_limit: %d", r.IOVLimit)

@@ -17,11 +17,12 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
-	_ "github.com/rdmago/rdmago/fabric/tcp" // the tcp provider
-	_ "github.com/rdmago/rdmago/fabric/udp" // the udp provider
-	_ "github.com/rdmago/rdmago/fabric/vrb" // the verbs provider
-	_ "github.com/rdmago/rdmago/rdmacore"   // rdma-core devices, with -tags rdmacore
-	_ "github.com/rdmago/rdmago/rxe"        // the software RoCEv2 device verbs runs on
+	_ "github.com/rdmago/rdmago/fabric/sockets" // the sockets provider
+	_ "github.com/rdmago/rdmago/fabric/tcp"     // the tcp provider
+	_ "github.com/rdmago/rdmago/fabric/udp"     // the udp provider
+	_ "github.com/rdmago/rdmago/fabric/vrb"     // the verbs provider
+	_ "github.com/rdmago/rdmago/rdmacore"       // rdma-core devices, with -tags rdmacore
+	_ "github.com/rdmago/rdmago/rxe"            // the software RoCEv2 device verbs runs on
 )
 
 var (

@@ -27,6 +27,9 @@ type Provider struct {
 	// (a fetching FI_UINT64 FI_SUM, at least); without, the atomic calls fail with
 	// FI_ENOSYS.
 	Atomics bool
+	// Tagged says whether its FI_EP_MSG endpoints have FI_TAGGED;
+	// without, the tagged calls fail with FI_EOPNOTSUPP.
+	Tagged bool
 }
 
 // Must fails t on an error.
@@ -285,21 +288,42 @@ func Run(t *testing.T, p Provider) {
 		}
 	})
 
+	if p.Tagged {
+		t.Run("Tagged", func(t *testing.T) {
+			copy(cli.Buf[400:], "tagged")
+			Must(t, srv.EP.TRecv(srv.Buf[400:500], srv.MR.Desc(), any, 0x50, 0x0f, "trx"))
+			Must(t, cli.EP.TSend(cli.Buf[400:406], cli.MR.Desc(), any, 0x5a, "ttx"))
+			if c := Completion(t, cli.CQ); c.Context != "ttx" || c.Flags&fabric.CompTagged == 0 {
+				t.Fatalf("tagged send completion %+v", c)
+			}
+			c := Completion(t, srv.CQ)
+			if c.Context != "trx" || c.Tag != 0x5a || c.Len != 6 || string(srv.Buf[400:406]) != "tagged" {
+				t.Fatalf("tagged receive completion %+v, bytes %q", c, srv.Buf[400:406])
+			}
+		})
+	}
+
 	t.Run("Refusals", func(t *testing.T) {
 		m := &fabric.Msg{Buf: cli.Buf[:1], Desc: cli.MR.Desc()}
-		for _, c := range []struct {
+		type refusal = struct {
 			name string
 			err  error
 			want fabric.Errno
-		}{
-			{"fi_trecv", cli.EP.TRecv(cli.Buf[:1], cli.MR.Desc(), any, 0, 0, nil), fabric.ErrNotSupported},
-			{"fi_tsend", cli.EP.TSend(cli.Buf[:1], cli.MR.Desc(), any, 0, nil), fabric.ErrNotSupported},
-			{"fi_tinject", cli.EP.TInject(cli.Buf[:1], any, 0), fabric.ErrNotSupported},
-			{"fi_tsendmsg", cli.EP.TSendMsg(m, 0, 0), fabric.ErrNotSupported},
+		}
+		var tagged []refusal
+		if !p.Tagged {
+			tagged = []refusal{
+				{"fi_trecv", cli.EP.TRecv(cli.Buf[:1], cli.MR.Desc(), any, 0, 0, nil), fabric.ErrNotSupported},
+				{"fi_tsend", cli.EP.TSend(cli.Buf[:1], cli.MR.Desc(), any, 0, nil), fabric.ErrNotSupported},
+				{"fi_tinject", cli.EP.TInject(cli.Buf[:1], any, 0), fabric.ErrNotSupported},
+				{"fi_tsendmsg", cli.EP.TSendMsg(m, 0, 0), fabric.ErrNotSupported},
+			}
+		}
+		for _, c := range append(tagged, []refusal{
 			{"fi_sendmsg without a message", cli.EP.SendMsg(nil, 0), fabric.ErrInvalid},
 			{"fi_ep_bind without a CQ", cli.EP.BindCQ(nil, fabric.BindRecv), fabric.ErrInvalid},
 			{"fi_setopt", cli.EP.SetOpt(fabric.OptCMDataSize, 1), fabric.ErrNoProtoOpt},
-		} {
+		}...) {
 			if !errors.Is(c.err, c.want) {
 				t.Errorf("%s: %v, want %v", c.name, c.err, c.want)
 			}

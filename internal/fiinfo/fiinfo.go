@@ -11,9 +11,10 @@ import (
 	"strings"
 
 	"github.com/rdmago/rdmago/fabric"
-	_ "github.com/rdmago/rdmago/fabric/tcp" // the tcp provider
-	_ "github.com/rdmago/rdmago/fabric/udp" // the udp provider
-	_ "github.com/rdmago/rdmago/fabric/vrb" // the verbs provider
+	_ "github.com/rdmago/rdmago/fabric/sockets" // the sockets provider
+	_ "github.com/rdmago/rdmago/fabric/tcp"     // the tcp provider
+	_ "github.com/rdmago/rdmago/fabric/udp"     // the udp provider
+	_ "github.com/rdmago/rdmago/fabric/vrb"     // the verbs provider
 	"github.com/rdmago/rdmago/internal/getopt"
 )
 

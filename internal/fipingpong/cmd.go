@@ -6,9 +6,10 @@ import (
 	"io"
 
 	"github.com/rdmago/rdmago/fabric"
-	_ "github.com/rdmago/rdmago/fabric/tcp" // the tcp provider
-	_ "github.com/rdmago/rdmago/fabric/udp" // the udp provider
-	_ "github.com/rdmago/rdmago/fabric/vrb" // the verbs provider
+	_ "github.com/rdmago/rdmago/fabric/sockets" // the sockets provider
+	_ "github.com/rdmago/rdmago/fabric/tcp"     // the tcp provider
+	_ "github.com/rdmago/rdmago/fabric/udp"     // the udp provider
+	_ "github.com/rdmago/rdmago/fabric/vrb"     // the verbs provider
 )
 
 // Main is `rdmago fi_pingpong`, libfabric's fi_pingpong on the fabric API:
