@@ -2,6 +2,7 @@ package sockets
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -695,8 +696,8 @@ func (e *ep) receiveMsg(c *conn, r *bufio.Reader, h header) error {
 		if total > maxBuffer {
 			return fmt.Errorf("%w: a %d-byte message with no receive posted", errWire, total)
 		}
-		data := make([]byte, total)
-		if _, err := io.ReadFull(r, data); err != nil {
+		data, err := readN(r, total)
+		if err != nil {
 			return err
 		}
 		e.mu.Lock()
@@ -822,6 +823,24 @@ func (e *ep) respond(c *conn, op uint8, h header, errno fabric.Errno, data [][]b
 	b := make([]byte, respLen)
 	putResponse(b, op, h.rxID, h.peID, int32(errno), n)
 	c.send(&txReq{bufs: append([][]byte{b}, data...), internal: true})
+}
+
+// readN reads n bytes, growing the buffer as they come: a peer that
+// announces a long message and sends little makes the endpoint hold
+// only what it sent.
+func readN(r *bufio.Reader, n uint64) ([]byte, error) {
+	const chunk = 1 << 20
+	if n <= chunk {
+		b := make([]byte, n)
+		_, err := io.ReadFull(r, b)
+		return b, err
+	}
+	var buf bytes.Buffer
+	_, err := io.CopyN(&buf, r, int64(n))
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return buf.Bytes(), err
 }
 
 // discard reads and drops n bytes.

@@ -1,6 +1,7 @@
 package sockets_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/rdmago/rdmago/fabric/fabrictest"
@@ -11,4 +12,8 @@ import (
 // runs them: the sockets provider has tagged messages and no atomics.
 func TestFabricAPI(t *testing.T) {
 	fabrictest.Run(t, fabrictest.Provider{Name: "sockets", CMDataSize: 256, Tagged: true})
+}
+
+func contextTimeout() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), fabrictest.Timeout)
 }
