@@ -431,6 +431,15 @@ func TestInteropWithCFiPingpong(t *testing.T) {
 		{"-p udp -S 1472 -I 1000 -c", 1},
 		{"-p udp -I 100 -c", 3},
 		{"-p udp -S all -I 10 -c", 21},
+		// sockets: C's provider takes milliseconds a message, so few.
+		{"-p sockets -e msg -S 64 -I 50 -c", 1},
+		{"-p sockets -e msg -I 4 -c", 6},
+		{"-p sockets -e rdm -S 4096 -I 50 -c", 1},
+		{"-p sockets -e rdm -I 4 -c", 6},
+		{"-p sockets -e rdm -m tagged -S 65536 -I 20 -c", 1},
+		{"-p sockets -e rdm -m tagged -I 4 -c", 6},
+		{"-p sockets -S 64 -I 50 -c", 1},
+		{"-p sockets -I 4 -c", 6},
 	} {
 		for _, goServes := range []bool{true, false} {
 			name := "C server, rdmago client"
