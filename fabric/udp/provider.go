@@ -94,6 +94,9 @@ func (provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([
 	for _, x := range ipif.List() {
 		switch {
 		case flags&fabric.FlagSource != 0 && node != "" && x.Addr.WithZone("") != ad.Node.WithZone(""),
+			// A peer named by node is reached from the address the
+			// host routes it from, and C lists only that one.
+			flags&fabric.FlagSource == 0 && node != "" && ad.RouteSrc.IsValid() && x.Addr.WithZone("") != ad.RouteSrc.WithZone(""),
 			flags&fabric.FlagSource == 0 && ad.Node.IsValid() && ad.Node.Is4() != x.Addr.Is4(),
 			hints != nil && hints.SrcAddr.IsValid() && hints.SrcAddr.Addr().WithZone("") != x.Addr.WithZone(""),
 			hints != nil && hints.DestAddr.IsValid() && hints.DestAddr.Addr().Is4() != x.Addr.Is4():

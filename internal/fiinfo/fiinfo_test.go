@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,6 +74,52 @@ func TestOutputMatchesCFiInfo(t *testing.T) {
 		got, _, rc := run(strings.Fields(args)...)
 		if rc != 0 || got != string(want) {
 			t.Errorf("fi_info %s differs:\n--- C\n%s\n--- rdmago\n%s", args, want, got)
+		}
+	}
+}
+
+// TestSocketsAndUDPMatchCFiInfoButForCaps compares the sockets and udp
+// providers' entries with C's, line by line: the same but for the caps
+// lines, where each lists a subset of C's (what the provider offers:
+// see the packages' documentation for what it leaves out).
+func TestSocketsAndUDPMatchCFiInfoButForCaps(t *testing.T) {
+	if _, err := exec.LookPath("fi_info"); err != nil {
+		t.Skip("libfabric's fi_info is not installed (apt-get install libfabric-bin)")
+	}
+	for _, args := range []string{
+		"-p sockets",
+		"-p sockets -v",
+		"-p sockets -t FI_EP_RDM -s 127.0.0.1 -P 5555 -v",
+		"-p sockets -t FI_EP_MSG -n 127.0.0.1 -P 4000 -v",
+		"-p udp -t FI_EP_DGRAM -v",
+		"-p udp -t FI_EP_DGRAM -s 127.0.0.1 -v",
+	} {
+		want, err := exec.Command("fi_info", strings.Fields(args)...).Output()
+		if err != nil {
+			t.Fatalf("fi_info %s: %v", args, err)
+		}
+		got, _, rc := run(strings.Fields(args)...)
+		cl, gl := strings.Split(string(want), "\n"), strings.Split(got, "\n")
+		if rc != 0 || len(cl) != len(gl) {
+			t.Errorf("fi_info %s: exit %d, %d lines, want %d:\n--- C\n%s\n--- rdmago\n%s", args, rc, len(gl), len(cl), want, got)
+			continue
+		}
+		for i := range cl {
+			c, g := cl[i], gl[i]
+			cp, cflags, ccut := strings.Cut(c, "caps: [")
+			gp, gflags, gcut := strings.Cut(g, "caps: [")
+			if !ccut || !gcut || cp != gp {
+				if c != g {
+					t.Errorf("fi_info %s, line %d: %q, C's %q", args, i+1, g, c)
+				}
+				continue
+			}
+			have := strings.Fields(strings.NewReplacer(",", " ", "]", " ").Replace(cflags))
+			for _, f := range strings.Fields(strings.NewReplacer(",", " ", "]", " ").Replace(gflags)) {
+				if !slices.Contains(have, f) {
+					t.Errorf("fi_info %s, line %d: %s, which C does not list: %q", args, i+1, f, c)
+				}
+			}
 		}
 	}
 }
