@@ -18,7 +18,7 @@ import (
 // data, send, RDMA WRITE into the server's registered region, shut down.
 func TestFabricServerAndClient(t *testing.T) {
 	dir := binaries(t)
-	for _, prov := range []string{"tcp", "verbs"} {
+	for _, prov := range []string{"tcp", "sockets", "verbs"} {
 		t.Run(prov, func(t *testing.T) { fabricPair(t, dir, prov) })
 	}
 }

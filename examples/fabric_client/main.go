@@ -2,8 +2,7 @@
 // provider, in Go: fi_getinfo → fi_fabric → fi_domain → fi_av_open →
 // fi_av_insert → fi_eq_open → fi_endpoint → fi_connect → fi_mr_reg →
 // fi_recv / fi_send → fi_write → fi_close, over the provider -p names
-// (tcp, the default, or verbs). See fabric_server; the seed's sockets
-// provider is deprecated upstream in favour of tcp.
+// (tcp, the default, sockets, the seed's, or verbs). See fabric_server.
 package main
 
 import (
@@ -26,7 +25,7 @@ import (
 )
 
 var (
-	prov = flag.String("p", "tcp", "provider: tcp or verbs")
+	prov = flag.String("p", "tcp", "provider: tcp, sockets or verbs")
 	addr = flag.String("a", "127.0.0.1", "server address")
 	port = flag.Int("port", 9228, "server port")
 )

@@ -4,18 +4,19 @@
 // fi_mr_reg → fi_accept → fi_send / fi_recv, and it lets the client
 // fi_write into its registered memory → fi_close.
 //
-// The provider is chosen at run time: -p tcp (the default) or -p verbs
+// The provider is chosen at run time: -p tcp (the default), -p sockets
+// (the provider the seed names, libfabric 1.17's sockets wire format over
+// TCP, which upstream has since deprecated in favour of tcp) or -p verbs
 // (rdma_cm and RDMA on a verbs device: rdmago's software RoCEv2 device
-// here, a NIC with the rdmacore build tag). The seed names libfabric's
-// sockets provider; upstream libfabric has deprecated sockets in favour of
-// tcp. The program is written for both: its buffers lie in registered
-// memory whose descriptor every call gets (verbs needs FI_MR_LOCAL), and
-// it tells the client the region's address as well as its key (verbs
-// names remote memory by virtual address, tcp by offset, MR.Addr is 0).
-// It pairs with fabric_client:
+// here, a NIC with the rdmacore build tag). The program is written for
+// all three: its buffers lie in registered memory whose descriptor every
+// call gets (verbs needs FI_MR_LOCAL), and it tells the client the
+// region's address as well as its key (verbs names remote memory by
+// virtual address, tcp and sockets by offset, MR.Addr is 0). It pairs
+// with fabric_client:
 //
-//	fabric_server -a 127.0.0.1 -port 9228 -p verbs &
-//	fabric_client -a 127.0.0.1 -port 9228 -p verbs
+//	fabric_server -a 127.0.0.1 -port 9228 -p sockets &
+//	fabric_client -a 127.0.0.1 -port 9228 -p sockets
 package main
 
 import (
@@ -39,7 +40,7 @@ import (
 )
 
 var (
-	prov = flag.String("p", "tcp", "provider: tcp or verbs")
+	prov = flag.String("p", "tcp", "provider: tcp, sockets or verbs")
 	addr = flag.String("a", "127.0.0.1", "address to listen on")
 	port = flag.Int("port", 9228, "port to listen on")
 )
