@@ -5,6 +5,7 @@ package rdmacore
 import (
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -39,6 +40,30 @@ func TestConformance(t *testing.T) {
 		tg.Skip = linuxRXEQuirks
 	}
 	verbstest.Run(t, tg)
+}
+
+// TestDeviceFieldsAreTheKernels: an rdma-core device reports struct
+// ibv_device's fields: a channel adapter on the InfiniBand transport
+// (RoCE is), its uverbs device, and the sysfs paths of both, which exist.
+func TestDeviceFieldsAreTheKernels(t *testing.T) {
+	dev := device0(t)
+	if dev.NodeType() != verbs.NodeCA || dev.TransportType() != verbs.TransportIB {
+		t.Errorf("node type %v, transport %v; want a channel adapter on InfiniBand", dev.NodeType(), dev.TransportType())
+	}
+	if !strings.HasPrefix(dev.DevName(), "uverbs") {
+		t.Errorf("dev_name %q, want uverbsN", dev.DevName())
+	}
+	if want := "/sys/class/infiniband_verbs/" + dev.DevName(); dev.DevPath() != want {
+		t.Errorf("dev_path %q, want %q", dev.DevPath(), want)
+	}
+	if want := "/sys/class/infiniband/" + dev.Name(); dev.IBDevPath() != want {
+		t.Errorf("ibdev_path %q, want %q", dev.IBDevPath(), want)
+	}
+	for _, p := range []string{dev.DevPath(), dev.IBDevPath()} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
 }
 
 // linuxRXEQuirks are the cases where the kernel's Soft-RoCE (Linux 6.1,

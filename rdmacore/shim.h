@@ -219,6 +219,11 @@ static inline int rg_get_async_event(struct ibv_context *c, struct rg_async_even
 static inline const char *rg_dev_name(struct ibv_device **l, int i) { return ibv_get_device_name(l[i]); }
 static inline uint64_t rg_dev_guid(struct ibv_device **l, int i) { return be64toh(ibv_get_device_guid(l[i])); }
 static inline struct ibv_device *rg_dev(struct ibv_device **l, int i) { return l[i]; }
+static inline int rg_dev_node_type(struct ibv_device *d) { return d->node_type; }
+static inline int rg_dev_transport_type(struct ibv_device *d) { return d->transport_type; }
+static inline const char *rg_dev_kname(struct ibv_device *d) { return d->dev_name; }
+static inline const char *rg_dev_path(struct ibv_device *d) { return d->dev_path; }
+static inline const char *rg_ibdev_path(struct ibv_device *d) { return d->ibdev_path; }
 static inline struct ibv_context *rg_ctx(struct ibv_context **l, int i) { return l[i]; }
 
 

@@ -90,6 +90,23 @@ type device struct {
 	dev  *C.struct_ibv_device
 }
 
+// NodeType implements verbs.NodeTyper: struct ibv_device's node_type.
+func (d *device) NodeType() verbs.NodeType { return verbs.NodeType(C.rg_dev_node_type(d.dev)) }
+
+// TransportType implements verbs.NodeTyper: its transport_type.
+func (d *device) TransportType() verbs.TransportType {
+	return verbs.TransportType(C.rg_dev_transport_type(d.dev))
+}
+
+// DevName implements verbs.DevicePather: its dev_name.
+func (d *device) DevName() string { return C.GoString(C.rg_dev_kname(d.dev)) }
+
+// DevPath implements verbs.DevicePather: its dev_path.
+func (d *device) DevPath() string { return C.GoString(C.rg_dev_path(d.dev)) }
+
+// IBDevPath implements verbs.DevicePather: its ibdev_path.
+func (d *device) IBDevPath() string { return C.GoString(C.rg_ibdev_path(d.dev)) }
+
 // errnoOf turns a cgo error into a verbs errno.
 func errnoOf(err error) verbs.Errno {
 	var e syscall.Errno

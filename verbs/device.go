@@ -185,6 +185,34 @@ func (d *Device) TransportType() TransportType {
 	return TransportIB
 }
 
+// DevName returns the name of the kernel's uverbs device behind the
+// device ("uverbs0": struct ibv_device's dev_name), or "" for a device
+// the kernel has no part in, the software device's.
+func (d *Device) DevName() string {
+	if p, ok := d.drv.(DevicePather); ok {
+		return p.DevName()
+	}
+	return ""
+}
+
+// DevPath returns the sysfs path of the uverbs device
+// ("/sys/class/infiniband_verbs/uverbs0": dev_path), or "".
+func (d *Device) DevPath() string {
+	if p, ok := d.drv.(DevicePather); ok {
+		return p.DevPath()
+	}
+	return ""
+}
+
+// IBDevPath returns the sysfs path of the device
+// ("/sys/class/infiniband/rxe0": ibdev_path), or "".
+func (d *Device) IBDevPath() string {
+	if p, ok := d.drv.(DevicePather); ok {
+		return p.IBDevPath()
+	}
+	return ""
+}
+
 // Open opens the device (ibv_open_device).
 func (d *Device) Open() (*Context, error) {
 	c := &Context{dev: d, qps: map[uint32]*QP{}, srqs: map[SRQDriver]*SRQ{}, cqs: map[CQDriver]*CQ{}, async: make(chan AsyncEvent, asyncQueueLen)}

@@ -142,6 +142,7 @@ type QPDriver interface {
 //	ForkIniter      Provider         ForkInit has nothing to do for the provider
 //	AddrLister      DeviceDriver     rdmacm opens the device and reads its GID table
 //	NodeTyper       DeviceDriver     a channel adapter on InfiniBand or RoCE
+//	DevicePather    DeviceDriver     no kernel device: DevName, DevPath, IBDevPath are ""
 //	CountersDriver  DeviceDriver,    QueryCounters fails with ErrNotSupported
 //	                QPDriver
 //	ProgressDriver  ContextDriver    SetProgress is accepted and changes nothing
@@ -173,6 +174,15 @@ type AddrLister interface {
 type NodeTyper interface {
 	NodeType() NodeType
 	TransportType() TransportType
+}
+
+// DevicePather is a device driver whose device is the kernel's: its
+// uverbs device's name and sysfs path, and its own sysfs path (struct
+// ibv_device's dev_name, dev_path, ibdev_path).
+type DevicePather interface {
+	DevName() string
+	DevPath() string
+	IBDevPath() string
 }
 
 // CountersDriver is a device or QP driver that keeps Counters.
