@@ -52,6 +52,11 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	}
 	switch attr.QPType {
 	case QPTRC, QPTUC, QPTUD:
+	case QPTRawPacket:
+		// Ethernet frames as they are (IBV_QPT_RAW_PACKET): for a
+		// provider whose device has it (a NIC through rdmacore, which
+		// the kernel lets a process with CAP_NET_RAW use). The software
+		// device refuses it, as Linux's rxe does.
 	case QPTGSI:
 		// QP1 of the device, for a connection manager: one per device.
 	case QPTXRCSend:
