@@ -254,3 +254,23 @@ func TestCourseProgramsRejectBadCommandLines(t *testing.T) {
 		}
 	}
 }
+
+// TestRDMADevicesListsTheSoftwareDevice runs the course's device list
+// program: rdma_get_devices finds the software device on loopback, and
+// ibv_query_device's attributes are printed for it.
+func TestRDMADevicesListsTheSoftwareDevice(t *testing.T) {
+	out, err := exec.Command(filepath.Join(binaries(t), "rdma_devices")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, re := range []string{
+		`(?m)^\d+ RDMA device\(s\)$`,
+		`(?m)^device \d+: rxe_lo$`,
+		`(?m)^  node type InfiniBand channel adapter, transport InfiniBand$`,
+		`(?m)^  ports 1, max QPs \d+ \(\d+ WRs, \d+ SGEs\)`,
+	} {
+		if !regexp.MustCompile(re).Match(out) {
+			t.Errorf("output lacks %s:\n%s", re, out)
+		}
+	}
+}

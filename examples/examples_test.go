@@ -56,7 +56,7 @@ func binaries(t *testing.T) string {
 		cmd := exec.Command(goTool, "build", "-o", build.dir+string(filepath.Separator),
 			"./rdma_client", "./rdma_server", "./rdmacm_client", "./rdmacm_server", "./fabric_client", "./fabric_server",
 			"./ping-sr-0", "./ping-sr-1", "./ping-sr-2e", "./ping-sr-2", "./ping-sr-3", "./ping-sr-4",
-			"./blast-sr-2e", "./blast-sr-2", "./rdma_rc_example")
+			"./blast-sr-2e", "./blast-sr-2", "./rdma_rc_example", "./rdma_devices")
 		build.out, build.err = cmd.CombinedOutput()
 	})
 	if build.err != nil {
