@@ -294,13 +294,18 @@ func (id *ID) backendEvent(be BackendEvent) {
 	case EventConnectRequest:
 		child := &ID{ps: id.ps, ch: id.ch, sync: id.sync, context: id.context, state: stateConnect,
 			qpType: id.qpType, opts: id.opts, b: be.Child}
+		if id.sync {
+			// As librdmacm: a synchronous listener's requests are
+			// synchronous IDs, each with a channel of its own.
+			child.ch = newChannel()
+		}
 		if be.UD.AHAttr.IsGlobal {
 			child.qpType = verbs.QPTUD // a SIDR request
 		}
 		be.Child.SetHandler(child.backendEvent)
 		child.local, child.peer, child.route = be.Child.LocalAddr(), be.Child.PeerAddr(), be.Child.Route()
 		child.bindDevice()
-		id.ch.ids++
+		child.ch.ids++
 		id.ch.push(&Event{Type: EventConnectRequest, ID: child, ListenID: id, Param: be.Param, UD: be.UD})
 		return
 	case EventConnectResponse:

@@ -558,3 +558,57 @@ func TestEventChannelReadyInASelect(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncListenerRequestsArriveOnItsOwnChannel: a synchronous ID has a
+// channel of its own, as in librdmacm, and a synchronous listener's
+// connection requests arrive there for rdma_get_cm_event, as the OFA
+// course takes them; the request's ID is synchronous, on a channel of its
+// own, and its Accept waits for the connection.
+func TestSyncListenerRequestsArriveOnItsOwnChannel(t *testing.T) {
+	n := newCMNet(t, 21)
+	lis := n.listen(t, nil, rdmacm.PSTCP, 7490)
+	lch := lis.Channel()
+	if lch == nil {
+		t.Fatal("a synchronous ID has no channel")
+	}
+	cli, err := rdmacm.CreateID(nil, nil, rdmacm.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Destroy()
+	if err := cli.ResolveAddr(netip.AddrPortFrom(n.cli, 0), netip.AddrPortFrom(n.srv, 7490), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.ResolveRoute(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.CreateQP(nil, qpCaps()); err != nil {
+		t.Fatal(err)
+	}
+	connected := make(chan error, 1)
+	go func() {
+		connected <- cli.Connect(&rdmacm.ConnParam{PrivateData: []byte("course"), RetryCount: 7, RNRRetryCount: 7})
+	}()
+
+	ev := mustEvent(t, lch, rdmacm.EventConnectRequest, 0) // rdma_get_cm_event(listen_id->channel)
+	srv := ev.ID
+	defer srv.Destroy()
+	if ch := srv.Channel(); ch == nil || ch == lch {
+		t.Fatalf("the request's ID has channel %p, the listener's is %p: want one of its own", ch, lch)
+	}
+	if !bytes.HasPrefix(ev.Param.PrivateData, []byte("course")) {
+		t.Fatalf("private data %q", ev.Param.PrivateData)
+	}
+	if err := srv.CreateQP(nil, qpCaps()); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Accept(nil); err != nil { // synchronous: returns on ESTABLISHED
+		t.Fatalf("rdma_accept: %v", err)
+	}
+	if err := <-connected; err != nil {
+		t.Fatalf("rdma_connect: %v", err)
+	}
+	if _, ok := lch.PollEvent(); ok {
+		t.Error("the listener's channel has an event left: the request's ESTABLISHED went astray")
+	}
+}

@@ -194,12 +194,17 @@ func (id *ID) PortNum() uint8 {
 	return 1
 }
 
-// Channel returns the ID's event channel (id->channel); nil for a
-// synchronous ID, and once the ID is destroyed.
+// Channel returns the ID's event channel (id->channel), nil once the ID
+// is destroyed. A synchronous ID has one of its own, as in librdmacm: its
+// blocking calls wait on it, and a synchronous listener's connection
+// requests arrive on it, so that a program may take them with GetEvent
+// (rdma_get_cm_event(id->channel), as the OFA course does) as well as
+// with GetRequest. A request's new ID is then synchronous too, with a
+// channel of its own.
 func (id *ID) Channel() *EventChannel {
 	idMu.Lock()
 	defer idMu.Unlock()
-	if id.sync {
+	if id.state == stateDestroying {
 		return nil
 	}
 	return id.ch
@@ -612,13 +617,9 @@ func (id *ID) GetRequest(ctx context.Context) (*ID, error) {
 		if ev.Type != EventConnectRequest {
 			continue
 		}
-		child := ev.ID
+		child := ev.ID // synchronous, on a channel of its own
 		idMu.Lock()
 		attr, pd := id.epAttr, id.epPD
-		child.ch.ids--
-		child.ch = newChannel()
-		child.ch.ids++
-		child.sync = true
 		child.reqEvent = ev
 		idMu.Unlock()
 		if attr != nil {

@@ -148,17 +148,10 @@ func (c *Control) ListenerBind(ctx context.Context) error {
 
 // AwaitConnectRequest waits for a client's connection request on the
 // listener and returns the request's new ID and its private data (the
-// listener's our_await_cm_event for RDMA_CM_EVENT_CONNECT_REQUEST). A
-// synchronous listening ID hands its requests out with rdma_get_request.
+// listener's our_await_cm_event for RDMA_CM_EVENT_CONNECT_REQUEST): from
+// the connection's event channel, or, for a synchronous listening ID,
+// from the ID's own channel (rdma_get_cm_event(conn->cm_id->channel)).
 func (c *Control) AwaitConnectRequest(ctx context.Context) (*rdmacm.ID, []byte, error) {
-	if c.Channel == nil {
-		id, err := c.ID.GetRequest(ctx) // rdma_get_request
-		if err != nil {
-			c.o.ReportError("rdma_get_request", err)
-			return nil, nil, err
-		}
-		return id, id.RequestEvent().Param.PrivateData, nil
-	}
 	ev, err := c.AwaitCMEvent(ctx, rdmacm.EventConnectRequest, "listener")
 	if err != nil {
 		return nil, nil, err
@@ -400,7 +393,11 @@ func (c *Control) AwaitCMEvent(ctx context.Context, typ rdmacm.EventType, name s
 	}
 	next := c.WaitEvent
 	if next == nil {
-		next = c.Channel.GetEvent
+		ch := c.Channel
+		if ch == nil {
+			ch = c.ID.Channel() // a synchronous ID's own (conn->cm_id->channel)
+		}
+		next = ch.GetEvent
 	}
 	ev, err := next(ctx) // rdma_get_cm_event
 	if err != nil {

@@ -36,12 +36,6 @@
 //
 // # What Go changes
 //
-// The course's synchronous rdma_cm IDs (created without an event channel)
-// have a private channel in librdmacm, and its listener reads
-// CONNECT_REQUEST from it with rdma_get_cm_event. rdmago's synchronous
-// listening ID hands out requests with GetRequest instead, which is what
-// AwaitConnectRequest does when the ID has no channel.
-//
 // A C program that is killed has its connections closed by the kernel,
 // which sends the peer a disconnect request: that is how the course's
 // ping-sr-2 learns, from a DISCONNECTED event, that its peer died. rdmago's
