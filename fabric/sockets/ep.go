@@ -606,12 +606,7 @@ func (e *ep) receive(c *conn, r *bufio.Reader) error {
 	case opRead:
 		return e.receiveRead(c, r, h)
 	case opAtomic:
-		// Not offered: refuse it, as a provider without FI_ATOMIC.
-		if err := discard(r, h.msgLen-hdrLen); err != nil {
-			return err
-		}
-		e.respond(c, opAtomicError, h, fabric.ErrNotSupported, nil)
-		return nil
+		return e.receiveAtomic(c, r, h)
 	}
 	// A response.
 	if _, err := io.ReadFull(r, hb[hdrLen:respLen]); err != nil {
@@ -641,7 +636,16 @@ func (e *ep) receive(c *conn, r *bufio.Reader) error {
 		}
 		e.Comp.Done(fabric.CQEntry{Context: w.ctx, Flags: w.flags})
 		return nil
-	case opSendComplete, opWriteComplete, opAtomicDone:
+	case opAtomicDone:
+		if w.buf != nil { // a fetch: the target's prior elements
+			n := min(rest, uint64(len(w.buf)))
+			if _, err := io.ReadFull(r, w.buf[:n]); err != nil {
+				return err
+			}
+			rest -= n
+		}
+		e.Comp.Done(fabric.CQEntry{Context: w.ctx, Flags: w.flags})
+	case opSendComplete, opWriteComplete:
 		if w.report {
 			e.Comp.Done(fabric.CQEntry{Context: w.ctx, Flags: w.flags})
 		} else {
@@ -829,7 +833,7 @@ func (e *ep) respond(c *conn, op uint8, h header, errno fabric.Errno, data [][]b
 // announces a long message and sends little makes the endpoint hold
 // only what it sent.
 func readN(r *bufio.Reader, n uint64) ([]byte, error) {
-	const chunk = 1 << 20
+	const chunk = 64 << 10
 	if n <= chunk {
 		b := make([]byte, n)
 		_, err := io.ReadFull(r, b)

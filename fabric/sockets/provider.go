@@ -9,9 +9,12 @@
 // reach each peer in their AV by a TCP connection made on the first
 // operation, as C's do (so a sockets "datagram" is reliable, as C's is).
 // On each: messages (send, senddata with remote CQ data, inject,
-// sendmsg), tagged messages with directed receives, and RMA (write,
-// writedata, inject_write, read) to regions named by key and offset
-// (mr_mode is basic scalable, as C's: no FI_MR_VIRT_ADDR); FI_SOURCE gives
+// sendmsg), tagged messages with directed receives; and on MSG and RDM
+// endpoints RMA (write, writedata, inject_write, read) and atomics
+// (fi_atomic, fi_fetch_atomic, fi_compare_atomic on the integer and
+// floating-point datatypes, up to 4096 bytes of elements) to regions
+// named by key and offset (mr_mode is basic scalable, as C's: no
+// FI_MR_VIRT_ADDR); FI_SOURCE gives
 // the sender's AV handle with each receive (fi_cq_readfrom). A send
 // completes once its message is written to the connection, unless it
 // asks for FI_TRANSMIT_COMPLETE or FI_DELIVERY_COMPLETE: then when the
@@ -23,9 +26,10 @@
 // Importing the package registers the provider. Its fi_info entries are
 // the C provider's (FI_EP_DGRAM, then FI_EP_RDM, then FI_EP_MSG, one per
 // address of each interface), with the caps it offers. Not offered, and
-// left out of the caps: atomics (FI_ATOMIC), FI_MULTI_RECV, triggered
-// operations (FI_TRIGGER), FI_FENCE, shared and named contexts
-// (FI_SHARED_AV, FI_NAMED_RX_CTX) and FI_RMA_PMEM.
+// left out of the caps: FI_MULTI_RECV, triggered operations
+// (FI_TRIGGER), FI_FENCE, shared and named contexts (FI_SHARED_AV,
+// FI_NAMED_RX_CTX), FI_RMA_PMEM, and atomics on the complex datatypes
+// and long double.
 package sockets
 
 import (
@@ -71,8 +75,8 @@ func template(t fabric.EPType, x ipif.Iface) *fabric.Info {
 	rxCaps := msgCaps | fabric.CapRecv | fabric.CapSource | fabric.CapDirectedRecv
 	rmaIOV := 0
 	if t != fabric.EPDgram {
-		txCaps |= rmaCaps
-		rxCaps |= fabric.CapRMA | fabric.CapRemoteRead | fabric.CapRemoteWrite | fabric.CapRMAEvent
+		txCaps |= rmaCaps | fabric.CapAtomic
+		rxCaps |= fabric.CapRMA | fabric.CapAtomic | fabric.CapRemoteRead | fabric.CapRemoteWrite | fabric.CapRMAEvent
 		rmaIOV = maxIOV
 	}
 	i := &fabric.Info{

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"runtime"
@@ -341,5 +342,90 @@ func TestCloseCancelsAndStops(t *testing.T) {
 			t.Fatalf("%d goroutines after close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// Atomics on a peer's region: each operation leaves the target as libfabric
+// defines it and fetches its prior elements; what is not offered is
+// refused before it is sent, and a key the peer lacks fails with
+// FI_EACCES.
+func TestRDMAtomics(t *testing.T) {
+	a, b := openEnd(t, fabric.EPRDM), openEnd(t, fabric.EPRDM)
+	aToB := fabrictest.Peer(t, a.AV, b.EP)
+	le := binary.LittleEndian
+	u64 := func(v uint64) []byte { return le.AppendUint64(nil, v) }
+	i32 := func(v int32) []byte { return le.AppendUint32(nil, uint32(v)) }
+	f64 := func(v float64) []byte { return le.AppendUint64(nil, math.Float64bits(v)) }
+	for i, c := range []struct {
+		name             string
+		dt               fabric.Datatype
+		op               fabric.AtomicOp
+		target, src, cmp []byte
+		want             []byte // the target after
+	}{
+		{"uint64 sum", fabric.Uint64, fabric.OpSum, u64(5), u64(3), nil, u64(8)},
+		{"int32 min", fabric.Int32, fabric.OpMin, i32(-2), i32(-7), nil, i32(-7)},
+		{"int32 max keeps the larger", fabric.Int32, fabric.OpMax, i32(-2), i32(-7), nil, i32(-2)},
+		{"uint8 bxor, two elements", fabric.Uint8, fabric.OpBXor, []byte{0xf0, 0x0f}, []byte{0xff, 0xff}, nil, []byte{0x0f, 0xf0}},
+		{"double prod", fabric.Double, fabric.OpProd, f64(1.5), f64(4), nil, f64(6)},
+		{"write", fabric.Uint64, fabric.OpAtomicWrite, u64(1), u64(99), nil, u64(99)},
+		{"read", fabric.Uint64, fabric.OpAtomicRead, u64(42), nil, nil, u64(42)},
+		{"cswap equal", fabric.Uint64, fabric.OpCSwap, u64(7), u64(70), u64(7), u64(70)},
+		{"cswap unequal", fabric.Uint64, fabric.OpCSwap, u64(7), u64(70), u64(8), u64(7)},
+		{"cswap_lt: compare below target", fabric.Int32, fabric.OpCSwapLT, i32(5), i32(50), i32(1), i32(50)},
+		{"cswap_gt: compare below target", fabric.Int32, fabric.OpCSwapGT, i32(5), i32(50), i32(1), i32(5)},
+		{"mswap", fabric.Uint64, fabric.OpMSwap, u64(0xff00), u64(0x0ff0), u64(0x00ff), u64(0xfff0)},
+	} {
+		off := uint64(64 * i)
+		copy(b.buf[off:], c.target)
+		result := make([]byte, len(c.target))
+		var err error
+		switch {
+		case c.cmp != nil:
+			err = a.EP.CompareAtomic(c.src, nil, c.cmp, nil, result, nil, aToB, off, b.mr.Key(), c.dt, c.op, c.name)
+		case c.op == fabric.OpAtomicRead:
+			err = a.EP.FetchAtomic(nil, nil, result, nil, aToB, off, b.mr.Key(), c.dt, c.op, c.name)
+		default:
+			err = a.EP.FetchAtomic(c.src, nil, result, nil, aToB, off, b.mr.Key(), c.dt, c.op, c.name)
+		}
+		fabrictest.Must(t, err)
+		if e := fabrictest.Completion(t, a.CQ); e.Context != c.name || e.Flags&fabric.CompAtomic == 0 {
+			t.Fatalf("%s: completion %+v", c.name, e)
+		}
+		if !bytes.Equal(result, c.target) {
+			t.Errorf("%s: fetched % x, want the prior % x", c.name, result, c.target)
+		}
+		if got := b.buf[off : off+uint64(len(c.want))]; !bytes.Equal(got, c.want) {
+			t.Errorf("%s: target % x, want % x", c.name, got, c.want)
+		}
+	}
+	// A plain atomic, which fetches nothing.
+	copy(b.buf[2000:], u64(1))
+	fabrictest.Must(t, a.EP.Atomic(u64(2), nil, aToB, 2000, b.mr.Key(), fabric.Uint64, fabric.OpSum, "plain"))
+	if e := fabrictest.Completion(t, a.CQ); e.Flags&(fabric.CompAtomic|fabric.CompWrite) != fabric.CompAtomic|fabric.CompWrite {
+		t.Fatalf("plain atomic: %+v", e)
+	}
+	if le.Uint64(b.buf[2000:]) != 3 {
+		t.Fatalf("plain atomic left %d", le.Uint64(b.buf[2000:]))
+	}
+
+	for _, c := range []struct {
+		name string
+		err  error
+		want fabric.Errno
+	}{
+		{"a complex datatype", a.EP.Atomic(make([]byte, 8), nil, aToB, 0, b.mr.Key(), fabric.FloatComplex, fabric.OpSum, nil), fabric.ErrNotSupported},
+		{"a bitwise op on doubles", a.EP.Atomic(f64(1), nil, aToB, 0, b.mr.Key(), fabric.Double, fabric.OpBOr, nil), fabric.ErrNotSupported},
+		{"a compare op without compare", a.EP.Atomic(u64(1), nil, aToB, 0, b.mr.Key(), fabric.Uint64, fabric.OpCSwap, nil), fabric.ErrNotSupported},
+		{"half an element", a.EP.Atomic(make([]byte, 5), nil, aToB, 0, b.mr.Key(), fabric.Uint64, fabric.OpSum, nil), fabric.ErrInvalid},
+		{"over 4096 bytes", a.EP.Atomic(make([]byte, 4104), nil, aToB, 0, b.mr.Key(), fabric.Uint64, fabric.OpSum, nil), fabric.ErrInvalid},
+	} {
+		if !errors.Is(c.err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, c.err, c.want)
+		}
+	}
+	fabrictest.Must(t, a.EP.Atomic(u64(1), nil, aToB, 0, b.mr.Key()+5, fabric.Uint64, fabric.OpSum, "bad key"))
+	if _, ee := fabrictest.Next(t, a.CQ); ee == nil || !errors.Is(ee.Err, fabric.ErrAccess) || ee.Context != "bad key" {
+		t.Fatalf("an atomic to a key the peer lacks: %+v, want FI_EACCES", ee)
 	}
 }

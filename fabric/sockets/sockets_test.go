@@ -9,9 +9,9 @@ import (
 )
 
 // The API's calls on connected FI_EP_MSG endpoints, as every provider
-// runs them: the sockets provider has tagged messages and no atomics.
+// runs them: the sockets provider has tagged messages and atomics.
 func TestFabricAPI(t *testing.T) {
-	fabrictest.Run(t, fabrictest.Provider{Name: "sockets", CMDataSize: 256, Tagged: true})
+	fabrictest.Run(t, fabrictest.Provider{Name: "sockets", CMDataSize: 256, Tagged: true, Atomics: true})
 }
 
 func contextTimeout() (context.Context, context.CancelFunc) {

@@ -158,8 +158,10 @@ func (h *header) fixedLen() int {
 		return respLen
 	case opConnMsg:
 		return hdrLen + addrLen
+	case opAtomic:
+		n += sockOpLen
 	}
-	if h.flags&flagRemoteCQData != 0 && (h.op == opSend || h.op == opTSend || h.op == opWrite) {
+	if h.flags&flagRemoteCQData != 0 && (h.op == opSend || h.op == opTSend || h.op == opWrite || h.op == opAtomic) {
 		n += 8
 	}
 	return n
