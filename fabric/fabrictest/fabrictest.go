@@ -354,3 +354,136 @@ func Run(t *testing.T, p Provider) {
 		}
 	})
 }
+
+// Connectionless describes a provider's FI_EP_RDM or FI_EP_DGRAM
+// endpoints for RunConnectionless: its name for the hints, the entry's
+// name ("tcp;ofi_rxm"), the endpoint type, and what it documents.
+type Connectionless struct {
+	Name, Entry string
+	Type        fabric.EPType
+	// Tagged says whether the endpoints have FI_TAGGED; without, the
+	// tagged calls fail with FI_EOPNOTSUPP.
+	Tagged bool
+	// Source says whether receive completions name their sender
+	// (FI_SOURCE: CQEntry.Source, CQ.ReadFrom).
+	Source bool
+}
+
+// openConnectionless opens and enables an endpoint of p on 127.0.0.1.
+func openConnectionless(t *testing.T, p Connectionless) *RDM {
+	t.Helper()
+	hints := fabric.AllocInfo()
+	hints.FabricAttr.ProvName = p.Name
+	hints.EPAttr.Type = p.Type
+	infos, err := fabric.GetInfo("127.0.0.1", "0", fabric.FlagSource, hints)
+	Must(t, err)
+	info := infos[0]
+	if info.FabricAttr.ProvName != p.Entry {
+		t.Fatalf("%v entry of provider %q, want %q", p.Type, info.FabricAttr.ProvName, p.Entry)
+	}
+	fab, err := fabric.OpenFabric(info)
+	Must(t, err)
+	s := &RDM{Info: info}
+	s.Dom, err = fab.OpenDomain(info)
+	Must(t, err)
+	s.CQ, _ = s.Dom.OpenCQ(nil)
+	s.AV, _ = s.Dom.OpenAV(nil)
+	s.EP, err = s.Dom.OpenEndpoint(info, nil)
+	Must(t, err)
+	Must(t, s.EP.BindAV(s.AV))
+	Must(t, s.EP.BindCQ(s.CQ, fabric.BindTransmit|fabric.BindRecv))
+	Must(t, s.EP.Enable())
+	t.Cleanup(func() {
+		s.EP.Close()
+		s.Dom.Close()
+	})
+	return s
+}
+
+// RunConnectionless runs fabric's calls on two connectionless endpoints
+// of p on 127.0.0.1, each with the other in its AV: sends each way,
+// injects up to the inject size, tagged messages or their refusal, the
+// sender's name with each receive where the provider gives it, and the
+// calls after Close.
+func RunConnectionless(t *testing.T, p Connectionless) {
+	a, b := openConnectionless(t, p), openConnectionless(t, p)
+	aToB, bToA := Peer(t, a.AV, b.EP), Peer(t, b.AV, a.EP)
+	any := fabric.AddrNotAvail
+	abuf, bbuf := make([]byte, 4096), make([]byte, 4096)
+
+	t.Run("SendRecvBothWays", func(t *testing.T) {
+		for _, dir := range []struct {
+			from, to *RDM
+			dest     fabric.Addr
+			back     fabric.Addr // the receiver's handle of the sender
+			buf      []byte
+		}{{a, b, aToB, bToA, bbuf}, {b, a, bToA, aToB, abuf}} {
+			Must(t, dir.to.EP.Recv(dir.buf[:100], nil, any, "rx"))
+			Must(t, dir.from.EP.Send([]byte("over the AV"), nil, dir.dest, "tx"))
+			if c := Completion(t, dir.from.CQ); c.Context != "tx" || c.Flags&fabric.CompSend == 0 {
+				t.Fatalf("send completion %+v", c)
+			}
+			var e [1]fabric.CQEntry
+			var src [1]fabric.Addr
+			ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+			for {
+				n, err := dir.to.CQ.ReadFrom(e[:], src[:])
+				if n == 1 {
+					break
+				}
+				if !errors.Is(err, fabric.ErrAgain) || ctx.Err() != nil {
+					cancel()
+					t.Fatalf("no receive completion: %v", err)
+				}
+			}
+			cancel()
+			if e[0].Context != "rx" || string(e[0].Buf) != "over the AV" || e[0].Flags&fabric.CompRecv == 0 {
+				t.Fatalf("receive completion %+v", e[0])
+			}
+			if p.Source && src[0] != dir.back {
+				t.Fatalf("the receive names sender %v, want %v", src[0], dir.back)
+			}
+		}
+	})
+
+	t.Run("InjectSize", func(t *testing.T) {
+		n := a.Info.TxAttr.InjectSize
+		if n <= 0 || n >= len(abuf) {
+			t.Fatalf("inject size %d", n)
+		}
+		if err := a.EP.Inject(abuf[:n+1], aToB); !errors.Is(err, fabric.ErrMsgSize) {
+			t.Fatalf("fi_inject of %d bytes: %v, want FI_EMSGSIZE", n+1, err)
+		}
+		Must(t, b.EP.Recv(bbuf[:n], nil, any, "rx"))
+		Must(t, a.EP.Inject(bytes.Repeat([]byte{'i'}, n), aToB))
+		if c := Completion(t, b.CQ); c.Len != uint64(n) {
+			t.Fatalf("injected message: %+v", c)
+		}
+	})
+
+	t.Run("Tagged", func(t *testing.T) {
+		if !p.Tagged {
+			if err := a.EP.TSend(abuf[:1], nil, aToB, 1, nil); !errors.Is(err, fabric.ErrNotSupported) {
+				t.Fatalf("fi_tsend without FI_TAGGED: %v, want FI_EOPNOTSUPP", err)
+			}
+			return
+		}
+		Must(t, b.EP.TRecv(bbuf[:100], nil, any, 0x70, 0x0f, "trx"))
+		Must(t, a.EP.TSend([]byte("tagged"), nil, aToB, 0x7a, "ttx"))
+		Completion(t, a.CQ)
+		if c := Completion(t, b.CQ); c.Context != "trx" || c.Tag != 0x7a || string(c.Buf) != "tagged" {
+			t.Fatalf("tagged receive %+v", c)
+		}
+	})
+
+	t.Run("Closed", func(t *testing.T) {
+		Must(t, a.EP.Close())
+		Must(t, a.EP.Close())
+		if err := a.EP.Send(abuf[:1], nil, aToB, nil); !errors.Is(err, fabric.ErrBadFD) {
+			t.Fatalf("fi_send after fi_close: %v, want FI_EBADF", err)
+		}
+		if err := a.EP.Recv(abuf[:1], nil, any, nil); !errors.Is(err, fabric.ErrBadFD) {
+			t.Fatalf("fi_recv after fi_close: %v, want FI_EBADF", err)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/rdmago/rdmago/fabric"
 	"github.com/rdmago/rdmago/fabric/fabrictest"
 	_ "github.com/rdmago/rdmago/fabric/sockets"
 )
@@ -16,4 +17,13 @@ func TestFabricAPI(t *testing.T) {
 
 func contextTimeout() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), fabrictest.Timeout)
+}
+
+// The API's calls on RDM and datagram endpoints.
+func TestFabricAPIConnectionless(t *testing.T) {
+	for _, typ := range []fabric.EPType{fabric.EPRDM, fabric.EPDgram} {
+		t.Run(typ.String(), func(t *testing.T) {
+			fabrictest.RunConnectionless(t, fabrictest.Connectionless{Name: "sockets", Entry: "sockets", Type: typ, Tagged: true, Source: true})
+		})
+	}
 }

@@ -384,3 +384,8 @@ func (s *rdmSide) ok(t *testing.T) fabric.CQEntry {
 	t.Helper()
 	return fabrictest.Completion(t, s.cq)
 }
+
+// The API's calls on RDM endpoints, as every provider runs them.
+func TestFabricAPIConnectionless(t *testing.T) {
+	fabrictest.RunConnectionless(t, fabrictest.Connectionless{Name: "tcp", Entry: "tcp;ofi_rxm", Type: fabric.EPRDM, Tagged: true})
+}

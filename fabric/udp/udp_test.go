@@ -277,3 +277,8 @@ func BenchmarkPingPong64(b *testing.B) {
 		x.ep.Recv(x.buf[:size], nil, fabric.AddrNotAvail, nil)
 	}
 }
+
+// The API's calls on datagram endpoints, as every provider runs them.
+func TestFabricAPIConnectionless(t *testing.T) {
+	fabrictest.RunConnectionless(t, fabrictest.Connectionless{Name: "udp", Entry: "udp", Type: fabric.EPDgram, Source: true})
+}

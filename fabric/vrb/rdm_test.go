@@ -242,3 +242,8 @@ func TestRDMRendezvousFailsWhenThePeerGoes(t *testing.T) {
 		t.Fatalf("rendezvous to a closed peer: %+v", ee)
 	}
 }
+
+// The API's calls on RDM endpoints, as every provider runs them.
+func TestFabricAPIConnectionless(t *testing.T) {
+	fabrictest.RunConnectionless(t, fabrictest.Connectionless{Name: "verbs", Entry: "verbs;ofi_rxm", Type: fabric.EPRDM, Tagged: true})
+}
