@@ -149,7 +149,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("wrote %d bytes\n", n)
-	// Where the provider has FI_ATOMIC (verbs does, tcp does not): add 5
+	// Where the provider has FI_ATOMIC (verbs and sockets do, tcp does not): add 5
 	// to the 64-bit counter at the end of the server's region
 	// (fi_fetch_atomic FI_SUM), then read it back (FI_ATOMIC_READ).
 	if _, err := ep.FetchAtomicValid(fabric.Uint64, fabric.OpSum); err == nil {

@@ -169,7 +169,7 @@ func serve(ctx context.Context) error {
 			text := string(c.Buf)
 			fmt.Printf("received %q\n", text)
 			if text == "written" {
-				// The client's fi_write (and, over verbs, its atomic on
+				// The client's fi_write (and, over verbs and sockets, its atomic on
 				// the region's last 8 bytes) came before this message.
 				text := region[:len(region)-8]
 				fmt.Printf("region holds %q", bytes.TrimRight(text, "\x00"))
