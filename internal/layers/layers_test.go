@@ -41,9 +41,16 @@ var rules = []rule{
 	{dir: "rdmacm/mad", forbid: []string{module + "/", "net", "os", "syscall", "golang.org/x/sys/", "sync"}},
 	// fabric is the API over registered providers: it knows none of them,
 	// nor what they are built on.
-	{dir: "fabric", only: true, forbid: []string{module + "/fabric/tcp", module + "/fabric/vrb", module + "/verbs", module + "/rdmacm", module + "/rxe", module + "/rdmacore"}},
+	{dir: "fabric", only: true, forbid: []string{module + "/fabric/tcp", module + "/fabric/vrb", module + "/fabric/sockets", module + "/fabric/udp",
+		module + "/verbs", module + "/rdmacm", module + "/rxe", module + "/rdmacore"}},
 	// The tcp provider speaks libfabric's tcp protocol over sockets: no verbs.
 	{dir: "fabric/tcp", forbid: []string{module + "/verbs", module + "/rdmacm", module + "/rxe", module + "/rdmacore", module + "/fabric/vrb"}},
+	// The sockets and udp providers speak their protocols over sockets:
+	// no verbs, and no other provider.
+	{dir: "fabric/sockets", forbid: []string{module + "/verbs", module + "/rdmacm", module + "/rxe", module + "/rdmacore", module + "/fabric/tcp", module + "/fabric/vrb", module + "/fabric/udp"}},
+	{dir: "fabric/udp", forbid: []string{module + "/verbs", module + "/rdmacm", module + "/rxe", module + "/rdmacore", module + "/fabric/tcp", module + "/fabric/vrb", module + "/fabric/sockets"}},
+	// NVMe over Fabrics' formats: like rxe/wire, no state, no I/O.
+	{dir: "nvmeof/wire", forbid: []string{module + "/", "net", "os", "syscall", "golang.org/x/sys/", "sync"}},
 	// The verbs provider goes through verbs and rdmacm, whichever device
 	// is under them.
 	{dir: "fabric/vrb", forbid: []string{module + "/rxe", module + "/rdmacore", module + "/fabric/tcp"}},
