@@ -108,33 +108,16 @@ func template(t fabric.EPType, x ipif.Iface) *fabric.Info {
 // and service name the local address; otherwise they name the peer, and
 // each entry of its family gets it as DestAddr.
 func (provider) Infos(node, service string, flags uint64, hints *fabric.Info) ([]*fabric.Info, error) {
-	ad, err := fabric.ResolveAddressing(node, service, flags, hints)
-	if err != nil {
-		return nil, err
-	}
 	var out []*fabric.Info
 	for _, t := range []fabric.EPType{fabric.EPDgram, fabric.EPRDM, fabric.EPMsg} {
 		if hints != nil && hints.EPAttr != nil && hints.EPAttr.Type != fabric.EPUnspec && hints.EPAttr.Type != t {
 			continue
 		}
-		for _, x := range ipif.List() {
-			switch {
-			case flags&fabric.FlagSource != 0 && node != "" && x.Addr.WithZone("") != ad.Node.WithZone(""),
-				// A peer named by node is reached from the address the
-				// host routes it from, and C lists only that one.
-				flags&fabric.FlagSource == 0 && node != "" && ad.RouteSrc.IsValid() && x.Addr.WithZone("") != ad.RouteSrc.WithZone(""),
-				flags&fabric.FlagSource == 0 && ad.Node.IsValid() && ad.Node.Is4() != x.Addr.Is4(),
-				hints != nil && hints.SrcAddr.IsValid() && hints.SrcAddr.Addr().WithZone("") != x.Addr.WithZone(""),
-				hints != nil && hints.DestAddr.IsValid() && hints.DestAddr.Addr().Is4() != x.Addr.Is4():
-				continue
-			}
-			i := template(t, x)
-			if !ad.Dest.IsValid() && node == "" && service == "" && x.Addr.IsLoopback() {
-				i.Caps &^= fabric.CapRemoteComm // as C lists loopback
-			}
-			ad.Place(i, x.Addr)
-			out = append(out, i)
+		infos, err := ipif.Infos(node, service, flags, hints, func(x ipif.Iface) *fabric.Info { return template(t, x) })
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, infos...)
 	}
 	return out, nil
 }

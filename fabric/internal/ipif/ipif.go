@@ -7,6 +7,8 @@ package ipif
 import (
 	"net"
 	"net/netip"
+
+	"github.com/rdmago/rdmago/fabric"
 )
 
 // Iface is one address of one interface.
@@ -61,4 +63,37 @@ func List() []Iface {
 		}
 	}
 	return append(out, loop...)
+}
+
+// Infos lists what a socket provider offers on each of the host's
+// addresses that the call of fi_getinfo allows, as C's util providers
+// do: with FlagSource, node and service name the local address, and only
+// its interface is listed; otherwise a node names the peer, and only the
+// interface the host routes it from is listed; the hints' source and
+// destination addresses narrow the list further. template makes an
+// address's entry; each gets the call's addresses, and a loopback entry
+// listed for no peer at all drops FI_REMOTE_COMM, as C lists it.
+func Infos(node, service string, flags uint64, hints *fabric.Info, template func(Iface) *fabric.Info) ([]*fabric.Info, error) {
+	ad, err := fabric.ResolveAddressing(node, service, flags, hints)
+	if err != nil {
+		return nil, err
+	}
+	var out []*fabric.Info
+	for _, x := range List() {
+		switch {
+		case flags&fabric.FlagSource != 0 && node != "" && x.Addr.WithZone("") != ad.Node.WithZone(""),
+			flags&fabric.FlagSource == 0 && node != "" && ad.RouteSrc.IsValid() && x.Addr.WithZone("") != ad.RouteSrc.WithZone(""),
+			flags&fabric.FlagSource == 0 && ad.Node.IsValid() && ad.Node.Is4() != x.Addr.Is4(),
+			hints != nil && hints.SrcAddr.IsValid() && hints.SrcAddr.Addr().WithZone("") != x.Addr.WithZone(""),
+			hints != nil && hints.DestAddr.IsValid() && hints.DestAddr.Addr().Is4() != x.Addr.Is4():
+			continue
+		}
+		i := template(x)
+		if !ad.Dest.IsValid() && node == "" && service == "" && x.Addr.IsLoopback() {
+			i.Caps &^= fabric.CapRemoteComm
+		}
+		ad.Place(i, x.Addr)
+		out = append(out, i)
+	}
+	return out, nil
 }
