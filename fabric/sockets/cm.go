@@ -6,10 +6,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/sockpep"
 	"github.com/rdmago/rdmago/fabric/internal/sockpoll"
 )
 
@@ -270,13 +270,8 @@ func (e *ep) closeCM() {
 type pep struct {
 	info *fabric.Info
 	ctx  any
-
-	mu sync.Mutex
 	fabric.PassiveBinds
-	ln     *net.TCPListener
-	closed bool
-	reqs   map[*connReq]bool // requests not yet accepted or rejected
-	wg     sync.WaitGroup
+	*sockpep.Listener // the listener, and the requests not yet accepted or rejected
 }
 
 // connReq is a connection request: its connection, the requester's data
@@ -291,105 +286,59 @@ func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any
 	if info == nil || info.EPAttr == nil || info.EPAttr.Type != fabric.EPMsg {
 		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrInvalid, "the sockets provider's passive endpoints are FI_EP_MSG")
 	}
-	return &pep{info: info.Dup(), ctx: context, reqs: map[*connReq]bool{}}, nil
+	p := &pep{info: info.Dup(), ctx: context}
+	p.Listener = sockpep.New(p.info)
+	return p, nil
 }
 
 // Listen listens on the entry's source address (port 0: any) for
 // connection requests (fi_listen).
-func (p *pep) Listen() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(fabric.ListenAddr(p.info)))
+func (p *pep) Listen() error { return p.Listener.Listen(p.request) }
+
+// request reads a connection's request and raises FI_CONNREQ.
+func (p *pep) request(nc *net.TCPConn) {
+	nc.SetDeadline(time.Now().Add(cmTimeout))
+	var b [connReqLen]byte
+	_, err := io.ReadFull(nc, b[:])
+	var h connHeader
+	if err == nil {
+		h, err = parseConnHeader(b[:])
+	}
+	var peer netip.AddrPort
+	if err == nil && h.typ != connRequest {
+		err = errWire
+	}
+	if err == nil {
+		peer, err = parseAddr(b[connHdrLen:])
+	}
+	data := make([]byte, h.dataSz)
+	if err == nil {
+		_, err = io.ReadFull(nc, data)
+	}
+	nc.SetDeadline(time.Time{})
 	if err != nil {
-		return fabric.Errorf("fi_listen", sockpoll.Errno(err, fabric.ErrAddrInUse), err.Error())
+		nc.Close()
+		return
 	}
-	p.ln = ln
-	p.wg.Add(1)
-	go p.accept(ln)
-	return nil
-}
-
-// accept takes each connection and reads its request, raising
-// FI_CONNREQ.
-func (p *pep) accept(ln *net.TCPListener) {
-	defer p.wg.Done()
-	for {
-		nc, err := ln.AcceptTCP()
-		if err != nil {
-			return
-		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			nc.SetDeadline(time.Now().Add(cmTimeout))
-			var b [connReqLen]byte
-			_, err := io.ReadFull(nc, b[:])
-			var h connHeader
-			if err == nil {
-				h, err = parseConnHeader(b[:])
-			}
-			var peer netip.AddrPort
-			if err == nil && h.typ != connRequest {
-				err = errWire
-			}
-			if err == nil {
-				peer, err = parseAddr(b[connHdrLen:])
-			}
-			data := make([]byte, h.dataSz)
-			if err == nil {
-				_, err = io.ReadFull(nc, data)
-			}
-			nc.SetDeadline(time.Time{})
-			if err != nil {
-				nc.Close()
-				return
-			}
-			// The requester listens where its header says (as C's,
-			// which takes the port from the header).
-			peer = netip.AddrPortFrom(peer.Addr(), h.port)
-			r := &connReq{pep: p, nc: nc, peer: peer}
-			p.mu.Lock()
-			if p.closed {
-				p.mu.Unlock()
-				nc.Close()
-				return
-			}
-			p.reqs[r] = true
-			p.mu.Unlock()
-			info := p.info.Dup()
-			info.SetProvider(provider{})
-			info.Handle = r
-			info.DestAddr = peer
-			info.SrcAddr = netip.AddrPortFrom(nc.LocalAddr().(*net.TCPAddr).AddrPort().Addr(), 0)
-			p.Queue().Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
-		}()
+	// The requester listens where its header says (as C's, which takes
+	// the port from the header).
+	peer = netip.AddrPortFrom(peer.Addr(), h.port)
+	r := &connReq{pep: p, nc: nc, peer: peer}
+	if !p.Hold(r, nc) {
+		return
 	}
-}
-
-func (p *pep) Name() (netip.AddrPort, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln == nil {
-		return p.info.SrcAddr, nil
-	}
-	return p.ln.Addr().(*net.TCPAddr).AddrPort(), nil
-}
-
-// take removes a request from the pending ones.
-func (p *pep) take(r *connReq) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.reqs[r] {
-		return false
-	}
-	delete(p.reqs, r)
-	return true
+	info := p.info.Dup()
+	info.SetProvider(provider{})
+	info.Handle = r
+	info.DestAddr = peer
+	info.SrcAddr = netip.AddrPortFrom(nc.LocalAddr().(*net.TCPAddr).AddrPort().Addr(), 0)
+	p.Queue().Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
 }
 
 // Reject refuses a request with REJECT and private data (fi_reject).
 func (p *pep) Reject(handle any, param []byte) error {
 	r, ok := handle.(*connReq)
-	if !ok || r.pep != p || !p.take(r) {
+	if !ok || r.pep != p || !p.Take(r) {
 		return fabric.Errorf("fi_reject", fabric.ErrInvalid, "not a pending request of this endpoint")
 	}
 	if len(param) > maxCMData {
@@ -410,17 +359,6 @@ func (p *pep) Reject(handle any, param []byte) error {
 
 // Close stops listening and closes the requests not answered.
 func (p *pep) Close() error {
-	p.mu.Lock()
-	p.closed = true
-	ln, reqs := p.ln, p.reqs
-	p.reqs = map[*connReq]bool{}
-	p.mu.Unlock()
-	if ln != nil {
-		ln.Close()
-	}
-	for r := range reqs {
-		r.nc.Close()
-	}
-	p.wg.Wait()
+	p.Listener.Close()
 	return nil
 }

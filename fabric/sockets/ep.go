@@ -93,7 +93,7 @@ func (provider) Endpoint(d fabric.DomainRef, info *fabric.Info, context any) (fa
 	if t == fabric.EPMsg {
 		e.cm = &msgCM{}
 		if r, ok := info.Handle.(*connReq); ok {
-			if !r.pep.take(r) {
+			if !r.pep.Take(r) {
 				return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the connection request was already answered")
 			}
 			e.cm.req = r

@@ -139,7 +139,7 @@ func (provider) Endpoint(d fabric.DomainRef, info *fabric.Info, context any) (fa
 	e.Lock, e.Self, e.CMDataSize = &e.mu, e, maxCMData
 	e.closing, e.cancel = newClosing()
 	if r, ok := info.Handle.(*connReq); ok {
-		if !r.pep.take(r) {
+		if !r.pep.Take(r) {
 			return nil, fabric.Errorf("fi_endpoint", fabric.ErrInvalid, "the connection request was already answered")
 		}
 		e.req = r

@@ -3,24 +3,17 @@ package tcp
 import (
 	"io"
 	"net"
-	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
-	"github.com/rdmago/rdmago/fabric/internal/sockpoll"
+	"github.com/rdmago/rdmago/fabric/internal/sockpep"
 )
 
 type pep struct {
 	info *fabric.Info
 	ctx  any
-
-	mu sync.Mutex
 	fabric.PassiveBinds
-	ln     *net.TCPListener
-	closed bool
-	wg     sync.WaitGroup
-	conns  map[*connReq]bool // requests not yet accepted or rejected
+	*sockpep.Listener // the listener, and the requests not yet accepted or rejected
 }
 
 // connReq is a connection request: the socket and what its CONNREQ
@@ -35,61 +28,35 @@ func (provider) PassiveEndpoint(f *fabric.Fabric, info *fabric.Info, context any
 	if info == nil || info.EPAttr == nil || info.EPAttr.Type != fabric.EPMsg {
 		return nil, fabric.Errorf("fi_passive_ep", fabric.ErrInvalid, "the tcp provider's passive endpoints are FI_EP_MSG")
 	}
-	return &pep{info: info.Dup(), ctx: context, conns: map[*connReq]bool{}}, nil
+	p := &pep{info: info.Dup(), ctx: context}
+	p.Listener = sockpep.New(p.info)
+	return p, nil
 }
 
 // Listen binds the info's source address (port 0: any) and starts taking
-// connection requests.
-func (p *pep) Listen() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	src := fabric.ListenAddr(p.info)
-	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(src))
-	if err != nil {
-		return fabric.Errorf("fi_listen", sockpoll.Errno(err, fabric.ErrAddrInUse), err.Error())
-	}
-	p.ln = ln
-	p.wg.Add(1)
-	go p.accept(ln)
-	return nil
-}
+// connection requests (fi_listen).
+func (p *pep) Listen() error { return p.Listener.Listen(p.request) }
 
-// accept takes each connection, reads its CONNREQ and raises FI_CONNREQ.
-func (p *pep) accept(ln *net.TCPListener) {
-	defer p.wg.Done()
-	for {
-		c, err := ln.AcceptTCP()
-		if err != nil {
-			return
-		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			c.SetNoDelay(true)
-			c.SetDeadline(time.Now().Add(cmTimeout))
-			typ, data, err := readCM(c)
-			c.SetDeadline(time.Time{})
-			if err != nil || typ != cmConnReq {
-				c.Close()
-				return
-			}
-			r := &connReq{pep: p, conn: c, data: data}
-			p.mu.Lock()
-			if p.closed {
-				p.mu.Unlock()
-				c.Close()
-				return
-			}
-			p.conns[r] = true
-			p.mu.Unlock()
-			info := p.info.Dup()
-			info.SetProvider(provider{})
-			info.Handle = r
-			info.DestAddr = c.RemoteAddr().(*net.TCPAddr).AddrPort()
-			info.SrcAddr = c.LocalAddr().(*net.TCPAddr).AddrPort()
-			p.Queue().Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
-		}()
+// request reads a connection's CONNREQ and raises FI_CONNREQ.
+func (p *pep) request(c *net.TCPConn) {
+	c.SetNoDelay(true)
+	c.SetDeadline(time.Now().Add(cmTimeout))
+	typ, data, err := readCM(c)
+	c.SetDeadline(time.Time{})
+	if err != nil || typ != cmConnReq {
+		c.Close()
+		return
 	}
+	r := &connReq{pep: p, conn: c, data: data}
+	if !p.Hold(r, c) {
+		return
+	}
+	info := p.info.Dup()
+	info.SetProvider(provider{})
+	info.Handle = r
+	info.DestAddr = c.RemoteAddr().(*net.TCPAddr).AddrPort()
+	info.SrcAddr = c.LocalAddr().(*net.TCPAddr).AddrPort()
+	p.Queue().Write(fabric.EQEntry{Event: fabric.EventConnReq, FID: p, Info: info, Data: data})
 }
 
 // readCM reads one connection management message.
@@ -109,30 +76,10 @@ func readCM(c net.Conn) (uint8, []byte, error) {
 	return typ, data, nil
 }
 
-func (p *pep) Name() (netip.AddrPort, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln == nil {
-		return p.info.SrcAddr, nil
-	}
-	return p.ln.Addr().(*net.TCPAddr).AddrPort(), nil
-}
-
-// take removes a request from the pending ones.
-func (p *pep) take(r *connReq) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.conns[r] {
-		return false
-	}
-	delete(p.conns, r)
-	return true
-}
-
 // Reject answers a request with a NACK carrying param (fi_reject).
 func (p *pep) Reject(handle any, param []byte) error {
 	r, ok := handle.(*connReq)
-	if !ok || r.pep != p || !p.take(r) {
+	if !ok || r.pep != p || !p.Take(r) {
 		return fabric.Errorf("fi_reject", fabric.ErrInvalid, "not a pending request of this endpoint")
 	}
 	if len(param) > maxCMData {
@@ -149,18 +96,6 @@ func (p *pep) Reject(handle any, param []byte) error {
 
 // Close is called once (fabric.PassiveEndpointDriver).
 func (p *pep) Close() error {
-	p.mu.Lock()
-	p.closed = true
-	ln := p.ln
-	reqs := p.conns
-	p.conns = map[*connReq]bool{}
-	p.mu.Unlock()
-	if ln != nil {
-		ln.Close()
-	}
-	for r := range reqs {
-		r.conn.Close()
-	}
-	p.wg.Wait()
+	p.Listener.Close()
 	return nil
 }

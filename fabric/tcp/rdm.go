@@ -3,6 +3,7 @@ package tcp
 import (
 	"github.com/rdmago/rdmago/fabric"
 	"github.com/rdmago/rdmago/fabric/internal/rxm"
+	"github.com/rdmago/rdmago/fabric/internal/sockpep"
 )
 
 // FI_EP_RDM as libfabric 1.17's tcp;ofi_rxm: reliable messages to any
@@ -49,7 +50,7 @@ func newRDM(d fabric.DomainRef, info *fabric.Info, _ any) (*rxm.Endpoint, error)
 }
 
 func (w *rdmWire) Listen(info *fabric.Info, eq *fabric.EQ) (fabric.PassiveEndpointDriver, error) {
-	p := &pep{info: info, conns: map[*connReq]bool{}}
+	p := &pep{info: info, Listener: sockpep.New(info)}
 	if err := p.Bind(eq); err != nil {
 		return nil, err
 	}
