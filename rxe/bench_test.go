@@ -67,7 +67,7 @@ func runOps(b *testing.B, a, peer *end, op verbs.WROpcode, size, depth int) {
 // random: each loss costs the responder's go-back-N window of resends.
 // scripts/speed.sh reports the ratio (goal: at least half of lossless).
 func BenchmarkWriteUnderLoss(b *testing.B) {
-	for _, drop := range []float64{0, 0.01} {
+	for _, drop := range []float64{0, 0.001, 0.01, 0.05, 0.10} {
 		b.Run(fmt.Sprintf("loss=%g%%", drop*100), func(b *testing.B) {
 			a, peer, _ := memPair(b, 15, link.Faults{Drop: drop}, pairOpts{bufSize: 1 << 20, mtu: verbs.MTU4096, sendWR: 64, recvWR: 64})
 			runOps(b, a, peer, verbs.WRRDMAWrite, 1<<20, 16)

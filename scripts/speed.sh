@@ -8,7 +8,9 @@
 #
 #   latency     rdmago ib_send_lat -s 8, busy-polling (t_typical: half a
 #               round trip)
-#               vs C fi_pingpong -p tcp -e msg -S 64 (usec/xfer)
+#               vs C fi_pingpong -p tcp -e msg -S 64 (usec/xfer), and vs
+#               the machine's floor: scripts/udp_floor.c, two C processes
+#               busy-polling UDP sockets over loopback (needs cc)
 #   rate        rdmago ib_write_bw / ib_send_bw -s 64 -t 128 -l 16 (Mpps):
 #               200,000 messages (about 0.2 s, so the first milliseconds,
 #               slower while the two processes' threads settle on the
@@ -18,8 +20,8 @@
 #               vs iperf3, one TCP stream
 #   setup       rdmacm Dial+Accept vs TCP connect+accept (go test -bench)
 #   idle QP     bytes of heap per connected, idle RC QP (go test -bench)
-#   loss        1 MiB RDMA WRITE goodput at 1 % random loss vs lossless,
-#               in-memory network (go test -bench)
+#   loss        1 MiB RDMA WRITE goodput at 0.1, 1, 5 and 10 % random
+#               loss vs lossless, in-memory network (go test -bench)
 #
 # Needs fi_pingpong and iperf3 (apt-get install libfabric-bin iperf3).
 set -euo pipefail
@@ -32,6 +34,10 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 bin=$dir/rdmago
 go build -o "$bin" ./cmd/rdmago
+floorbin=
+if command -v cc >/dev/null && cc -O2 -o "$dir/udp_floor" scripts/udp_floor.c; then
+	floorbin=$dir/udp_floor
+fi
 
 median() { sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
@@ -65,6 +71,16 @@ fipp() {
 	timeout "$limit" fi_pingpong "$@" -P "$port" 127.0.0.1 | awk 'NR == 2' || true
 	wait "$srv" || true
 }
+# floor PORT: the C UDP ping-pong's 8-byte half round trip, in us.
+floor() {
+	[ -n "$floorbin" ] || return 0
+	timeout "$limit" "$floorbin" server "$1" &
+	local srv=$!
+	sleep 0.2
+	timeout "$limit" "$floorbin" client "$1" 8 200000 || true
+	kill "$srv" 2>/dev/null || true
+	wait "$srv" 2>/dev/null || true
+}
 # iperf PORT: one iperf3 TCP stream for 3 s; prints Mbit/s.
 iperf() {
 	timeout "$limit" iperf3 -s -1 -p "$1" >/dev/null 2>&1 &
@@ -81,6 +97,7 @@ for r in $(seq "$rounds"); do
 	port=$((port + 20))
 	add lat_c "$(fipp $((port + 1)) -p tcp -e msg -S 64 -I 20000 | awk '{print $7}')"
 	add lat_go "$(perf $((port + 2)) ib_send_lat -s 8 -n 20000 | awk '{print $5}')"
+	add lat_floor "$(floor $((port + 11)))"
 	add rate_write "$(perf $((port + 3)) ib_write_bw -s 64 -t 128 -l 16 -n 200000 | awk '{print $5}')"
 	add rate_send "$(perf $((port + 4)) ib_send_bw -s 64 -t 128 -l 16 -n 200000 | awk '{print $5}')"
 	add rate_write_d "$(perf $((port + 9)) ib_write_bw -s 64 -t 128 -l 16 -D 4 | awk '{print $5}')"
@@ -106,22 +123,31 @@ dial_tcp=$(echo "$bench" | awk '/^BenchmarkTCPDialAccept/ {print $3 / 1000}' | m
 bench=$(go test -run XXX -bench 'IdleQPMemory|WriteUnderLoss' -count "$rounds" ./rxe 2>/dev/null)
 idle=$(echo "$bench" | awk '/^BenchmarkIdleQPMemory/ {for (i = 1; i < NF; i++) if ($(i+1) == "B/QP") print $i}' | median)
 loss0=$(echo "$bench" | awk '/^BenchmarkWriteUnderLoss\/loss=0%/ {for (i = 1; i < NF; i++) if ($(i+1) == "MB/s") print $i}' | median)
-loss1=$(echo "$bench" | awk '/^BenchmarkWriteUnderLoss\/loss=1%/ {for (i = 1; i < NF; i++) if ($(i+1) == "MB/s") print $i}' | median)
+lossat() { echo "$bench" | awk -v p="^BenchmarkWriteUnderLoss/loss=$1%" '$0 ~ p {for (i = 1; i < NF; i++) if ($(i+1) == "MB/s") print $i}' | median; }
+loss01=$(lossat 0.1)
+loss1=$(lossat 1)
+loss5=$(lossat 5)
+loss10=$(lossat 10)
 
 awk -v lc="$(m lat_c)" -v lg="$(m lat_go)" -v rw="$(m rate_write)" -v rs="$(m rate_send)" \
 	-v rwd="$(m rate_write_d)" -v rsd="$(m rate_send_d)" \
 	-v bt="$(m bw_tcp)" -v bwr="$(m bw_write)" -v brd="$(m bw_read)" -v bsd="$(m bw_send)" \
-	-v dg="$dial_go" -v dt="$dial_tcp" -v idle="$idle" -v l0="$loss0" -v l1="$loss1" 'BEGIN {
+	-v dg="$dial_go" -v dt="$dial_tcp" -v idle="$idle" -v l0="$loss0" -v l01="$loss01" -v l1="$loss1" \
+	-v l5="$loss5" -v l10="$loss10" -v fl="$(m lat_floor)" 'BEGIN {
 	printf "%-40s %14s %22s %8s  %s\n", "figure", "rdmago", "anchor (same run)", "ratio", "goal"
-	printf "%-40s %11.1f us %19.1f us %7.2fx  %s\n", "8 B SEND, half a round trip", lg, lc, lg / lc, "<= 1.00x fi_pingpong tcp"
+	printf "%-40s %11.1f us %19.1f us %7.2fx  %s\n", "8 B SEND, half a round trip", lg, lc, lg / lc, "<= 0.90x fi_pingpong tcp"
+	printf "%-40s %11.1f us %19.2f us %7.2fx  %s\n", "8 B SEND, half a round trip (vs floor)", lg, fl, lg / fl, "<= 1.15x C UDP ping-pong"
 	printf "%-40s %9.3f Mpps %22s %8s  %s\n", "64 B RDMA WRITE rate (128 in flight)", rw, "-", "-", ">= 1 Mpps"
 	printf "%-40s %9.3f Mpps %22s %8s  %s\n", "64 B SEND rate (128 in flight)", rs, "-", "-", ">= 1 Mpps"
-	printf "%-40s %9.3f Mpps %22s %8s  %s\n", "64 B RDMA WRITE rate, steady (-D 4)", rwd, "-", "-", ">= 1 Mpps"
+	printf "%-40s %9.3f Mpps %22s %8s  %s\n", "64 B RDMA WRITE rate, steady (-D 4)", rwd, "-", "-", ">= 1.2 Mpps"
 	printf "%-40s %9.3f Mpps %22s %8s  %s\n", "64 B SEND rate, steady (-D 4)", rsd, "-", "-", ">= 1 Mpps"
-	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB RDMA WRITE", bwr, bt, bwr / bt, ">= 1.00x iperf3"
+	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB RDMA WRITE", bwr, bt, bwr / bt, ">= 2.00x iperf3"
 	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB RDMA READ (vs WRITE)", brd, bwr, brd / bwr, ">= 0.90x WRITE"
 	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB SEND (vs WRITE)", bsd, bwr, bsd / bwr, ">= 0.90x WRITE"
-	printf "%-40s %11.0f us %19.0f us %7.2fx  %s\n", "rdmacm Dial+Accept (vs TCP)", dg, dt, dg / dt, "<= 2.00x TCP"
+	printf "%-40s %11.0f us %19.0f us %7.2fx  %s\n", "rdmacm Dial+Accept (vs TCP)", dg, dt, dg / dt, "<= 1.50x TCP"
 	printf "%-40s %12.0f B %22s %8s  %s\n", "memory per idle RC QP", idle, "-", "-", "<= 16384 B"
-	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB WRITE at 1 % loss (vs lossless)", l1, l0, l1 / l0, ">= 0.50x"
+	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB WRITE at 0.1 % loss (vs lossless)", l01, l0, l01 / l0, "-"
+	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB WRITE at 1 % loss (vs lossless)", l1, l0, l1 / l0, ">= 0.70x"
+	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB WRITE at 5 % loss (vs lossless)", l5, l0, l5 / l0, ">= 0.30x"
+	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB WRITE at 10 % loss (vs lossless)", l10, l0, l10 / l0, "-"
 }'
