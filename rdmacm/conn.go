@@ -142,8 +142,12 @@ func (o *Options) acceptParam(req ConnParam, data []byte) *ConnParam {
 		p = *o.Param
 	} else {
 		// Accept's defaults for a nil rdma_conn_param: the peer's
-		// resources mirrored, infinite RNR retries.
-		p = ConnParam{ResponderResources: req.InitiatorDepth, InitiatorDepth: req.ResponderResources, RNRRetryCount: 7}
+		// resources mirrored, infinite RNR retries. The request's
+		// parameters are already seen from this side (its
+		// ResponderResources is the peer's initiator depth, as the
+		// kernel's CONNECT_REQUEST event gives them), so they go back
+		// as they are.
+		p = ConnParam{ResponderResources: req.ResponderResources, InitiatorDepth: req.InitiatorDepth, RNRRetryCount: 7}
 	}
 	if data != nil {
 		p.PrivateData = data

@@ -379,3 +379,43 @@ func TestDialListenHooks(t *testing.T) {
 		t.Errorf("Undo ran %d times for the failed accept, want 1", undone.Load())
 	}
 }
+
+// An Accept with private data and no ConnParam of its own mirrors the
+// request's resources: the accepting QP issues as many RDMA READs as the
+// dialer accepts, and accepts as many as the dialer issues. (Linux's
+// NVMe/RDMA host asks for reads to be accepted and issues none.)
+func TestAcceptMirrorsTheRequestsReadResources(t *testing.T) {
+	for _, c := range []struct{ resp, init uint8 }{{16, 0}, {4, 2}, {0, 8}} {
+		l, err := rdmacm.Listen("127.0.0.1:0", &rdmacm.Options{
+			ConnData: func(*rdmacm.Conn) ([]byte, error) { return []byte("ok"), nil },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted := make(chan *rdmacm.Conn, 1)
+		go func() {
+			c, err := l.Accept(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			accepted <- c
+		}()
+		cli, err := rdmacm.Dial(context.Background(), l.Addr().String(), &rdmacm.Options{
+			Param: &rdmacm.ConnParam{ResponderResources: c.resp, InitiatorDepth: c.init, RetryCount: 7, RNRRetryCount: 7}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := <-accepted
+		if srv == nil {
+			t.FailNow()
+		}
+		attr, _, err := srv.QP.Query()
+		if err != nil || attr.MaxRdAtomic != c.resp || attr.MaxDestRdAtomic != c.init {
+			t.Errorf("dialer accepting %d reads, issuing %d: the accepting QP issues %d, accepts %d (%v)",
+				c.resp, c.init, attr.MaxRdAtomic, attr.MaxDestRdAtomic, err)
+		}
+		cli.Close()
+		srv.Close()
+		l.Close()
+	}
+}
