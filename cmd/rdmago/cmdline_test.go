@@ -69,6 +69,16 @@ func cliProfiles(capture string) map[string]cliProfile {
 		"riostream":    {client: []string{"-s", "127.0.0.1"}, server: []string{}, ready: "usec/xfer", long: []string{"-C", "-I"}, readyAny: true},
 		"rstream":      {client: []string{"-s", "127.0.0.1"}, server: []string{}, ready: "usec/xfer", long: []string{"-C", "-I"}, readyAny: true},
 		"udaddy":       {client: []string{"-s", "127.0.0.1"}, server: []string{}, ready: "starting server", long: []string{"-C"}},
+		// A command with subcommands has a profile for each, named
+		// "command subcommand", besides its own.
+		"nvmeof":          {solo: []string{}},
+		"nvmeof discover": {client: []string{"-a", "127.0.0.1"}},
+		"nvmeof identify": {client: []string{"-a", "127.0.0.1", "-n", "nqn.x"}},
+		"nvmeof read":     {client: []string{"-a", "127.0.0.1", "-n", "nqn.x", "-l", "4096"}},
+		"nvmeof write":    {client: []string{"-a", "127.0.0.1", "-n", "nqn.x"}},
+		"nvmeof flush":    {client: []string{"-a", "127.0.0.1", "-n", "nqn.x"}},
+		"nvmeof bench":    {client: []string{"-a", "127.0.0.1", "-n", "nqn.x"}, long: []string{"-t"}},
+		"nvmeof serve":    {server: []string{"-a", "127.0.0.1", "-n", "nqn.x", "-m", "1m"}, ready: "serving"},
 	}
 	for name := range commands {
 		if strings.HasPrefix(name, "ib_") {
@@ -296,7 +306,7 @@ func cliCases(name string, p cliProfile, help string, values []string, full bool
 	}
 	var cases []cliCase
 	add := func(m mode, long bool, gen ...string) {
-		args := append([]string{name}, p.base...)
+		args := append(strings.Fields(name), p.base...)
 		args = append(args, gen...)
 		args = append(args, m.tail...)
 		server := m.server
@@ -311,7 +321,7 @@ func cliCases(name string, p cliProfile, help string, values []string, full bool
 		add(m, false) // as the profile has it
 		// Missing operands: the mode's arguments left out, or cut short.
 		for i := range m.tail {
-			args := append([]string{name}, p.base...)
+			args := append(strings.Fields(name), p.base...)
 			cases = append(cases, cliCase{args: append(args, m.tail[:i]...), server: true, ready: p.ready, deadline: time.Second})
 		}
 		for _, u := range cliUnknown {
@@ -366,6 +376,15 @@ func TestEveryCommandLineEndsCleanly(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	for n := range profiles {
+		if cmd, _, sub := strings.Cut(n, " "); sub {
+			if _, ok := commands[cmd]; !ok {
+				t.Errorf("profile %q is of no command", n)
+			}
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
 	var all []cliCase
 	for _, name := range names {
 		p, ok := profiles[name]
@@ -373,7 +392,7 @@ func TestEveryCommandLineEndsCleanly(t *testing.T) {
 			t.Errorf("command %s has no profile in cliProfiles", name)
 			continue
 		}
-		help := runCase(bin, cliCase{args: []string{name, "-h"}, deadline: 15 * time.Second})
+		help := runCase(bin, cliCase{args: append(strings.Fields(name), "-h"), deadline: 15 * time.Second})
 		// Some tools exit 1 after their usage, as their C namesakes do
 		// (fi_pingpong, rstream), so only the usage itself is required.
 		if help.killed || strings.TrimSpace(help.out) == "" || help.status != 0 && !strings.Contains(strings.ToLower(help.out), "usage") {

@@ -16,6 +16,7 @@
 //	ib_send_bw, ib_send_lat, ib_write_bw, ib_write_lat, ib_read_bw, ib_read_lat,
 //	ib_atomic_bw, ib_atomic_lat
 //	              perftest's tools over an RC QP (interoperate with perftest 4.5)
+//	nvmeof        NVMe over Fabrics on RDMA: discover, identify, read, write, bench a target, or serve files as one
 //	mckey         UD datagrams to a multicast group joined through rdma_cm, as rdma-core's mckey (interoperates with it)
 //	rc_pingpong   ping-pong over an RC QP, as ibv_rc_pingpong (interoperates with it)
 //	uc_pingpong   ping-pong over a UC QP, as ibv_uc_pingpong (interoperates with it)
@@ -52,6 +53,7 @@ import (
 	"github.com/rdmago/rdmago/internal/fiinfo"
 	"github.com/rdmago/rdmago/internal/fipingpong"
 	"github.com/rdmago/rdmago/internal/mckey"
+	"github.com/rdmago/rdmago/internal/nvmeoftool"
 	"github.com/rdmago/rdmago/internal/perftest"
 	"github.com/rdmago/rdmago/internal/pingpong"
 	"github.com/rdmago/rdmago/internal/riostream"
@@ -78,6 +80,7 @@ var commands = map[string]command{
 	"devices":      {"list RDMA devices and their node GUIDs, as ibv_devices does", devinfo.Devices},
 	"devinfo":      {"print RDMA device and port attributes, as ibv_devinfo does", devinfo.Devinfo},
 	"dump":         {"decode RoCEv2 packets in pcap and pcapng files, checking each ICRC", dump.Main},
+	"nvmeof":       {"NVMe over Fabrics on RDMA: discover, identify, read, write, bench a target, or serve files as one", nvmeoftool.Main},
 	"fi_info":      {"list the fabric API's providers and endpoints, as libfabric's fi_info", fiinfo.Main},
 	"fi_pingpong":  {"ping-pong over the fabric API, as libfabric's fi_pingpong (interoperates with it)", fipingpong.Main},
 	"mckey":        {"UD datagrams to a multicast group joined through rdma_cm, as rdma-core's mckey (interoperates with it)", tool.Of(mckey.ParseArgs, mckey.Run, tool.Status)},

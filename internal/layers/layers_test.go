@@ -51,6 +51,9 @@ var rules = []rule{
 	{dir: "fabric/udp", forbid: []string{module + "/verbs", module + "/rdmacm", module + "/rxe", module + "/rdmacore", module + "/fabric/tcp", module + "/fabric/vrb", module + "/fabric/sockets"}},
 	// NVMe over Fabrics' formats: like rxe/wire, no state, no I/O.
 	{dir: "nvmeof/wire", forbid: []string{module + "/", "net", "os", "syscall", "golang.org/x/sys/", "sync"}},
+	// The NVMe/RDMA host and target run over any device, through verbs
+	// and rdmacm.
+	{dir: "nvmeof", only: true, forbid: []string{module + "/rxe", module + "/rdmacore", module + "/fabric", module + "/rsocket"}},
 	// The verbs provider goes through verbs and rdmacm, whichever device
 	// is under them.
 	{dir: "fabric/vrb", forbid: []string{module + "/rxe", module + "/rdmacore", module + "/fabric/tcp"}},
@@ -64,7 +67,7 @@ var rules = []rule{
 // that import no other rdmago package. Tool engines (internal/perftest,
 // internal/rping ...) are above the library, not under it.
 var (
-	library = []string{"verbs", "rxe", "rdmacm", "rdmacore", "fabric", "rsocket"}
+	library = []string{"verbs", "rxe", "rdmacm", "rdmacore", "fabric", "rsocket", "nvmeof"}
 	leaves  = []string{"internal/racesync", "internal/yield", "internal/units"}
 )
 
