@@ -182,12 +182,17 @@ func (c *Controller) connect(ctx context.Context, q *hostQueue, cntlid uint16, k
 	return comp.Result, nil
 }
 
+var errCommandTimeout = errors.New("nvmeof: command timeout")
+
 func (c *Controller) execOn(ctx context.Context, q *hostQueue, cmd wire.Command, dir int, out, in []byte) (wire.Completion, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.CommandTimeout)
+	tctx, cancel := context.WithTimeoutCause(ctx, c.opts.CommandTimeout, errCommandTimeout)
 	defer cancel()
-	comp, err := q.exec(ctx, cmd, dir, out, in)
-	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
-		q.fail(fmt.Errorf("%w: a command went unanswered for %v", ErrDisconnected, c.opts.CommandTimeout))
+	comp, err := q.exec(tctx, cmd, dir, out, in)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(tctx), errCommandTimeout) {
+		// Not the caller's deadline but the command's own: the target
+		// stopped answering.
+		err = fmt.Errorf("%w: a command went unanswered for %v", ErrDisconnected, c.opts.CommandTimeout)
+		q.fail(err)
 	}
 	return comp, err
 }

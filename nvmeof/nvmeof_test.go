@@ -263,3 +263,38 @@ func TestHostFailsWhenTheTargetCloses(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Callers whose deadlines pass while their commands are out leave the
+// queue as it was: the commands' slots come back when the answers do,
+// and the next caller is served. (Many short deadlines also make the
+// target answer commands in quick succession on the same receives.)
+func TestCallersDeadlinesLeaveTheQueueUsable(t *testing.T) {
+	_, addr := serve(t, nil, nvmeof.NewMemory(4<<20))
+	c := dial(t, addr, &nvmeof.Options{IOQueues: 1})
+	ns, err := c.Namespace(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 4096)
+				for ctx.Err() == nil {
+					if _, err := ns.ReadAtContext(ctx, buf, 0); err != nil && ctx.Err() == nil {
+						t.Errorf("round %d: %v", round, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		cancel()
+		if _, err := ns.ReadAt(make([]byte, 512), 0); err != nil {
+			t.Fatalf("round %d, after the deadline: %v", round, err)
+		}
+	}
+}

@@ -31,6 +31,8 @@ type targetQueue struct {
 	readDone []chan struct{} // per receive: its command's RDMA READ completed
 	down     chan struct{}   // closed once the queue is shut down
 
+	respMu sync.Mutex // held from a response's buffer to its post
+
 	mu   sync.Mutex
 	ctrl *targetCtrl
 	aers int // Asynchronous Event Requests held
@@ -258,6 +260,12 @@ func dataIn(cmd *wire.Command, data []byte, idx int, result uint64) reply {
 // respond sends the command's response, after its data if it returns
 // any, and posts its receive again first.
 func (q *targetQueue) respond(i int, cmd *wire.Command, r reply) {
+	// From the moment receive i is posted again, a new command may land
+	// in it and reach its own response, which reuses response buffer i:
+	// the buffer is filled and sent (inline: copied at the post) before
+	// that response may start.
+	q.respMu.Lock()
+	defer q.respMu.Unlock()
 	comp := wire.Completion{Result: r.result, SQID: q.qid, CID: cmd.CID, Status: r.status}
 	comp.Put(q.respMR.Buf()[i*wire.CompletionLen:])
 	rsz := wire.CommandLen + q.inline

@@ -23,7 +23,8 @@ import (
 	"github.com/rdmago/rdmago/internal/units"
 	"github.com/rdmago/rdmago/nvmeof"
 	"github.com/rdmago/rdmago/nvmeof/wire"
-	_ "github.com/rdmago/rdmago/rxe" // the software RoCE device
+	_ "github.com/rdmago/rdmago/rdmacore" // rdma-core devices, with -tags rdmacore
+	_ "github.com/rdmago/rdmago/rxe"      // the software RoCE device
 )
 
 const usageText = `usage: rdmago nvmeof <command> [flags]
@@ -47,6 +48,11 @@ Run 'rdmago nvmeof <command> -h' for a command's flags.
 
 // Main is `rdmago nvmeof`.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return mainWith(ctx, &common{stdin: os.Stdin}, args, stdout, stderr)
+}
+
+// mainWith is Main with c's standard input.
+func mainWith(ctx context.Context, c *common, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		if len(args) == 0 {
 			fmt.Fprint(stderr, usageText)
@@ -63,7 +69,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rdmago nvmeof: unknown command %q\n%s", args[0], usageText)
 		return 2
 	}
-	c := &common{name: args[0], stdin: os.Stdin}
+	c.name = args[0]
 	err := run(ctx, c, args[1:], stdout, stderr)
 	var ee *tool.ExitError
 	if err != nil && !errors.As(err, &ee) {
