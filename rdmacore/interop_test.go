@@ -214,3 +214,64 @@ func TestInteropRdmacoreTools(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { pair(t, c.server, c.client, c.serverWants, c.clientWants) })
 	}
 }
+
+// TestInteropRdmacoreNVMeoF runs `rdmago nvmeof` built with the rdmacore
+// tag in vm1, on the kernel's rxe0: as a host against Linux's NVMe/RDMA
+// target in vm2, and as a target for Linux's NVMe/RDMA host in vm2.
+func TestInteropRdmacoreNVMeoF(t *testing.T) {
+	vm := vmtest.VM(t, "Linux's NVMe/RDMA host and target through the rdma-core provider")
+	if out, err := exec.Command(vm, "exec", "2", "ibv_devices").CombinedOutput(); err != nil || !bytes.Contains(out, []byte("rxe0")) {
+		t.Skipf("vm2 is not up with rxe0 (vm up 2): %v\n%s", err, out)
+	}
+	const kernelNQN, goNQN = "nqn.2026-11.io.rdmago:vm2-target", "nqn.2026-11.io.rdmago:vm1-target"
+	vmtest.LinuxNVMeTarget(t, vm, 2, "10.77.0.12", kernelNQN)
+	bin := buildFor(t, vm, "rdmago-rdmacore", "github.com/rdmago/rdmago/cmd/rdmago", false)
+	const rdmago = "RDMAGO_PROVIDER=rdmacore timeout " + vmtest.Timeout + " "
+	in := func(n int, cmd string) (string, error) {
+		out, err := exec.Command(vm, "exec", fmt.Sprint(n), cmd).CombinedOutput()
+		return string(out), err
+	}
+
+	// The Go host in vm1 against the kernel's target in vm2.
+	host := rdmago + bin + " nvmeof "
+	script := "set -e; cd /tmp; head -c 1048576 /dev/urandom > nvp\n" +
+		host + "discover -a 10.77.0.12\n" +
+		host + "identify -a 10.77.0.12 -n " + kernelNQN + "\n" +
+		host + "write -a 10.77.0.12 -n " + kernelNQN + " -N 2 -o 65536 < nvp\n" +
+		host + "read -a 10.77.0.12 -n " + kernelNQN + " -N 2 -o 65536 -l 1048576 > nvb\n" +
+		"cmp nvp nvb && echo read back the same\n" +
+		host + "flush -a 10.77.0.12 -n " + kernelNQN + " -N 2 && echo flushed"
+	out, err := in(1, script)
+	if err != nil || !strings.Contains(out, "subnqn="+kernelNQN+" trtype=rdma") || !strings.Contains(out, "namespace 2: 67108864 bytes") ||
+		!strings.Contains(out, "read back the same") || !strings.Contains(out, "flushed") {
+		t.Fatalf("the Go host in vm1 against the kernel target in vm2: %v\n%s", err, out)
+	}
+
+	// The kernel's host in vm2 against the Go target in vm1.
+	srv := exec.Command(vm, "exec", "1", "truncate -s 64M /tmp/nvgo.img; "+rdmago+bin+" nvmeof serve -a 10.77.0.11 -s 4421 -n "+goNQN+" -f /tmp/nvgo.img")
+	var sout bytes.Buffer
+	srv.Stdout, srv.Stderr = &sout, &sout
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		exec.Command(vm, "exec", "1", "pkill -INT -f 'nvmeof serve -a 10.77.0.11'").Run()
+		srv.Wait()
+		t.Logf("the Go target:\n%s", sout.String())
+	}()
+	kernel := `set -e
+modprobe nvme-rdma
+for i in $(seq 100); do echo transport=rdma,traddr=10.77.0.11,trsvcid=4421,nqn=` + goNQN + ` > /dev/nvme-fabrics 2>/dev/null && break; sleep 0.3; done
+for c in /sys/class/nvme/nvme*; do grep -qx ` + goNQN + ` $c/subsysnqn && d=$(basename $c); done
+trap 'echo 1 > /sys/class/nvme/$d/delete_controller' EXIT
+for i in $(seq 50); do [ -b /dev/${d}n1 ] && break; sleep 0.1; done
+echo size $(blockdev --getsize64 /dev/${d}n1)
+head -c 1048576 /dev/urandom > /tmp/kp
+dd if=/tmp/kp of=/dev/${d}n1 bs=128k seek=8 oflag=direct 2>/dev/null
+dd if=/dev/${d}n1 of=/tmp/kb bs=128k count=8 skip=8 iflag=direct 2>/dev/null
+cmp /tmp/kp /tmp/kb && echo read back the same`
+	out, err = in(2, kernel)
+	if err != nil || !strings.Contains(out, "size 67108864") || !strings.Contains(out, "read back the same") {
+		t.Fatalf("the kernel host in vm2 against the Go target in vm1: %v\n%s", err, out)
+	}
+}

@@ -10,7 +10,8 @@
 #              ../shared/interop/vm; needs root): ibv_*_pingpong, rping,
 #              udaddy, mckey, rdma_server/rdma_client, fi_pingpong -p verbs
 #              (msg, dgram, rdm with SAR and rendezvous), perftest (-R
-#              included), rstream, riostream, and rdmacore's tools built
+#              included), rstream, riostream, rdmago nvmeof against Linux's
+#              NVMe/RDMA host and target, and rdmacore's tools built
 #              -tags rdmacore inside vm1 against vm2
 #   rocesim    datenlord/roce-sim's cases with rdmago as the device under
 #              test, when a roce-sim work tree is given (needs root)
@@ -45,7 +46,7 @@ if [ -x "$vm" ]; then
 	RDMAGO_INTEROP_VM=$vm go test -count=1 -p 1 -timeout 60m -run Interop -v \
 		./internal/pingpong ./internal/rping ./internal/udaddy ./examples ./rdmacore \
 		./internal/fipingpong ./internal/perftest ./internal/rstream ./internal/riostream \
-		./internal/mckey >"$out/vm.log" 2>&1 || status=1
+		./internal/mckey ./internal/nvmeoftool >"$out/vm.log" 2>&1 || status=1
 	summary vm "$out/vm.log"
 	"$vm" down >/dev/null 2>&1
 else

@@ -21,33 +21,6 @@ import (
 
 const linuxNQN = "nqn.2026-11.io.rdmago:linux-target"
 
-// linuxTarget sets up (once per boot of vm1) a kernel target serving
-// linuxNQN on 10.77.0.11:4420: namespace 1 on null_blk, namespace 2 a
-// 64 MiB file.
-func linuxTarget(t *testing.T, vm string) {
-	t.Helper()
-	script := `set -e
-modprobe nvmet-rdma; modprobe null_blk nr_devices=1
-mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
-cd /sys/kernel/config/nvmet
-S=subsystems/` + linuxNQN + `
-if [ ! -d $S ]; then
-  mkdir $S; echo 1 > $S/attr_allow_any_host
-  mkdir $S/namespaces/1; echo -n /dev/nullb0 > $S/namespaces/1/device_path; echo 1 > $S/namespaces/1/enable
-  truncate -s 64M /tmp/nvmet-ns2.img
-  mkdir $S/namespaces/2; echo -n /tmp/nvmet-ns2.img > $S/namespaces/2/device_path
-  echo 1 > $S/namespaces/2/buffered_io; echo 1 > $S/namespaces/2/enable
-fi
-if [ ! -d ports/1 ]; then
-  mkdir ports/1; echo 10.77.0.11 > ports/1/addr_traddr; echo rdma > ports/1/addr_trtype
-  echo 4420 > ports/1/addr_trsvcid; echo ipv4 > ports/1/addr_adrfam
-fi
-[ -e ports/1/subsystems/` + linuxNQN + ` ] || ln -s /sys/kernel/config/nvmet/$S ports/1/subsystems/` + linuxNQN
-	if out, err := exec.Command(vm, "exec", "1", script).CombinedOutput(); err != nil {
-		t.Fatalf("setting up nvmet in vm1: %v\n%s", err, out)
-	}
-}
-
 // host runs `rdmago nvmeof args...` on the host side with stdin, and
 // returns its standard output.
 func host(t *testing.T, vm, bin string, stdin []byte, args ...string) []byte {
@@ -63,9 +36,9 @@ func host(t *testing.T, vm, bin string, stdin []byte, args ...string) []byte {
 	return out
 }
 
-func TestGoHostAgainstLinuxTarget(t *testing.T) {
+func TestInteropGoHostAgainstLinuxTarget(t *testing.T) {
 	vm := vmtest.VM(t, "Linux's nvmet-rdma")
-	linuxTarget(t, vm)
+	vmtest.LinuxNVMeTarget(t, vm, 1, "10.77.0.11", linuxNQN)
 	bin := vmtest.BuildRdmago(t)
 	disc := string(host(t, vm, bin, nil, "discover", "-a", "10.77.0.11"))
 	if !strings.Contains(disc, "subnqn="+linuxNQN+" trtype=rdma adrfam=ipv4 traddr=10.77.0.11 trsvcid=4420 subtype=nvme") {
@@ -105,7 +78,7 @@ func TestGoHostAgainstLinuxTarget(t *testing.T) {
 	host(t, vm, bin, nil, "flush", "-a", "10.77.0.11", "-n", linuxNQN, "-N", "2")
 }
 
-func TestLinuxHostAgainstGoTarget(t *testing.T) {
+func TestInteropLinuxHostAgainstGoTarget(t *testing.T) {
 	vm := vmtest.VM(t, "Linux's nvme-rdma")
 	bin := vmtest.BuildRdmago(t)
 	const nqn = "nqn.2026-11.io.rdmago:go-target"

@@ -131,3 +131,32 @@ func RunPairAfter(t *testing.T, srv, cli *exec.Cmd, ready func()) (srvOut, cliOu
 	}
 	return so.String(), co.String()
 }
+
+// LinuxNVMeTarget sets up (once per boot) Linux's NVMe/RDMA target in VM
+// n through nvmet's configfs: subsystem nqn, open to any host, with
+// namespace 1 on null_blk and namespace 2 a 64 MiB file
+// (/tmp/nvmet-ns2.img, buffered: the guest's /tmp takes no O_DIRECT),
+// served on addr port 4420.
+func LinuxNVMeTarget(t *testing.T, vm string, n int, addr, nqn string) {
+	t.Helper()
+	script := `set -e
+modprobe nvmet-rdma; modprobe null_blk nr_devices=1
+mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+cd /sys/kernel/config/nvmet
+S=subsystems/` + nqn + `
+if [ ! -d $S ]; then
+  mkdir $S; echo 1 > $S/attr_allow_any_host
+  mkdir $S/namespaces/1; echo -n /dev/nullb0 > $S/namespaces/1/device_path; echo 1 > $S/namespaces/1/enable
+  truncate -s 64M /tmp/nvmet-ns2.img
+  mkdir $S/namespaces/2; echo -n /tmp/nvmet-ns2.img > $S/namespaces/2/device_path
+  echo 1 > $S/namespaces/2/buffered_io; echo 1 > $S/namespaces/2/enable
+fi
+if [ ! -d ports/1 ]; then
+  mkdir ports/1; echo ` + addr + ` > ports/1/addr_traddr; echo rdma > ports/1/addr_trtype
+  echo 4420 > ports/1/addr_trsvcid; echo ipv4 > ports/1/addr_adrfam
+fi
+[ -e ports/1/subsystems/` + nqn + ` ] || ln -s /sys/kernel/config/nvmet/$S ports/1/subsystems/` + nqn
+	if out, err := exec.Command(vm, "exec", fmt.Sprint(n), script).CombinedOutput(); err != nil {
+		t.Fatalf("setting up nvmet in vm%d: %v\n%s", n, err, out)
+	}
+}
