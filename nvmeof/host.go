@@ -47,6 +47,14 @@ type Options struct {
 	// LocalAddr is the address to connect from; zero means the one
 	// address resolution picks.
 	LocalAddr netip.AddrPort
+	// StaticKeys makes every command name its data with its queue's one
+	// remote key, valid for the life of the queue. By default, on devices
+	// with type 2 memory windows, each command's data is named by a window
+	// bound for it alone, with only the access the command needs, and the
+	// target invalidates it with its response (SEND_WITH_INVALIDATE), as
+	// Linux's host does with its per-command registrations: the target
+	// can reach no other memory, and no memory after the command.
+	StaticKeys bool
 }
 
 func (o *Options) orDefault() Options {

@@ -25,6 +25,12 @@ type hostQueue struct {
 	dataMR *verbs.MR // depth data buffers of maxData bytes
 	respMR *verbs.MR // depth responses
 
+	// windows: each slot's data is reached through a type 2 memory
+	// window bound for the command, which the target invalidates with its
+	// response; without them (StaticKeys, or a device with none) the data
+	// region's own key serves every command.
+	windows bool
+
 	free  chan int
 	mu    sync.Mutex
 	slots []hostSlot
@@ -38,6 +44,10 @@ type hostSlot struct {
 	finished  bool // its result was handed over (or the queue failed)
 	comp      wire.Completion
 	done      chan error
+
+	mw    *verbs.MW // the slot's window (windows only)
+	rkey  uint32    // its key for the command out, or the last one
+	bound bool      // the window may still be bound: invalidate it before the next bind
 }
 
 // dial connects queue qid to the target at addr: the RDMA transport's
@@ -46,7 +56,9 @@ func dialQueue(ctx context.Context, addr string, qid uint16, depth, maxData int,
 	q := &hostQueue{qid: qid, depth: depth, maxData: maxData, free: make(chan int, depth), slots: make([]hostSlot, depth)}
 	capsule := wire.CommandLen + maxInline
 	ropts := &rdmacm.Options{
-		Cap:         verbs.QPCap{MaxSendWR: uint32(depth + 2), MaxRecvWR: uint32(depth + 1), MaxSendSGE: 1, MaxRecvSGE: 1},
+		// A command takes up to three sends: LOCAL_INV of its window's
+		// last key, BIND_MW, and the capsule.
+		Cap:         verbs.QPCap{MaxSendWR: uint32(3*depth + 2), MaxRecvWR: uint32(depth + 1), MaxSendSGE: 1, MaxRecvSGE: 1},
 		SharedCQ:    true,
 		LocalAddr:   o.LocalAddr,
 		PrivateData: wire.CMReq{QID: qid, HRQSize: uint16(depth), HSQSize: uint16(depth - 1), CNTLID: 0xffff}.Bytes(),
@@ -56,7 +68,14 @@ func dialQueue(ctx context.Context, addr string, qid uint16, depth, maxData int,
 			if q.cmdMR, err = q.register(depth*capsule, verbs.AccessLocalWrite); err != nil {
 				return err
 			}
-			if q.dataMR, err = q.register(depth*maxData, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite); err != nil {
+			access := verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
+			if !o.StaticKeys {
+				q.windows = q.allocWindows(c.PD, depth)
+			}
+			if q.windows {
+				access = verbs.AccessLocalWrite | verbs.AccessMWBind
+			}
+			if q.dataMR, err = q.register(depth*maxData, access); err != nil {
 				return err
 			}
 			if q.respMR, err = q.register(depth*wire.CompletionLen, verbs.AccessLocalWrite); err != nil {
@@ -69,11 +88,7 @@ func dialQueue(ctx context.Context, addr string, qid uint16, depth, maxData int,
 			}
 			return nil
 		},
-		Undo: func(c *rdmacm.Conn) {
-			for _, mr := range q.mrs {
-				mr.Dereg()
-			}
-		},
+		Undo: func(c *rdmacm.Conn) { q.release() },
 	}
 	c, err := rdmacm.Dial(ctx, addr, ropts)
 	if err != nil {
@@ -88,8 +103,51 @@ func dialQueue(ctx context.Context, addr string, qid uint16, depth, maxData int,
 		q.slots[i].done = make(chan error, 1)
 		q.free <- i
 	}
+	for i := q.depth; i < depth; i++ {
+		if w := q.slots[i].mw; w != nil {
+			w.Dealloc() // a slot the target left no room for
+			q.slots[i].mw = nil
+		}
+	}
 	q.start(q.completed, q.failAll)
 	return q, nil
+}
+
+// allocWindows gives each slot a type 2 memory window, and reports
+// whether the device has them; without, it leaves none.
+func (q *hostQueue) allocWindows(pd *verbs.PD, n int) bool {
+	for i := range n {
+		w, err := pd.AllocMW(verbs.MWType2)
+		if err != nil {
+			for j := range i {
+				q.slots[j].mw.Dealloc()
+				q.slots[j].mw = nil
+			}
+			return false
+		}
+		q.slots[i].mw, q.slots[i].rkey = w, w.RKey()
+	}
+	return true
+}
+
+// release deallocates the slots' windows and deregisters the queue's
+// memory (windows first: a region with windows bound stays registered).
+func (q *hostQueue) release() {
+	for i := range q.slots {
+		if w := q.slots[i].mw; w != nil {
+			w.Dealloc()
+			q.slots[i].mw = nil
+		}
+	}
+	for _, mr := range q.mrs {
+		mr.Dereg()
+	}
+	q.mrs = nil
+}
+
+// close closes the queue and frees what it holds.
+func (q *hostQueue) close() {
+	q.rdmaQueue.closeWith(q.release)
 }
 
 // maxInline is the in-capsule data a host slot has room for.
@@ -127,6 +185,9 @@ func (q *hostQueue) completed(wc *verbs.WC) {
 			q.fail(fmt.Errorf("%w: a response for command %d, which is not outstanding", ErrDisconnected, comp.CID))
 			return
 		}
+		if wc.WCFlags&verbs.WCWithInv != 0 && q.slots[s].mw != nil && wc.InvalidatedRKey() == q.slots[s].rkey {
+			q.slots[s].bound = false // the target invalidated the window with its response
+		}
 		q.slots[s].comp, q.slots[s].answered = comp, true
 		q.finishLocked(s)
 		q.mu.Unlock()
@@ -149,7 +210,8 @@ func (q *hostQueue) finishLocked(i int) {
 }
 
 func (q *hostQueue) releaseLocked(i int) {
-	q.slots[i] = hostSlot{done: q.slots[i].done}
+	s := &q.slots[i]
+	*s = hostSlot{done: s.done, mw: s.mw, rkey: s.rkey, bound: s.bound}
 	q.free <- i
 }
 
@@ -198,29 +260,46 @@ func (q *hostQueue) exec(ctx context.Context, cmd wire.Command, dir int, out []b
 	data := q.dataMR.Buf()[i*q.maxData : (i+1)*q.maxData]
 	cmd.CID = uint16(i)
 	n := wire.CommandLen
-	switch dir {
-	case noData:
+	var wrs [3]verbs.SendWR
+	posts := wrs[:0]
+	keyed := func(length int, right verbs.AccessFlags) wire.SGL {
+		addr := q.dataMR.Addr() + uint64(i*q.maxData)
+		if !q.windows {
+			return wire.Keyed(addr, uint32(length), q.dataMR.RKey(), false)
+		}
+		// Bind the slot's window to this command's data alone, with the
+		// one right it needs, and ask the target to invalidate it.
+		s := &q.slots[i]
+		if s.bound {
+			posts = append(posts, verbs.SendWR{WRID: wrBind | uint64(i), Opcode: verbs.WRLocalInv, InvalidateRKey: s.rkey})
+		}
+		s.rkey, s.bound = verbs.IncRKey(s.rkey), true
+		posts = append(posts, verbs.SendWR{WRID: wrBind | uint64(i), Opcode: verbs.WRBindMW, BindMW: verbs.BindMWWR{
+			MW: s.mw, RKey: s.rkey, BindInfo: verbs.MWBindInfo{MR: q.dataMR, Addr: addr, Length: uint64(length), AccessFlags: right}}})
+		return wire.Keyed(addr, uint32(length), s.rkey, true)
+	}
+	switch {
+	case dir == noData, dir == toHost && len(in) == 0, dir == toController && len(out) == 0:
 		// A null descriptor, as Linux's host sends: a keyed block of
 		// length 0 (a data block of address type is refused by nvmet).
 		cmd.SGL = wire.Keyed(0, 0, 0, false)
-	case toController:
-		if len(out) <= q.inline {
-			copy(cbuf[wire.CommandLen:], out)
-			cmd.SGL = wire.InCapsule(0, uint32(len(out)))
-			n += len(out)
-		} else {
-			copy(data, out)
-			cmd.SGL = wire.Keyed(q.dataMR.Addr()+uint64(i*q.maxData), uint32(len(out)), q.dataMR.RKey(), false)
-		}
-	case toHost:
-		cmd.SGL = wire.Keyed(q.dataMR.Addr()+uint64(i*q.maxData), uint32(len(in)), q.dataMR.RKey(), false)
+	case dir == toController && len(out) <= q.inline:
+		copy(cbuf[wire.CommandLen:], out)
+		cmd.SGL = wire.InCapsule(0, uint32(len(out)))
+		n += len(out)
+	case dir == toController:
+		copy(data, out)
+		cmd.SGL = keyed(len(out), verbs.AccessRemoteRead)
+	case dir == toHost:
+		cmd.SGL = keyed(len(in), verbs.AccessRemoteWrite)
 	}
 	cmd.Put(cbuf)
 	q.mu.Lock()
 	q.slots[i].busy = true
 	q.mu.Unlock()
-	err := q.post(verbs.SendWR{WRID: wrSend | uint64(i), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+	posts = append(posts, verbs.SendWR{WRID: wrSend | uint64(i), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
 		SGList: []verbs.SGE{q.cmdMR.SGE(i*capsule, n)}})
+	err := q.post(posts...)
 	if err != nil {
 		q.mu.Lock()
 		q.slots[i].abandoned = true // the queue failed: the slot stays taken

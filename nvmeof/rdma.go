@@ -26,6 +26,7 @@ const (
 	wrRecv  = 2 << 56 // a receive
 	wrRead  = 3 << 56 // an RDMA READ of the host's data (target)
 	wrWrite = 4 << 56 // an RDMA WRITE (target; unsignaled, seen only on errors)
+	wrBind  = 5 << 56 // a window's BIND_MW or LOCAL_INV (host; unsignaled, likewise)
 	wrKind  = 0xff << 56
 )
 
@@ -134,13 +135,20 @@ func (q *rdmaQueue) failed() error {
 // waits for its goroutines, deregisters its memory and destroys the
 // connection.
 func (q *rdmaQueue) close() {
+	q.closeWith(func() {
+		for _, mr := range q.mrs {
+			mr.Dereg()
+		}
+		q.mrs = nil
+	})
+}
+
+// closeWith is close with release freeing the memory.
+func (q *rdmaQueue) closeWith(release func()) {
 	q.fail(ErrClosed)
 	q.wg.Wait()
 	q.work.Wait()
-	for _, mr := range q.mrs {
-		mr.Dereg()
-	}
-	q.mrs = nil
+	release()
 	q.conn.Close()
 }
 
