@@ -37,8 +37,9 @@ type Options struct {
 	// 32. It is capped by what the controller supports.
 	QueueDepth int
 	// KeepAlive is the keep-alive timeout asked of the controller (kato):
-	// the host sends a Keep Alive every half of it. 0 means 15 s; a
-	// negative value asks for none.
+	// the host sends a Keep Alive every half of it, and a Keep Alive
+	// unanswered for the whole of it fails the controller (the target is
+	// gone). 0 means 5 s, Linux's default; a negative value asks for none.
 	KeepAlive time.Duration
 	// CommandTimeout bounds each command (the kernel's io_timeout); 0
 	// means 30 s. A command that overruns it fails its queue, and with
@@ -78,7 +79,7 @@ func (o *Options) orDefault() Options {
 		d.QueueDepth = 32
 	}
 	if d.KeepAlive == 0 {
-		d.KeepAlive = 15 * time.Second
+		d.KeepAlive = 5 * time.Second
 	}
 	if d.CommandTimeout <= 0 {
 		d.CommandTimeout = 30 * time.Second
@@ -113,7 +114,8 @@ type Controller struct {
 	opts   Options
 	next   atomic.Uint32
 
-	stopKA    chan struct{}
+	stopKA    context.CancelFunc // ends keepAlive, and the Keep Alive it waits for
+	kaCtx     context.Context
 	kaDone    chan struct{}
 	closeOnce sync.Once
 }
@@ -172,7 +174,8 @@ func Dial(ctx context.Context, addr, subnqn string, opts *Options) (*Controller,
 			return fail(err)
 		}
 	}
-	c.stopKA, c.kaDone = make(chan struct{}), make(chan struct{})
+	c.kaCtx, c.stopKA = context.WithCancel(context.Background())
+	c.kaDone = make(chan struct{})
 	go c.keepAlive()
 	return c, nil
 }
@@ -312,20 +315,29 @@ func (c *Controller) connectIO(ctx context.Context, addr string, cntlid uint16) 
 func (c *Controller) keepAlive() {
 	defer close(c.kaDone)
 	if c.opts.KeepAlive <= 0 {
-		<-c.stopKA
+		<-c.kaCtx.Done()
 		return
 	}
 	t := time.NewTicker(c.opts.KeepAlive / 2)
 	defer t.Stop()
 	for {
 		select {
-		case <-c.stopKA:
+		case <-c.kaCtx.Done():
 			return
 		case <-c.admin.ctx.Done():
 			return
 		case <-t.C:
 		}
-		if _, err := c.adminCmd(context.Background(), wire.NewKeepAlive(0), noData, nil, nil); err != nil {
+		ctx, cancel := context.WithTimeout(c.kaCtx, c.opts.KeepAlive)
+		_, err := c.adminCmd(ctx, wire.NewKeepAlive(0), noData, nil, nil)
+		cancel()
+		if c.kaCtx.Err() != nil {
+			return // Close
+		}
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("unanswered for %v", c.opts.KeepAlive)
+			}
 			c.admin.fail(fmt.Errorf("%w: keep alive: %v", ErrDisconnected, err))
 			for _, q := range c.io {
 				q.fail(fmt.Errorf("%w: keep alive: %v", ErrDisconnected, err))
@@ -346,7 +358,7 @@ func (c *Controller) IOQueues() int { return len(c.io) }
 // still outstanding end with ErrClosed.
 func (c *Controller) Close() error {
 	c.closeOnce.Do(func() {
-		close(c.stopKA)
+		c.stopKA()
 		<-c.kaDone
 		if c.admin.failed() == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
