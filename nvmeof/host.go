@@ -1,14 +1,19 @@
 package nvmeof
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,11 +29,13 @@ const DefaultPort = "4420"
 // of /dev/nvme-fabrics and nvme connect). The zero value, or nil, is
 // usable.
 type Options struct {
-	// HostNQN names the host (hostnqn); empty means a UUID-based NQN made
-	// once per process.
+	// HostNQN names the host (hostnqn); empty means the one in
+	// /etc/nvme/hostnqn, as nvme-cli and the kernel's tools take it, or
+	// else a UUID-based NQN derived from /etc/machine-id (random if
+	// neither is there), so that a host keeps its name across runs.
 	HostNQN string
-	// HostID identifies the host (hostid); zero means one made once per
-	// process.
+	// HostID identifies the host (hostid); zero means /etc/nvme/hostid,
+	// or else the UUID of the default host NQN.
 	HostID [16]byte
 	// IOQueues is how many I/O queues to ask for (nr_io_queues); 0 means
 	// as many as CPUs, at most 4. The controller may grant fewer.
@@ -87,13 +94,43 @@ func (o *Options) orDefault() Options {
 	return d
 }
 
+// processHost is the host's default NQN and ID, found once.
 var processHost = sync.OnceValues(func() (string, [16]byte) {
 	var id [16]byte
-	rand.Read(id[:])
-	id[6] = id[6]&0x0f | 0x40 // a version 4 UUID
+	if m, err := os.ReadFile("/etc/machine-id"); err == nil && len(bytes.TrimSpace(m)) > 0 {
+		sum := sha256.Sum256(append([]byte("rdmago nvmeof host "), bytes.TrimSpace(m)...))
+		copy(id[:], sum[:])
+	} else {
+		rand.Read(id[:])
+	}
+	id[6] = id[6]&0x0f | 0x40 // a version 4 UUID's bits
 	id[8] = id[8]&0x3f | 0x80
-	return fmt.Sprintf("nqn.2014-08.org.nvmexpress:uuid:%x-%x-%x-%x-%x", id[:4], id[4:6], id[6:8], id[8:10], id[10:]), id
+	nqn := fmt.Sprintf("nqn.2014-08.org.nvmexpress:uuid:%x-%x-%x-%x-%x", id[:4], id[4:6], id[6:8], id[8:10], id[10:])
+	if b, err := os.ReadFile("/etc/nvme/hostnqn"); err == nil {
+		if s := strings.TrimSpace(string(b)); s != "" && len(s) < wire.NQNLen {
+			nqn = s
+		}
+	}
+	if b, err := os.ReadFile("/etc/nvme/hostid"); err == nil {
+		if u, ok := parseUUID(strings.TrimSpace(string(b))); ok {
+			id = u
+		}
+	}
+	return nqn, id
 })
+
+// parseUUID reads a UUID in its 8-4-4-4-12 form.
+func parseUUID(s string) ([16]byte, bool) {
+	var u [16]byte
+	h := strings.ReplaceAll(s, "-", "")
+	if len(s) != 36 || len(h) != 32 {
+		return u, false
+	}
+	if _, err := hex.Decode(u[:], []byte(h)); err != nil {
+		return u, false
+	}
+	return u, true
+}
 
 // Limits of the host's queues.
 const (

@@ -62,3 +62,25 @@ func TestWindowsAreInvalidatedByTheTargetsResponse(t *testing.T) {
 		c.Close()
 	}
 }
+
+func TestParseUUID(t *testing.T) {
+	if u, ok := parseUUID("974fdd8d-fba9-494d-956e-c016208252f6"); !ok || u[0] != 0x97 || u[15] != 0xf6 {
+		t.Errorf("parseUUID: %x %v", u, ok)
+	}
+	for _, bad := range []string{"", "974fdd8dfba9494d956ec016208252f6", "974fdd8d-fba9-494d-956e-c016208252fz"} {
+		if _, ok := parseUUID(bad); ok {
+			t.Errorf("parseUUID(%q) took it", bad)
+		}
+	}
+}
+
+func TestTheDefaultHostNQNStaysTheSame(t *testing.T) {
+	a, ida := processHost()
+	if len(a) < len("nqn.2014-08.org.nvmexpress:uuid:") || ida == [16]byte{} {
+		t.Fatalf("default host %q %x", a, ida)
+	}
+	o := (*Options)(nil).orDefault()
+	if o.HostNQN != a || o.HostID != ida {
+		t.Fatalf("defaults %q %x, want %q %x", o.HostNQN, o.HostID, a, ida)
+	}
+}

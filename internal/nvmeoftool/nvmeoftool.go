@@ -105,7 +105,7 @@ func (c *common) flags(stderr io.Writer, needsNQN bool) *flag.FlagSet {
 		fs.IntVar(&c.queues, "Q", 0, "I/O queues to ask for (nr_io_queues; 0: one per CPU, at most 4)")
 		fs.IntVar(&c.depth, "D", 0, "entries of each I/O queue (queue_size; 0: 32)")
 	}
-	fs.StringVar(&c.hostNQN, "q", "", "this host's NQN (hostnqn; default: one made of a random UUID)")
+	fs.StringVar(&c.hostNQN, "q", "", "this host's NQN (hostnqn; default: /etc/nvme/hostnqn, or one derived from /etc/machine-id)")
 	c.fs = fs
 	return fs
 }
