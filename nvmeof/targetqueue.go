@@ -444,8 +444,8 @@ func (q *targetQueue) identify(c *targetCtrl, cmd *wire.Command) reply {
 			id := c.identify()
 			id.Put(b)
 		case wire.CNSNamespace:
-			if c.discovery() || cmd.NSID == 0 || cmd.NSID == 0xffffffff {
-				return replyNamespace
+			if c.discovery() || cmd.NSID == 0 || cmd.NSID > uint32(len(c.sub.ns)) {
+				return replyNamespace // (every ID up to NN is active here)
 			}
 			if ns := c.namespace(cmd.NSID); ns != nil {
 				info := wire.Namespace{Size: ns.blocks, Capacity: ns.blocks, Used: ns.blocks, NGUID: ns.nguid, LBAShift: q.t.shift}
