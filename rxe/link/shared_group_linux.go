@@ -194,6 +194,10 @@ func (s *Shared) admit(ln *net.UnixListener) {
 			c.Close()
 			continue
 		}
+		// The newcomer holds an owner number already, maybe one that a
+		// packet found nobody at a moment ago: its packets go to it
+		// from now on.
+		s.forgetAbsent()
 		c.SetWriteDeadline(time.Now().Add(time.Second))
 		c.WriteMsgUnix([]byte{handoffVersion}, rights, nil)
 		c.Close()
