@@ -62,7 +62,9 @@ const (
 const cmAnswersPerMs = 16
 
 // ownerSeenFor is how long the leader trusts what it found out about an
-// owner number (held by a process or not) before looking again.
+// owner number (held by a process or not) before looking again; that a
+// number is free, only until a process joins the address (which takes
+// the first free number).
 const ownerSeenFor = 250 * time.Millisecond
 
 // cmAnswers is what a device needs to answer CM messages itself.
@@ -81,8 +83,9 @@ type cmAnswers struct {
 }
 
 type ownerSeen struct {
-	until time.Time
-	gone  bool
+	until  time.Time
+	gone   bool
+	joined uint64 // the processes admitted to the address when it looked (link.Shared.Admitted)
 }
 
 // cmAnswer writes into out the answer the IB CM gives req, a packet (BTH
@@ -204,12 +207,14 @@ func (h *hw) cmOwnerGone(sh *link.Shared, owner uint8, pkt []byte) bool {
 		a.owners[sh] = seen
 	}
 	e := &seen[owner]
-	if now.Before(e.until) {
+	joined := sh.Admitted() // before looking: a process that joins after has the number or finds it taken
+	if now.Before(e.until) && (!e.gone || e.joined == joined) {
 		return e.gone
 	}
 	a.probes++
 	e.gone = !sh.OwnerHeld(owner)
 	e.until = now.Add(ownerSeenFor)
+	e.joined = joined
 	return e.gone
 }
 

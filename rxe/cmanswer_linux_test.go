@@ -113,3 +113,51 @@ func TestSharedAddressAnswersForConnectionsNobodyHas(t *testing.T) {
 		}
 	}
 }
+
+// The leader answers a DREQ for an owner number nobody holds, and trusts
+// that for a while; but a process that joins the address takes the first
+// free number, maybe that one, and its connection manager's messages go
+// to it from its first: the leader looks again once someone has joined.
+// (Otherwise, for up to ownerSeenFor, it took the REP to a newcomer's
+// first REQ for an ended process's and refused it.)
+func TestSharedAddressForwardsToANewcomerWithAnEndedProcessNumber(t *testing.T) {
+	port := udpPort()
+	leader := sharedUp(t, "rxe_cmnew_a", port)
+	dev := sharedDevice(t, "rxe_cmnew_b", port)
+	ctx, err := dev.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := verbs.DeviceDriverOf(dev).(*device).hw
+	if err := ended.up(); err != nil {
+		t.Fatal(err)
+	}
+	owner := ended.owner
+	ctx.Close() // its process ends
+	raw, err := link.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port), link.UDPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, raw)
+	dreq := func(to *hw, id uint32) {
+		t.Helper()
+		before, _ := to.cmCounts()
+		m := &mad.DREQ{LocalCommID: 0x20 + id, RemoteCommID: uint32(owner)<<24 | id}
+		if err := raw.Send([]link.Packet{{Buf: cmPacket(t, mad.Header{TransactionID: testTID}, m), Addr: netip.MustParseAddr("127.0.0.1")}}); err != nil {
+			t.Fatal(err)
+		}
+		_, ans := decodeAnswer(t, receive(t, got))
+		if drep, ok := ans.(*mad.DREP); !ok || drep.LocalCommID != m.RemoteCommID {
+			t.Fatalf("answer %s %+v, want a DREP from %#x", ans.AttrID(), ans, m.RemoteCommID)
+		}
+		if after, _ := to.cmCounts(); after != before+1 {
+			t.Errorf("DREQ to %#x: the device meant to answer answered %d", m.RemoteCommID, after-before)
+		}
+	}
+	dreq(leader, 1) // nobody holds the number: the leader answers
+	next := sharedUp(t, "rxe_cmnew_c", port)
+	if next.owner != owner {
+		t.Fatalf("the newcomer took owner %d, not the free %d", next.owner, owner)
+	}
+	dreq(next, 2) // the newcomer's, though the leader looked a moment ago
+}

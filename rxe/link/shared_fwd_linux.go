@@ -174,8 +174,16 @@ func (s *Shared) Flush() {
 // The leader never blocks on a follower: what does not fit in the socket
 // buffer is dropped, whole frames only, so that the stream stays whole;
 // the rest of a frame partly written is kept and goes first next time.
-// There is one connection per owner: after a failure, a new one is tried
-// only after fwdRedial.
+//
+// There is one connection per owner. One that fails, having worked, was
+// to a process that has ended or closed its link, and the owner number
+// may be another process's already (the first free number is the one a
+// process takes): the frames go to a new connection at once, or the
+// newcomer's first packets would be lost, and with them, say, a
+// connection request it sent itself, which its connection manager
+// resends only seconds later. A dial that fails means nobody holds the
+// number: the next one is tried only after fwdRedial, or after another
+// process joined the address (admit).
 func (s *Shared) flush(owner uint8, o *outConn) {
 	frames, ends := o.frame, o.ends
 	n := uint64(len(ends))
@@ -184,51 +192,27 @@ func (s *Shared) flush(owner uint8, o *outConn) {
 		s.forwardDrops.Add(n)
 		return
 	}
+	dialed := false
 	if o.c == nil {
-		if time.Now().Before(o.retryAt) {
+		if time.Now().Before(o.retryAt) || !s.dialOut(owner, o) {
 			s.forwardDrops.Add(n)
 			return
 		}
-		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: s.fwdName(owner), Net: "unix"})
-		if err != nil {
-			o.retryAt = time.Now().Add(fwdRedial)
-			s.forwardDrops.Add(n)
-			return
-		}
-		if !s.trusted(c) {
-			// Another user's process took the owner's name: its
-			// packets are not for it.
-			c.Close()
-			s.refused.Add(1)
-			o.retryAt = time.Now().Add(fwdRedial)
-			s.forwardDrops.Add(n)
-			return
-		}
-		c.SetWriteBuffer(fwdSendBuffer)
-		raw, err := c.SyscallConn()
-		if err != nil {
-			c.Close()
-			o.retryAt = time.Now().Add(fwdRedial)
-			s.forwardDrops.Add(n)
-			return
-		}
-		o.c, o.raw, o.pending = c, raw, o.pending[:0]
+		dialed = true
 	}
-	if len(o.pending) > 0 {
-		k, err := writeNow(o.raw, o.pending)
-		if err != nil {
-			s.dropOut(o, n)
+	k, err := s.writeOut(o, frames)
+	if err != nil && !dialed {
+		s.closeOut(o)
+		if !s.dialOut(owner, o) {
+			s.forwardDrops.Add(n)
 			return
 		}
-		o.pending = append(o.pending[:0], o.pending[k:]...)
-		if len(o.pending) > 0 {
-			s.forwardDrops.Add(n) // the owner is not reading: drop, do not queue
-			return
-		}
+		k, err = s.writeOut(o, frames)
 	}
-	k, err := writeNow(o.raw, frames)
 	if err != nil {
-		s.dropOut(o, n)
+		s.closeOut(o)
+		o.retryAt = time.Now().Add(fwdRedial)
+		s.forwardDrops.Add(n)
 		return
 	}
 	var whole uint64
@@ -248,12 +232,68 @@ func (s *Shared) flush(owner uint8, o *outConn) {
 	s.forwardDrops.Add(n - whole)
 }
 
-// dropOut closes o's connection after an error, dropping n packets.
-func (s *Shared) dropOut(o *outConn, n uint64) {
+// dialOut connects o to owner's process, reporting whether it did; if it
+// did not, the next try waits for o.retryAt.
+func (s *Shared) dialOut(owner uint8, o *outConn) bool {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: s.fwdName(owner), Net: "unix"})
+	if err != nil {
+		o.retryAt = time.Now().Add(fwdRedial)
+		return false
+	}
+	if !s.trusted(c) {
+		// Another user's process took the owner's name: its
+		// packets are not for it.
+		c.Close()
+		s.refused.Add(1)
+		o.retryAt = time.Now().Add(fwdRedial)
+		return false
+	}
+	c.SetWriteBuffer(fwdSendBuffer)
+	raw, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		o.retryAt = time.Now().Add(fwdRedial)
+		return false
+	}
+	o.c, o.raw, o.pending = c, raw, o.pending[:0]
+	return true
+}
+
+// writeOut writes, on o's connection, the rest of a frame partly written
+// before, and then what of frames the socket takes at once, returning
+// how much of frames it wrote: nothing while the rest of that frame does
+// not all fit. An error means the connection is broken.
+func (s *Shared) writeOut(o *outConn, frames []byte) (int, error) {
+	if len(o.pending) > 0 {
+		k, err := writeNow(o.raw, o.pending)
+		if err != nil {
+			return 0, err
+		}
+		o.pending = append(o.pending[:0], o.pending[k:]...)
+		if len(o.pending) > 0 {
+			return 0, nil // the owner is not reading: drop, do not queue
+		}
+	}
+	return writeNow(o.raw, frames)
+}
+
+// closeOut closes o's connection, with the rest of a frame partly
+// written on it.
+func (s *Shared) closeOut(o *outConn) {
 	o.c.Close()
 	o.c, o.raw, o.pending = nil, nil, o.pending[:0]
-	o.retryAt = time.Now().Add(fwdRedial)
-	s.forwardDrops.Add(n)
+}
+
+// forgetAbsent lets the next packet for any owner number try a
+// connection at once, even one a dial found nobody at within fwdRedial:
+// a process that joins the address has just taken one (admit).
+func (s *Shared) forgetAbsent() {
+	for i := range s.outs {
+		o := &s.outs[i]
+		o.mu.Lock()
+		o.retryAt = time.Time{}
+		o.mu.Unlock()
+	}
 }
 
 // writeNow writes what the socket takes of b at once.

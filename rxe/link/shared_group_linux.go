@@ -194,6 +194,11 @@ func (s *Shared) admit(ln *net.UnixListener) {
 			c.Close()
 			continue
 		}
+		// The newcomer holds an owner number already, maybe one that a
+		// packet found nobody at a moment ago: its packets go to it
+		// from now on.
+		s.forgetAbsent()
+		s.admitted.Add(1)
 		c.SetWriteDeadline(time.Now().Add(time.Second))
 		c.WriteMsgUnix([]byte{handoffVersion}, rights, nil)
 		c.Close()
@@ -278,6 +283,12 @@ func (s *Shared) holder(name string) (uid uint32, ok bool) {
 	uid, err = peerUID(c.(*net.UnixConn))
 	return uid, err == nil
 }
+
+// Admitted returns how many processes this process has admitted to the
+// address's group while leading it. Each holds an owner number when it
+// is admitted, maybe one that OwnerHeld found free before: what a caller
+// learned of owner numbers before the count changed may be out of date.
+func (s *Shared) Admitted() uint64 { return s.admitted.Load() }
 
 // Refused returns how many connections of other users' processes to the
 // group's sockets (or from the group to sockets they took) this process

@@ -112,6 +112,7 @@ type Shared struct {
 
 	forwarded, forwardDrops, received atomic.Uint64
 	refused                           atomic.Uint64 // connections from other users, closed unheard
+	admitted                          atomic.Uint64 // processes admitted while leading
 	unreachable                       atomic.Pointer[Unreachable]
 
 	conns    map[*net.UnixConn]struct{} // accepted from leaders, to close; guarded by svcMu

@@ -77,6 +77,63 @@ func TestSharedLeaderForwardsToTheOwner(t *testing.T) {
 	recvAll(t, p2, 1, 5*time.Second)
 }
 
+// forwardOne has the leader forward a UD packet made from seed to owner,
+// as its device does with a packet for that owner's QP, and returns it.
+func forwardOne(t *testing.T, lead *link.Shared, owner uint8, seed uint64) link.Packet {
+	t.Helper()
+	pkt := link.Packet{Buf: newPacket(t, newRand(seed), wire.UDSendOnly, 64, 5), Addr: addr2}
+	if err := lead.Forward(owner, &pkt); err != nil {
+		t.Fatal(err)
+	}
+	lead.Flush()
+	return pkt
+}
+
+// An owner number is the next process's once its process has ended (each
+// takes the first free one): the leader's connection to the old process
+// is broken, and the first packet for the new one goes to it on a new
+// connection rather than being lost with the old one. (It was lost, and
+// when it was a connection request the newcomer made to itself through
+// the leader, its Dial waited 6.4 s for the request's retry.)
+func TestSharedLeaderForwardsToTheNextProcessOfAnOwnerNumber(t *testing.T) {
+	lead, follow, port := sharedPair(t)
+	first := forwardOne(t, lead, 1, 1)
+	checkSamePackets(t, recvAll(t, follow, 1, 5*time.Second), []link.Packet{first}, addr2)
+	follow.Close() // its process ends
+	next, err := link.ListenShared(netip.AddrPortFrom(addr1, port), 1, link.UDPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	for seed := range uint64(3) {
+		pkt := forwardOne(t, lead, 1, 10+seed)
+		checkSamePackets(t, recvAll(t, next, 1, 5*time.Second), []link.Packet{pkt}, addr2)
+	}
+	if st := lead.Stats(); st.Forwarded != 4 || st.ForwardDrops != 0 {
+		t.Errorf("leader's Forwarded %d, ForwardDrops %d; want 4 and 0", st.Forwarded, st.ForwardDrops)
+	}
+}
+
+// A packet for an owner number nobody holds is dropped, and the leader
+// then tries no connection to that owner for a while; but a process that
+// joins the address meanwhile, having taken that number, gets its packets
+// from the first.
+func TestSharedLeaderForwardsToANewcomerAtOnce(t *testing.T) {
+	lead, follow, port := sharedPair(t)
+	follow.Close()
+	forwardOne(t, lead, 1, 1) // nobody has owner 1
+	if st := lead.Stats(); st.ForwardDrops != 1 {
+		t.Fatalf("ForwardDrops = %d, want 1", st.ForwardDrops)
+	}
+	next, err := link.ListenShared(netip.AddrPortFrom(addr1, port), 1, link.UDPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	pkt := forwardOne(t, lead, 1, 2)
+	checkSamePackets(t, recvAll(t, next, 1, 5*time.Second), []link.Packet{pkt}, addr2)
+}
+
 func TestSharedFollowerTakesThePortOver(t *testing.T) {
 	checkNoLeaks(t)
 	lead, follow, _ := sharedPair(t)

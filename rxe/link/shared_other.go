@@ -57,6 +57,9 @@ func (s *Shared) ServiceOwner(id uint64) (owner uint8, ok, unknown bool) {
 // Refused returns 0: no other process shares the address.
 func (s *Shared) Refused() uint64 { return 0 }
 
+// Admitted returns 0: no other process shares the address.
+func (s *Shared) Admitted() uint64 { return 0 }
+
 // OwnerHeld reports whether a process holds owner number owner on the
 // address: only this one, as no other process shares it.
 func (s *Shared) OwnerHeld(owner uint8) bool { return owner == s.owner }
