@@ -127,6 +127,7 @@ const (
 	targetMDTS     = 5
 	targetDataBufs = 32 // data buffers of an I/O queue
 	adminQueueMax  = 32 // the admin queue's entries, at most
+	acceptors      = 4  // connection requests accepted at once
 )
 
 // Listen listens for hosts on addr ("host:port"; a host alone means port
@@ -162,9 +163,13 @@ func (t *Target) Listen(addr string) (netip.AddrPort, error) {
 		return netip.AddrPort{}, ErrClosed
 	}
 	t.listeners = append(t.listeners, l)
-	t.wg.Add(1)
+	// Accept waits for each connection to be established: several at
+	// once, so that a host that dies halfway holds up no other.
+	t.wg.Add(acceptors)
 	t.mu.Unlock()
-	go t.serve(l)
+	for range acceptors {
+		go t.serve(l)
+	}
 	return l.Addr(), nil
 }
 
