@@ -44,7 +44,8 @@ type rdmaQueue struct {
 	onFail func(error)
 
 	wg       sync.WaitGroup // the poller and the watch
-	work     sync.WaitGroup // what the poller started (a target's commands)
+	work     sync.WaitGroup // what the poller started (a target's workers)
+	stopWork func()         // tells those to end, once the poller is gone
 	failOnce sync.Once
 	mu       sync.Mutex
 	err      error
@@ -147,6 +148,9 @@ func (q *rdmaQueue) close() {
 func (q *rdmaQueue) closeWith(release func()) {
 	q.fail(ErrClosed)
 	q.wg.Wait()
+	if q.stopWork != nil {
+		q.stopWork()
+	}
 	q.work.Wait()
 	release()
 	q.conn.Close()

@@ -33,6 +33,11 @@ type targetQueue struct {
 
 	respMu sync.Mutex // held from a response's buffer to its post
 
+	jobs    chan job // commands for the workers; closed once the poller is gone
+	poolMu  sync.Mutex
+	workers int // workers started
+	idle    int // workers waiting for a command
+
 	mu   sync.Mutex
 	ctrl *targetCtrl
 	aers int // Asynchronous Event Requests held
@@ -40,7 +45,8 @@ type targetQueue struct {
 
 func newTargetQueue(t *Target, c *rdmacm.Conn, qid uint16, depth int) (*targetQueue, error) {
 	q := &targetQueue{rdmaQueue: newRDMAQueue(c), t: t, qid: qid, depth: depth, inline: targetInline,
-		readDone: make([]chan struct{}, depth), down: make(chan struct{})}
+		readDone: make([]chan struct{}, depth), down: make(chan struct{}), jobs: make(chan job, depth)}
+	q.stopWork = func() { close(q.jobs) }
 	nData := min(depth, targetDataBufs)
 	if qid == 0 {
 		nData = min(depth, 4)
@@ -80,8 +86,7 @@ func (q *targetQueue) completed(wc *verbs.WC) {
 	i := int(wc.WRID &^ wrKind)
 	switch wc.WRID & wrKind {
 	case wrRecv:
-		q.work.Add(1)
-		go q.exec(i, int(wc.ByteLen))
+		q.dispatch(job{i, int(wc.ByteLen)})
 	case wrRead:
 		q.readDone[i] <- struct{}{}
 	case wrSend:
@@ -147,9 +152,38 @@ var (
 	replyReadFailure = replyErr(wire.SCTMedia, wire.SCUnrecoveredRead)
 )
 
+// job is a command to run: the receive it came in, and its length.
+type job struct{ recv, n int }
+
+// dispatch hands a command to an idle worker, or to a new one while the
+// queue has fewer workers than entries: each command runs on a goroutine
+// of its own from its receive to its response, but the goroutines stay,
+// so that their stacks are grown once and not for every command.
+func (q *targetQueue) dispatch(j job) {
+	q.poolMu.Lock()
+	if q.idle > 0 {
+		q.idle--
+	} else if q.workers < q.depth {
+		q.workers++
+		q.work.Add(1)
+		go q.worker()
+	}
+	q.poolMu.Unlock()
+	q.jobs <- j // room for every entry: the host sends no more
+}
+
+func (q *targetQueue) worker() {
+	defer q.work.Done()
+	for j := range q.jobs {
+		q.exec(j.recv, j.n)
+		q.poolMu.Lock()
+		q.idle++
+		q.poolMu.Unlock()
+	}
+}
+
 // exec runs the command in receive i, of n bytes.
 func (q *targetQueue) exec(i, n int) {
-	defer q.work.Done()
 	rsz := wire.CommandLen + q.inline
 	if n < wire.CommandLen {
 		q.fail(fmt.Errorf("%w: a command capsule of %d bytes", ErrDisconnected, n))
