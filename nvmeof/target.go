@@ -283,12 +283,21 @@ func (t *Target) newController(q *targetQueue, sub *subsystem, d wire.ConnectDat
 	if t.closed {
 		return nil, ErrClosed
 	}
-	id := t.nextID
-	for t.ctrls[id] != nil || id == 0 || id >= 0xfff0 {
-		id++
-		if id >= 0xfff0 {
+	// Controller IDs run from 1 to 0xffef (0xfff0 and up are reserved);
+	// the next free one after the last given.
+	id, free := t.nextID, false
+	for range 0xffef {
+		if id == 0 || id >= 0xfff0 {
 			id = 1
 		}
+		if t.ctrls[id] == nil {
+			free = true
+			break
+		}
+		id++
+	}
+	if !free {
+		return nil, errors.New("nvmeof: every controller ID is in use")
 	}
 	t.nextID = id + 1
 	c := &targetCtrl{t: t, id: id, sub: sub, hostNQN: d.HostNQN, hostID: d.HostID, admin: q, kato: kato,
@@ -376,7 +385,10 @@ func (c *targetCtrl) discovery() bool { return c.sub == nil }
 // touch restarts the keep-alive timer.
 func (c *targetCtrl) touch() {
 	if c.kaTimer != nil {
-		c.kaTimer.Reset(c.kato + 5*time.Second)
+		c.mu.Lock()
+		kato := c.kato
+		c.mu.Unlock()
+		c.kaTimer.Reset(kato + 5*time.Second)
 	}
 }
 

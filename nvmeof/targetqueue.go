@@ -38,9 +38,10 @@ type targetQueue struct {
 	workers int // workers started
 	idle    int // workers waiting for a command
 
-	mu   sync.Mutex
-	ctrl *targetCtrl
-	aers int // Asynchronous Event Requests held
+	mu         sync.Mutex
+	ctrl       *targetCtrl
+	connecting bool // a Connect is running
+	aers       int  // Asynchronous Event Requests held
 }
 
 func newTargetQueue(t *Target, c *rdmacm.Conn, qid uint16, depth int) (*targetQueue, error) {
@@ -324,9 +325,23 @@ func (q *targetQueue) respond(i int, cmd *wire.Command, r reply) {
 // connect binds the queue to a controller (Fabrics Connect): a new one
 // for an admin queue, the host's own for an I/O queue.
 func (q *targetQueue) connect(i int, cmd *wire.Command, capsule []byte) reply {
-	if q.controller() != nil {
+	// One Connect per queue: a second, even one sent alongside the
+	// first, is out of sequence.
+	q.mu.Lock()
+	if q.ctrl != nil || q.connecting {
+		q.mu.Unlock()
 		return replySequence
 	}
+	q.connecting = true
+	q.mu.Unlock()
+	r := q.connectOnce(i, cmd, capsule)
+	q.mu.Lock()
+	q.connecting = false
+	q.mu.Unlock()
+	return r
+}
+
+func (q *targetQueue) connectOnce(i int, cmd *wire.Command, capsule []byte) reply {
 	data, idx, r, ok := q.dataOut(i, cmd, capsule, wire.ConnectDataLen)
 	if !ok {
 		return r
