@@ -128,6 +128,14 @@ func TestIOMapErrorsAreClear(t *testing.T) {
 	if _, err := srv2.IOWrite([]byte("x"), -1); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("IOWrite at -1: %v, want EINVAL", err)
 	}
+	// A message after the writes tells that they landed: unmapping
+	// before would fail the peer's writes, and the connection.
+	if _, err := srv2.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(cli2, b[:]); err != nil {
+		t.Fatal(err)
+	}
 	// Unmapping frees the entry for the next IOMap.
 	if err := cli2.IOUnmap(buf); err != nil {
 		t.Fatal(err)
