@@ -27,7 +27,11 @@
 // itself (in-capsule data, up to what the controller's IOCCSZ allows);
 // it writes data the host reads with RDMA WRITE; and it answers with a
 // 16-byte response capsule. The host's buffers are registered once per
-// queue, so the host asks for no remote invalidation.
+// queue; on a device with type 2 memory windows, each command names its
+// data through a window bound for that command alone, which the target
+// invalidates with its response (SEND_WITH_INVALIDATE), as Linux's host
+// does with fast registration, so that no key outlives its command
+// (Options.StaticKeys names the buffers by the queue's one key instead).
 //
 // # Target
 //
