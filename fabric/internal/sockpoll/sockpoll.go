@@ -20,7 +20,6 @@ import (
 	"errors"
 	"sync"
 	"syscall"
-	"unsafe"
 
 	"github.com/rdmago/rdmago/fabric"
 	"golang.org/x/sys/unix"
@@ -168,12 +167,11 @@ func (w *waker) stop() {
 
 // Ready reports whether fd has one of events (or an error): whether a
 // read or write would not block. It is the spin of a polling program, so
-// it makes the system call raw: ppoll with a zero timeout returns at
+// it makes the system call raw: a poll with a zero timeout returns at
 // once, and the runtime need not hear of it.
 func Ready(fd int, events int16) bool {
 	fds := [1]unix.PollFd{{Fd: int32(fd), Events: events}}
-	var ts unix.Timespec
-	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	n, errno := pollNow(&fds[0])
 	return errno != 0 || n != 0
 }
 

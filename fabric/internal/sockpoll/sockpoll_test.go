@@ -63,3 +63,30 @@ func TestWakerSignalsOncePerArmAndStopsWhenIdle(t *testing.T) {
 		t.Fatalf("waker state after the last close: %v, %d refs", wakers.cur, wakers.refs)
 	}
 }
+
+func TestReadyTellsWhetherAReadOrWriteWouldNotBlock(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	if Ready(fds[0], unix.POLLIN) {
+		t.Error("an empty socket is readable")
+	}
+	if !Ready(fds[0], unix.POLLOUT) {
+		t.Error("a socket with room is not writable")
+	}
+	if _, err := unix.Write(fds[1], []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if !Ready(fds[0], unix.POLLIN) {
+		t.Error("a socket with a byte waiting is not readable")
+	}
+	unix.Close(fds[1])
+	var b [2]byte
+	unix.Read(fds[0], b[:])
+	if !Ready(fds[0], unix.POLLIN|unix.POLLRDHUP) {
+		t.Error("a socket whose peer closed is not ready (a read would see the end)")
+	}
+}
