@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -342,7 +343,8 @@ func bench(ctx context.Context, c *common, args []string, stdout, stderr io.Writ
 	rw := fs.String("rw", "randread", "the pattern: randread, randwrite, read (sequential) or write")
 	bsFlag := fs.String("bs", "4k", "the size of each I/O (512, 4k, 128k, 1m ...)")
 	qd := fs.Int("qd", 32, "I/Os in flight")
-	dur := fs.Duration("t", 5*time.Second, "how long to run")
+	dur := seconds(5 * time.Second)
+	fs.Var(&dur, "t", "how long to run: seconds (as fio's runtime=) or a Go duration (500ms, 1m)")
 	span := fs.String("size", "", "the part of the namespace to use, from its start (default all of it)")
 	if err := c.parse(args); err != nil {
 		return err
@@ -363,8 +365,8 @@ func bench(ctx context.Context, c *common, args []string, stdout, stderr io.Writ
 	default:
 		return c.usageError("-rw %q: randread, randwrite, read or write", *rw)
 	}
-	if *qd <= 0 || *qd > 1024 || *dur <= 0 {
-		return c.usageError("-qd %d -t %v: the depth must be 1 to 1024 and the time > 0", *qd, *dur)
+	if *qd <= 0 || *qd > 1024 || dur <= 0 {
+		return c.usageError("-qd %d -t %v: the depth must be 1 to 1024 and the time > 0", *qd, time.Duration(dur))
 	}
 	ctrl, ns, err := c.dial(ctx)
 	if err != nil {
@@ -383,7 +385,7 @@ func bench(ctx context.Context, c *common, args []string, stdout, stderr io.Writ
 		return fmt.Errorf("-bs %d: a multiple of the block size (%d) no larger than %d", bs, ns.BlockSize(), size)
 	}
 	slots := size / bs
-	ctx, cancel := context.WithTimeout(ctx, *dur)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(dur))
 	defer cancel()
 	var ios, seq atomic.Int64
 	var wg sync.WaitGroup
@@ -539,4 +541,25 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size", s)
 	}
 	return n << shift, nil
+}
+
+// seconds is a duration flag that also takes a plain number of seconds.
+type seconds time.Duration
+
+func (s *seconds) String() string { return time.Duration(*s).String() }
+
+func (s *seconds) Set(v string) error {
+	if n, err := strconv.ParseFloat(v, 64); err == nil {
+		if math.IsNaN(n) || math.Abs(n) > math.MaxInt64/float64(time.Second) {
+			return fmt.Errorf("%q seconds is out of range", v)
+		}
+		*s = seconds(n * float64(time.Second))
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("%q is neither seconds nor a duration (5, 1.5, 500ms, 1m)", v)
+	}
+	*s = seconds(d)
+	return nil
 }

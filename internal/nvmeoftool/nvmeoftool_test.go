@@ -111,3 +111,18 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchTimeTakesSecondsOrADuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{"5": 5 * time.Second, "1.5": 1500 * time.Millisecond, "500ms": 500 * time.Millisecond, "1m": time.Minute, "0": 0} {
+		var s seconds
+		if err := s.Set(in); err != nil || time.Duration(s) != want {
+			t.Errorf("-t %s = %v, %v; want %v", in, time.Duration(s), err, want)
+		}
+	}
+	for _, in := range []string{"", "five", "5x", "NaN", "Inf", "1e30"} {
+		var s seconds
+		if err := s.Set(in); err == nil {
+			t.Errorf("-t %q took it: %v", in, time.Duration(s))
+		}
+	}
+}
