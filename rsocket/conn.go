@@ -104,7 +104,6 @@ type Conn struct {
 	// target_sgl, target_sge, ctrl_seqno, ctrl_max_seqno, remote_sgl,
 	// remote_sge).
 	sseqNo, sseqComp uint16
-	peerCredits      uint16 // the peer's first credits: its receive queue's length
 	sqeAvail         int
 	sbufAvail        int
 	sbufHead         int // where the next send is copied to
@@ -226,7 +225,6 @@ func (c *Conn) init(peer ConnData) {
 	c.tgt[0] = peer.DataBuf
 	c.tgtNext = 1
 	c.sseqComp = peer.Credits
-	c.peerCredits = peer.Credits
 	c.sqeAvail = c.qsize - ctrlSlots
 	c.ctrlMax = ctrlSlots
 	c.sbufAvail = c.sbufSize
@@ -444,8 +442,7 @@ func (c *Conn) CloseWrite() error {
 }
 
 // shutdown sends a control message and waits for every send to be
-// acknowledged, for closeWait at most, or until the peer's own
-// disconnect comes.
+// acknowledged, for closeWait at most.
 func (c *Conn) shutdown(ctrl uint32) {
 	dl := newDeadline()
 	dl.set(time.Now().Add(closeWait))
@@ -461,9 +458,7 @@ func (c *Conn) shutdown(ctrl uint32) {
 	}
 	c.ctrlSeq++
 	c.post(verbs.SendWR{WRID: uint64(msg(opCtrl, ctrl)), Opcode: verbs.WRRDMAWriteWithImm, ImmData: msg(opCtrl, ctrl)})
-	// Once the peer's own disconnect came (connected is false), it reads
-	// no more, and may be gone: nothing is left to wait for.
-	for c.err == nil && c.connected && !c.allSendsDone() {
+	for c.err == nil && !c.allSendsDone() {
 		if c.wait(dl, &since) != nil {
 			return
 		}

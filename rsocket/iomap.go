@@ -88,20 +88,11 @@ func (cfg *Config) iomapSize() int {
 // iomap_list and remote_iomappings) and the entries the peer wrote into
 // this side's target iomap, copied when their message came.
 type iomaps struct {
-	remote SGE         // the peer's target iomap (remote_iomap); Length is its entries
-	local  []*localMap // this side's mappings
-	used   []bool      // the peer's entries that one of local names
-	// wrote holds, for each of the peer's entries, the sequence number
-	// of the message that last wrote it, -1 if none did. An entry is
-	// written again only once the peer's credits show that it took that
-	// message: else the new entry's RDMA WRITE could land while the
-	// peer still reads the old one.
-	wrote []int32
-	peer  []IOMapEntry // this side's target iomap as the peer wrote it
-	// taken is set when a message of the peer's wrote an entry; the
-	// next credit update goes at once, so that the peer may use the
-	// entry again without waiting out the credit window.
-	taken bool
+	remote SGE          // the peer's target iomap (remote_iomap); Length is its entries
+	local  []*localMap  // this side's mappings
+	used   []bool       // the peer's entries that one of local names
+	next   int          // where the search for a free entry starts
+	peer   []IOMapEntry // this side's target iomap as the peer wrote it
 }
 
 // localMap is one IOMap (struct rs_iomap_mr).
@@ -121,33 +112,6 @@ func (c *Conn) initIOMaps(peer ConnData) {
 	n := scaleToValue(peer.IOMapSize)
 	c.iom.remote = SGE{Addr: peer.TargetSGL.Addr + uint64(sgeLen)*uint64(peer.TargetSGL.Length), Key: peer.TargetSGL.Key, Length: uint32(n)}
 	c.iom.used = make([]bool, n)
-	c.iom.wrote = make([]int32, n)
-	for i := range c.iom.wrote {
-		c.iom.wrote[i] = -1
-	}
-}
-
-// peerRead reports whether the peer has taken the message numbered
-// seq: the peer's credit limit (sseqComp) is what it has taken plus its
-// receive queue's length, which its first credits were.
-func (c *Conn) peerRead(seq int32) bool {
-	return seq < 0 || int16(c.sseqComp-c.peerCredits-uint16(seq)) >= 0
-}
-
-// freeIOMap returns a free entry of the peer's target iomap, or -1;
-// pending is set when an entry is free but the peer has not yet taken
-// the message that last wrote it.
-func (c *Conn) freeIOMap() (index int, pending bool) {
-	for i, u := range c.iom.used {
-		if u {
-			continue
-		}
-		if c.peerRead(c.iom.wrote[i]) {
-			return i, false
-		}
-		pending = true
-	}
-	return -1, pending
 }
 
 // iomapWritten takes an RS_OP_IOMAP_SGL message: the peer wrote entry i
@@ -162,7 +126,6 @@ func (c *Conn) freeIOMap() (index int, pending bool) {
 // a data message read, which is safe as its receive was reposted.
 func (c *Conn) iomapWritten(i, n uint32) {
 	c.rseqNo++
-	c.iom.taken = true
 	if n != iomapLen || int(i) >= len(c.iom.peer) {
 		return
 	}
@@ -232,27 +195,21 @@ func (c *Conn) IOMap(buf []byte, prot int, offset int64) (int64, error) {
 	index := -1
 	access := verbs.AccessLocalWrite
 	if prot&ProtWrite != 0 {
-		var since time.Time
-		for {
-			i, pending := c.freeIOMap()
-			if i >= 0 {
+		// Entries are taken in turn, not lowest first. rsockets does
+		// not tell when the peer has read an entry, so an entry used
+		// again is written while the peer may still be reading the
+		// message that wrote it last; in turn, that takes as many
+		// mappings as the peer's iomap has entries.
+		for k := range c.iom.used {
+			i := (c.iom.next + k) % len(c.iom.used)
+			if !c.iom.used[i] {
 				index = i
+				c.iom.next = i + 1
 				break
 			}
-			if !pending {
-				return -1, c.opError("riomap", fmt.Errorf("%w: it has %d entries", ErrNoIOMap, len(c.iom.used)))
-			}
-			// The peer has yet to take the message that last wrote a
-			// free entry: wait for its credits, as a write does.
-			if err := c.wait(c.wdl, &since); err != nil {
-				return -1, c.opError("riomap", err)
-			}
-			if c.closing {
-				return -1, c.opError("riomap", net.ErrClosed)
-			}
-			if !c.writable {
-				return -1, c.opError("riomap", c.writeErr())
-			}
+		}
+		if index < 0 {
+			return -1, c.opError("riomap", fmt.Errorf("%w: it has %d entries", ErrNoIOMap, len(c.iom.used)))
 		}
 		access |= verbs.AccessRemoteWrite
 	}
@@ -302,7 +259,6 @@ func (c *Conn) sendIOMap(m *localMap) error {
 	PutIOMapEntry(o, e[:], IOMapEntry{Offset: uint64(m.offset), SGE: SGE{Addr: m.mr.Addr(), Key: m.mr.RKey(), Length: uint32(m.mr.Len())}})
 	sgl := c.stage(e[:])
 	c.sseqNo++
-	c.iom.wrote[m.index] = int32(c.sseqNo)
 	imm := msg(opIOMap, uint32(m.index))
 	wr := verbs.SendWR{
 		// The local tag is a write's, so that the completion gives back

@@ -162,10 +162,13 @@ func TestIOMapErrorsAreClear(t *testing.T) {
 // the peer's receive queue holds: each mapping's message takes a credit,
 // which the peer gives back as it takes its completions (here, in a
 // Read waiting for data, as riostream's peer waits), so mappings and
-// writes go on.
+// writes go on. The peer's iomap has more entries than there are
+// mappings, and entries are taken in turn, so none is written twice:
+// rsockets does not tell when the peer has read an entry, and one written
+// again might still be being read.
 func TestManyIOMapsDoNotUseUpCredits(t *testing.T) {
 	defer noLeaks(t)
-	cli, srv, _ := pair(t, rsocket.Config{QueueSize: 16, IOMapSize: 1}, rsocket.Config{QueueSize: 16})
+	cli, srv, _ := pair(t, rsocket.Config{QueueSize: 16, IOMapSize: 128}, rsocket.Config{QueueSize: 16})
 	srv.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	var b [1]byte
 	cli.SetReadDeadline(time.Now().Add(10 * time.Second))

@@ -300,10 +300,9 @@ func (c *Conn) updateCredits() {
 	if !c.connected || c.ctrlSeq == c.ctrlMax {
 		return
 	}
-	if c.rbufAvail < c.rbufSize/2 && int16(c.rseqNo-c.rseqComp) < 0 && !c.iom.taken {
+	if c.rbufAvail < c.rbufSize/2 && int16(c.rseqNo-c.rseqComp) < 0 {
 		return
 	}
-	c.iom.taken = false
 	c.ctrlSeq++
 	limit := msg(opSGL, uint32(c.rseqNo)+uint32(c.qsize))
 	c.rseqComp = c.rseqNo + uint16(c.qsize/2)
