@@ -69,7 +69,11 @@ func FuzzReceive(f *testing.F) {
 	for _, op := range []wire.OpCode{wire.RCSendOnly, wire.RCSendFirst, wire.RCWriteOnly, wire.RCWriteFirst, wire.RCWriteOnlyWithImmediate,
 		wire.RCReadRequest, wire.RCCompareSwap, wire.RCFetchAdd, wire.RCSendLastWithImmediate, wire.RCAcknowledge, wire.RCReadResponseOnly,
 		wire.UCSendOnly, wire.UDSendOnly} {
-		addFuzzSeed(f, wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: 0xffff, PSN: rqPSN, AckReq: true}}, mr)
+		addFuzzSeed(f, wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: 0xffff, PSN: rqPSN, AckReq: true}}, mr, true)
+	}
+	// Past a gap, where the responder holds SENDs and WRITEs.
+	for _, op := range []wire.OpCode{wire.RCSendOnly, wire.RCWriteOnly, wire.RCWriteFirst, wire.RCSendMiddle} {
+		addFuzzSeed(f, wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: 0xffff, PSN: rqPSN + 1}}, mr, false)
 	}
 	wcs := make([]verbs.WC, 64)
 	f.Fuzz(func(t *testing.T, pkt []byte, atEPSN bool) {
@@ -85,8 +89,9 @@ func FuzzReceive(f *testing.F) {
 }
 
 // addFuzzSeed adds to f the packet of h, its RETH and AtomicETH aimed at
-// the start of mr and a payload of 1024 bytes if the opcode carries one.
-func addFuzzSeed(f *testing.F, h wire.Headers, mr *verbs.MR) {
+// the start of mr and a payload of 1024 bytes if the opcode carries one,
+// delivered at the expected PSN if atEPSN.
+func addFuzzSeed(f *testing.F, h wire.Headers, mr *verbs.MR, atEPSN bool) {
 	f.Helper()
 	h.RETH = wire.RETHFields{VA: mr.Addr() + 64, RKey: mr.RKey(), DMALen: 1024}
 	h.AtomicETH = wire.AtomicETHFields{VA: mr.Addr() + 8, RKey: mr.RKey(), SwapAdd: 1}
@@ -98,7 +103,7 @@ func addFuzzSeed(f *testing.F, h wire.Headers, mr *verbs.MR) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(pkt, true)
+	f.Add(pkt, atEPSN)
 }
 
 // deliverFuzzed hands pkt to q as the device's receive loop would,

@@ -301,6 +301,15 @@ func (r *requester) sendMore(now time.Time) {
 				continue
 			}
 		}
+		if !w.isReadOrAtomic() {
+			// What the responder acknowledged since the requester
+			// went back does not go again: a responder that held
+			// the requests after a gap (hold.go) acknowledges them
+			// all once the missing one comes.
+			if d := s.una.Diff(w.firstPSN); d > 0 && uint32(d) > w.sent {
+				w.sent = min(uint32(d), w.npkts)
+			}
+		}
 		for w.sent < w.packetsToSend() {
 			psn := w.firstPSN.Add(w.sent)
 			if w.isReadOrAtomic() {

@@ -61,8 +61,9 @@ type responder struct {
 	epsn       wire.PSN // expected PSN
 	msn        uint32   // messages completed
 	inited     bool
-	nakSeq     bool // a PSN sequence error NAK was sent for epsn
-	nakSeqSeen int  // out-of-order packets since that NAK
+	nakSeq     bool      // a PSN sequence error NAK was sent for epsn
+	nakSeqSeen int       // out-of-order packets since that NAK
+	hold       holdQueue // requests past the gap at epsn (hold.go)
 
 	// The message in progress (between a FIRST and its LAST).
 	inMsg    bool
@@ -137,6 +138,7 @@ func (r *responder) reset(psn wire.PSN) {
 // clear drops all the responder's state (the QP went to RESET).
 func (r *responder) clear() {
 	clear(r.res)
+	r.hold.reset()
 	*r = responder{host: r.host, stats: r.stats, attr: r.attr, typ: r.typ, qpn: r.qpn, res: r.res}
 }
 
@@ -193,6 +195,9 @@ func (r *responder) respond(p *wire.Packet, now time.Time) {
 			r.nakSeqSeen++
 		}
 		r.stats.add(verbs.CounterOutOfSeqRequest, 1)
+		if r.typ == verbs.QPTRC && d < holdSlots && (p.OpCode().IsSend() || p.OpCode().IsWrite()) {
+			r.hold.put(psn, p.Raw)
+		}
 		if !r.nakSeq || r.nakSeqSeen >= renakAfter {
 			r.nakSeq, r.nakSeqSeen = true, 0
 			r.sendAck(r.epsn, wire.NAKPSNSequenceError)
@@ -224,6 +229,74 @@ func (r *responder) respond(p *wire.Packet, now time.Time) {
 		}
 		r.ack, r.ackPSN, r.ackSyn = true, psn, wire.SyndromeACKUnlimited
 	}
+	if r.hold.n > 0 {
+		r.drainHeld(psn)
+	}
+}
+
+// drainHeld executes, in order, the requests held past the gap that the
+// request of PSN psn, just executed, filled (hold.go), and acknowledges
+// the last of them. Held packets are executed exactly as if they came now:
+// one that is refused (RNR, or an error) ends it, and the rest are dropped
+// for the requester to send again. If a gap remains before the packets
+// still held, it is NAKed at once.
+func (r *responder) drainHeld(psn wire.PSN) {
+	if b := r.hold.take(psn); b != nil {
+		release(b) // its copy came while this one was held
+	}
+	last, drained := psn, false
+	for {
+		at := r.epsn
+		b := r.hold.take(at)
+		if b == nil {
+			break
+		}
+		var p wire.Packet
+		err := p.Decode(*b)
+		ok := err == nil && r.execute(&p)
+		release(b)
+		if !ok {
+			// Refused, and answered (an RNR or error NAK): the
+			// requester goes back to at, and sends the rest again.
+			r.hold.reset()
+			r.ack = false
+			return
+		}
+		r.nakSeq = false
+		last, drained = at, true
+	}
+	if r.hold.n > 0 && r.holdingAhead() {
+		// Another gap: NAK it now rather than when the next packet
+		// comes (which covers everything before it, so no ACK).
+		r.ack = false
+		r.nakSeq, r.nakSeqSeen = true, 0
+		r.sendAck(r.epsn, wire.NAKPSNSequenceError)
+		return
+	}
+	if drained {
+		if r.ack {
+			r.stats.add(verbs.CounterAckDeferred, 1)
+		}
+		r.ack, r.ackPSN, r.ackSyn = true, last, wire.SyndromeACKUnlimited
+	}
+}
+
+// holdingAhead reports whether a packet after epsn is held, freeing any
+// held for PSNs already executed.
+func (r *responder) holdingAhead() bool {
+	ahead := false
+	for i := range r.hold.slots {
+		s := &r.hold.slots[i]
+		if s.raw == nil {
+			continue
+		}
+		if s.psn.Diff(r.epsn) <= 0 {
+			r.hold.free(s)
+			continue
+		}
+		ahead = true
+	}
+	return ahead
 }
 
 // ucResync handles a UC packet after a gap: the message in progress is

@@ -750,7 +750,7 @@ func FuzzReceiveXRC(f *testing.F) {
 		for _, op := range []wire.OpCode{wire.XRCSendOnly, wire.XRCSendFirst, wire.XRCWriteOnly, wire.XRCWriteFirst, wire.XRCWriteOnlyWithImmediate,
 			wire.XRCReadRequest, wire.XRCCompareSwap, wire.XRCFetchAdd, wire.XRCSendLastWithImmediate, wire.XRCSendOnlyWithInvalidate,
 			wire.XRCAcknowledge, wire.RCSendOnly} {
-			addFuzzSeed(f, wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: 0xffff, PSN: rqPSN, AckReq: true}, XRCSRQN: srqn}, mr)
+			addFuzzSeed(f, wire.Headers{BTH: wire.BTHFields{OpCode: op, PKey: 0xffff, PSN: rqPSN, AckReq: true}, XRCSRQN: srqn}, mr, true)
 		}
 	}
 	wcs := make([]verbs.WC, 64)

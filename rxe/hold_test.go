@@ -1,0 +1,137 @@
+package rxe
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/rxe/wire"
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// postRecvs gives the rig's responder n receive WQEs of 64 bytes, WRIDs 0
+// to n-1.
+func (s *recvRig) postRecvs(n int) {
+	for i := range n {
+		s.host.rq.push(uint64(i), []verbs.SGE{{Addr: uint64(64 * i), Length: 64}})
+	}
+}
+
+// wrids lists the WRIDs of the completions the rig's responder made.
+func (s *recvRig) wrids() string {
+	out := ""
+	for _, wc := range s.host.wcs {
+		out += fmt.Sprintf(" %d", wc.WRID)
+	}
+	return out
+}
+
+func TestResponderExecutesHeldRequestsOnceTheGapFills(t *testing.T) {
+	s := newRecvRig(t)
+	s.postRecvs(4)
+	t0 := time.Unix(1000, 0)
+	ps := s.step(t0, false, send(1), send(2), send(3))
+	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@0", "packets past the gap"); ps[0].AETH.Syndrome() != wire.NAKPSNSequenceError {
+		t.Fatalf("syndrome %#x, want a PSN sequence error NAK", uint8(ps[0].AETH.Syndrome()))
+	}
+	if len(s.host.wcs) != 0 || s.resp.hold.n != 3 {
+		t.Fatalf("past the gap: completions %+v, held %d; want none and 3", s.host.wcs, s.resp.hold.n)
+	}
+	// The missing packet executes, and the three held behind it after
+	// it, in PSN order; one ACK covers them all.
+	ps = s.step(t0, false, send(0))
+	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@3", "the gap filled"); ps[0].AETH.Syndrome() != wire.SyndromeACKUnlimited {
+		t.Fatalf("syndrome %#x, want an ACK", uint8(ps[0].AETH.Syndrome()))
+	}
+	if got := s.wrids(); got != " 0 1 2 3" || s.resp.hold.n != 0 || s.resp.epsn != rigPSN.Add(4) {
+		t.Fatalf("completions%s, held %d, expected PSN %d; want 0 1 2 3, none and 4", got, s.resp.hold.n, s.resp.epsn.Diff(rigPSN))
+	}
+	// The requester's resends of them are duplicates: acknowledged
+	// again, not executed again.
+	ps = s.step(t0, false, send(1), send(2), send(3))
+	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@3", "the resends"); len(s.host.wcs) != 4 {
+		t.Fatalf("the resends made completions %s", s.wrids())
+	}
+}
+
+func TestResponderNAKsTheNextGapOnceTheFirstFills(t *testing.T) {
+	s := newRecvRig(t)
+	s.postRecvs(4)
+	t0 := time.Unix(1000, 0)
+	s.step(t0, false, send(1), send(3))
+	ps := s.step(t0, false, send(0))
+	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@2", "the first gap filled"); ps[0].AETH.Syndrome() != wire.NAKPSNSequenceError {
+		t.Fatalf("syndrome %#x, want a PSN sequence error NAK of the second gap", uint8(ps[0].AETH.Syndrome()))
+	}
+	if got := s.wrids(); got != " 0 1" {
+		t.Fatalf("completions%s, want 0 1", got)
+	}
+	expectPSNs(t, s.step(t0, false, send(2)), " RC_ACKNOWLEDGE@3", "the second gap filled")
+	if got := s.wrids(); got != " 0 1 2 3" {
+		t.Fatalf("completions%s, want 0 1 2 3", got)
+	}
+}
+
+// A held request is executed as it would have been had it come then: a
+// SEND that finds no receive WQE is RNR NAKed, and what was held after it
+// is dropped, for the requester to send again after its RNR wait.
+func TestResponderDropsWhatIsHeldAfterAnRNRNAK(t *testing.T) {
+	s := newRecvRig(t)
+	s.postRecvs(1)
+	t0 := time.Unix(1000, 0)
+	s.step(t0, false, send(1), send(2))
+	ps := s.step(t0, false, send(0))
+	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@1", "the held SEND with no receive WQE"); ps[0].AETH.Syndrome() != wire.RNRNAKSyndrome(rigRNR) {
+		t.Fatalf("syndrome %#x, want an RNR NAK", uint8(ps[0].AETH.Syndrome()))
+	}
+	if s.resp.hold.n != 0 || s.resp.epsn != rigPSN.Add(1) {
+		t.Fatalf("held %d, expected PSN %d; want none and 1", s.resp.hold.n, s.resp.epsn.Diff(rigPSN))
+	}
+	s.host.rq.push(1, []verbs.SGE{{Addr: 64, Length: 64}})
+	expectPSNs(t, s.step(t0, false, send(1)), " RC_ACKNOWLEDGE@1", "after posting")
+	if got := s.wrids(); got != " 0 1" {
+		t.Fatalf("completions%s, want 0 1: the SEND at 2 was dropped, not executed", got)
+	}
+}
+
+// Only SENDs and WRITEs of RC are held, within a window of the expected
+// PSN: a READ past the gap, a packet too far ahead and, on UC, anything.
+func TestResponderHoldsOnlyRCSendsAndWritesNearTheGap(t *testing.T) {
+	read := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCReadRequest, PKey: wire.DefaultPKey, DestQP: 0x22, PSN: rigPSN.Add(2)},
+		RETH: wire.RETHFields{VA: 0, RKey: 7, DMALen: 8}}
+	for _, tc := range []struct {
+		name string
+		typ  verbs.QPType
+		h    wire.Headers
+		held int
+	}{
+		{"a SEND", verbs.QPTRC, send(1), 1},
+		{"a READ", verbs.QPTRC, read, 0},
+		{"a SEND a window ahead", verbs.QPTRC, send(holdSlots), 0},
+		{"a SEND on UC", verbs.QPTUC, send(1), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newRecvRig(t)
+			s.resp.typ = tc.typ
+			s.step(time.Unix(1000, 0), false, tc.h)
+			if s.resp.hold.n != tc.held {
+				t.Fatalf("held %d, want %d", s.resp.hold.n, tc.held)
+			}
+		})
+	}
+}
+
+// After going back for a NAK, the requester sends nothing an ACK then
+// covers: a responder that held the window acknowledges it all once the
+// missing request came.
+func TestRequesterSkipsWhatAnACKCoveredAfterGoingBack(t *testing.T) {
+	s := newSendRig(t)
+	t0 := time.Unix(1000, 0)
+	s.post(verbs.WRRDMAWrite, 8*rigMTU)
+	if ps := s.step(t0); len(ps) != 8 {
+		t.Fatalf("sent %d packets, want 8", len(ps))
+	}
+	s.answer(wire.RCAcknowledge, rigPSN.Add(2), wire.NAKPSNSequenceError, nil, t0)
+	s.answer(wire.RCAcknowledge, rigPSN.Add(5), wire.SyndromeACKUnlimited, nil, t0)
+	expectPSNs(t, s.step(t0), " RC_RDMA_WRITE_MIDDLE@6 RC_RDMA_WRITE_LAST@7+A", "after a NAK of 2 and an ACK of 5")
+}
