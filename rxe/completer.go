@@ -49,6 +49,11 @@ type completer struct {
 	sentAny bool
 	quickAt time.Time // go back at una then, if nothing has come
 	quicks  int       // early go-backs since the last progress
+
+	srtt       time.Duration // the smoothed round trip, of the same samples
+	lastSentAt time.Time     // when the last request went
+	tails      int           // tail probes since the last progress
+	tailDue    bool          // a tail probe is to go (requester.sendTail)
 }
 
 // reset drops the completer's state and gives it full retry budgets (the
@@ -63,10 +68,66 @@ func (c *completer) deadline() time.Time {
 	if c.rnrPending {
 		return c.rnrUntil
 	}
-	if !c.quickAt.IsZero() && (c.retryAt.IsZero() || c.quickAt.Before(c.retryAt)) {
-		return c.quickAt
+	d := c.retryAt
+	if !c.quickAt.IsZero() && (d.IsZero() || c.quickAt.Before(d)) {
+		d = c.quickAt
 	}
-	return c.retryAt
+	if t := c.tailAt(); !t.IsZero() && (d.IsZero() || t.Before(d)) {
+		d = t
+	}
+	return d
+}
+
+// The tail probe. A lost request with nothing sent after it, or a lost
+// ACK of the last requests, brings no NAK: the requester hears nothing
+// until its retransmit timer, which the program sets for the worst case
+// (2.1 s for the timeout code 19 rdma_cm gives RoCE connections), and a
+// ping-pong stalls that long. So when the requester has heard nothing for
+// tailAfter() since it last sent, it sends its last request packet again,
+// asking for an ACK, spending no retry: if that packet was lost, this is
+// its resend; if the ACK was, the responder answers the duplicate with an
+// ACK again (as the IBTA has it, and Linux rxe does); if more went
+// missing, the responder NAKs the gap. Up to maxTails probes, each
+// waiting twice as long as the last, until the transport makes progress
+// again; then only the timer. (TCP's tail loss probe does the same.)
+const maxTails = 2
+
+// tailAfter is how long the requester waits in silence before a tail
+// probe: twice the smoothed round trip, four times the shortest, and the
+// longest a responder of this device holds an ACK back (ackHold) plus two
+// of the shortest; doubled for each probe since the last progress. It is
+// 0 (never) when the timeout is infinite, until a round trip was
+// measured, and when it would pass half the timeout (the timer comes
+// soon enough).
+func (c *completer) tailAfter() time.Duration {
+	if c.attr.timeout == 0 || c.minRTT == 0 {
+		return 0
+	}
+	d := max(2*c.srtt, 4*c.minRTT, ackHold+2*c.minRTT) << c.tails
+	if d > c.attr.timeout/2 {
+		return 0
+	}
+	return d
+}
+
+// tailAt returns when a tail probe is due (zero: none): requests are
+// unanswered, none of the other waits applies (an RNR wait, a gap a NAK
+// reported), the last request packet is a SEND's or WRITE's (a READ
+// request sent again is answered with the whole READ again), and probes
+// are left.
+func (c *completer) tailAt() time.Time {
+	s := c.sq
+	if c.tailDue || c.tails >= maxTails || c.rnrPending || c.nakSet || s.una == s.psn || !c.sentAny {
+		return time.Time{}
+	}
+	d := c.tailAfter()
+	if d == 0 {
+		return time.Time{}
+	}
+	if w := s.wqeAt(c.hiSent); w == nil || w.done || w.isReadOrAtomic() {
+		return time.Time{}
+	}
+	return c.lastSentAt.Add(d)
 }
 
 // Early go-back. The retransmit timer is set by the program for the worst
@@ -154,7 +215,7 @@ func (c *completer) sent(psn wire.PSN, now time.Time) {
 		c.rttPSN, c.rttAt, c.rttSet = psn, now, true
 	}
 	c.armQuick(now)
-	c.lastSent = psn
+	c.lastSent, c.lastSentAt = psn, now
 	if c.nakSet {
 		d := psn.Diff(c.nakPSN)
 		if d == 0 || c.nakGoing {
@@ -424,7 +485,13 @@ func (c *completer) ackThrough(a wire.PSN, now time.Time) {
 		}
 	}
 	if c.rttSet && a.Diff(c.rttPSN) >= 0 {
-		if rtt := now.Sub(c.rttAt); c.minRTT == 0 || rtt < c.minRTT {
+		rtt := now.Sub(c.rttAt)
+		if c.srtt == 0 {
+			c.srtt = rtt
+		} else {
+			c.srtt += (rtt - c.srtt) / 8
+		}
+		if c.minRTT == 0 || rtt < c.minRTT {
 			first := c.minRTT == 0
 			c.minRTT = max(rtt, time.Microsecond)
 			if first {
@@ -441,7 +508,7 @@ func (c *completer) ackThrough(a wire.PSN, now time.Time) {
 // madeProgress resets the retry budget, restarts the retransmit timer and
 // allows early go-backs again.
 func (c *completer) madeProgress(now time.Time) {
-	c.putOffs, c.quicks = 0, 0
+	c.putOffs, c.quicks, c.tails = 0, 0, 0
 	c.retries = c.attr.retryCnt
 	c.rnrRetries = c.attr.rnrRetry
 	if c.sq.una == c.sq.psn {
@@ -514,6 +581,11 @@ func (c *completer) onTimer(now time.Time) {
 	if s.una == s.psn {
 		c.retryAt, c.quickAt = time.Time{}, time.Time{}
 		return
+	}
+	if t := c.tailAt(); !t.IsZero() && !now.Before(t) && (c.retryAt.IsZero() || now.Before(c.retryAt)) {
+		c.tails++
+		c.tailDue = true
+		c.stats.add(verbs.CounterCompleterRetryErr, 1)
 	}
 	if c.retryAt.IsZero() || now.Before(c.retryAt) {
 		if !c.quickAt.IsZero() && !now.Before(c.quickAt) {

@@ -198,8 +198,8 @@ func TestCompleterCompletesOnTheACKAndStopsTheTimer(t *testing.T) {
 	if w.done {
 		t.Fatal("done on an ACK of its middle packet")
 	}
-	if got, want := s.comp.deadline(), t0.Add(time.Millisecond+timeoutAt14); !got.Equal(want) {
-		t.Fatalf("after a partial ACK: deadline t0+%v, want the timer restarted at t0+%v", got.Sub(t0), want.Sub(t0))
+	if got, want := s.comp.retryAt, t0.Add(time.Millisecond+timeoutAt14); !got.Equal(want) {
+		t.Fatalf("after a partial ACK: timer at t0+%v, want it restarted at t0+%v", got.Sub(t0), want.Sub(t0))
 	}
 	s.answer(wire.RCAcknowledge, rigPSN.Add(2), wire.SyndromeACKUnlimited, nil, t0.Add(2*time.Millisecond))
 	if !w.done || w.status != verbs.WCSuccess || s.sq.doneHead() != 1 {
@@ -478,8 +478,8 @@ func TestCompleterGoesBackEarlyWhenTheAnswersStop(t *testing.T) {
 	t2 := due.Add(time.Millisecond)
 	s.answer(wire.RCAcknowledge, rigPSN.Add(2*maxPktPerAck-1), wire.SyndromeACKUnlimited, nil, t2)
 	s.step(t2)
-	if d := s.comp.deadline(); !d.Equal(t2.Add(s.attr.timeout)) {
-		t.Fatalf("gap closed: deadline %v on, want the retransmit timer", d.Sub(t2))
+	if d := s.comp.retryAt; !d.Equal(t2.Add(s.attr.timeout)) || !s.comp.quickAt.IsZero() {
+		t.Fatalf("gap closed: timer %v on, early go-back at %v; want the retransmit timer, and none", d.Sub(t2), s.comp.quickAt)
 	}
 	s.answer(wire.RCAcknowledge, rigPSN.Add(3*maxPktPerAck), wire.NAKPSNSequenceError, nil, t2)
 	s.step(t2)

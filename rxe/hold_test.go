@@ -135,3 +135,67 @@ func TestRequesterSkipsWhatAnACKCoveredAfterGoingBack(t *testing.T) {
 	s.answer(wire.RCAcknowledge, rigPSN.Add(5), wire.SyndromeACKUnlimited, nil, t0)
 	expectPSNs(t, s.step(t0), " RC_RDMA_WRITE_MIDDLE@6 RC_RDMA_WRITE_LAST@7+A", "after a NAK of 2 and an ACK of 5")
 }
+
+// A request whose answer never comes, with nothing sent after it to bring
+// a NAK, goes again long before the retransmit timer: the last packet is
+// sent again alone, asking for an ACK, once the requester has heard
+// nothing for tailAfter, then after twice that, spending no retry; then
+// only the timer.
+func TestCompleterProbesTheTailWhenTheAnswersStop(t *testing.T) {
+	s := newSendRig(t)
+	t0 := time.Unix(1000, 0)
+	s.post(verbs.WRRDMAWrite, 3*rigMTU)
+	s.step(t0)
+	rtt := 100 * time.Microsecond
+	s.answer(wire.RCAcknowledge, rigPSN, wire.SyndromeACKUnlimited, nil, t0.Add(rtt))
+	wait := 4 * rtt // four of the shortest round trip, the longest of the three
+	if d := s.comp.tailAfter(); d != wait {
+		t.Fatalf("tailAfter %v, want %v", d, wait)
+	}
+	retries := s.comp.retries
+	at := t0
+	for k := 1; k <= maxTails; k++ {
+		expectPSNs(t, s.step(at.Add(wait-time.Nanosecond)), "", fmt.Sprintf("just before tail probe %d", k))
+		at = at.Add(wait)
+		expectPSNs(t, s.step(at), " RC_RDMA_WRITE_LAST@2+A", fmt.Sprintf("tail probe %d", k))
+		wait *= 2
+	}
+	if !s.comp.tailAt().IsZero() || s.comp.retries != retries {
+		t.Fatalf("after %d probes: next at %v, %d retries left; want none, and %d", maxTails, s.comp.tailAt(), s.comp.retries, retries)
+	}
+	// Its ACK completes the WQE; a new request may be probed again.
+	s.answer(wire.RCAcknowledge, rigPSN.Add(2), wire.SyndromeACKUnlimited, nil, at)
+	if !s.sq.wqes[0].done {
+		t.Fatal("the ACK of the probe did not complete the WRITE")
+	}
+	s.post(verbs.WRSend, 8)
+	s.step(at)
+	if d := s.comp.tailAt(); !d.Equal(at.Add(s.comp.tailAfter())) {
+		t.Fatalf("a new request: tail probe at %v, want %v on", d.Sub(at), s.comp.tailAfter())
+	}
+}
+
+// The tail probe sends no READ again (a READ request sent again is
+// answered with the whole READ), and none while a NAK's gap is open (the
+// early go-back's business).
+func TestCompleterProbesNoREADOrOpenGap(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	s := newSendRig(t)
+	s.post(verbs.WRSend, 8)
+	s.post(verbs.WRRDMARead, 8)
+	s.step(t0)
+	s.answer(wire.RCAcknowledge, rigPSN, wire.SyndromeACKUnlimited, nil, t0.Add(time.Microsecond))
+	if d := s.comp.tailAt(); !d.IsZero() {
+		t.Fatalf("a READ last: tail probe at %v", d.Sub(t0))
+	}
+	s = newSendRig(t)
+	for range 3 {
+		s.post(verbs.WRSend, 8)
+	}
+	s.step(t0)
+	s.answer(wire.RCAcknowledge, rigPSN, wire.SyndromeACKUnlimited, nil, t0.Add(time.Microsecond))
+	s.answer(wire.RCAcknowledge, rigPSN.Add(1), wire.NAKPSNSequenceError, nil, t0.Add(2*time.Microsecond))
+	if d := s.comp.tailAt(); !d.IsZero() {
+		t.Fatalf("a gap open: tail probe at %v", d.Sub(t0))
+	}
+}

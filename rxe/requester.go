@@ -248,6 +248,7 @@ type requester struct {
 	qpn   uint32
 	noack int  // packets sent since the last AckReq
 	built bool // a request was built since takeBuilt
+	tail  bool // the packet being built is a tail probe: it asks for an ACK
 }
 
 // reset drops the requester's state (the QP went to RESET, or SQ_PSN was
@@ -280,6 +281,11 @@ func (r *requester) sendMore(now time.Time) {
 	}
 	mtu := uint64(r.attr.mtu)
 	built := 0
+	if r.comp.tailDue {
+		r.comp.tailDue = false
+		r.sendTail(mtu, now)
+		built++
+	}
 	for s.next < len(s.wqes) {
 		if !r.sending() {
 			return // a local error moved the QP to ERR: send nothing more
@@ -326,6 +332,23 @@ func (r *requester) sendMore(now time.Time) {
 		}
 		s.next++
 	}
+}
+
+// sendTail sends the last request packet sent again, asking for an ACK,
+// leaving the send position where it is: the completer's tail probe
+// (completer.tailAt).
+func (r *requester) sendTail(mtu uint64, now time.Time) {
+	psn := r.comp.hiSent
+	w := r.sq.wqeAt(psn)
+	if w == nil || w.done || w.isReadOrAtomic() {
+		return // answered meanwhile
+	}
+	sent := w.sent
+	w.sent = uint32(psn.Diff(w.firstPSN))
+	r.tail = true
+	r.build(w, mtu, now)
+	r.tail = false
+	w.sent = max(sent, w.sent)
 }
 
 // start assigns PSNs to a WQE and resolves its memory. It returns false
@@ -436,7 +459,7 @@ func (r *requester) build(w *sendWQE, mtu uint64, now time.Time) {
 	r.built = true
 	reliable := reliableType(r.typ)
 	r.noack++
-	if reliable && (last || r.noack >= maxPktPerAck) {
+	if reliable && (last || r.noack >= maxPktPerAck || r.tail) {
 		h.BTH.AckReq = true
 		r.noack = 0
 	}

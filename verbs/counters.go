@@ -21,7 +21,7 @@ const (
 	CounterAckDeferred                        // ack_deferred: ACKs folded into a later one
 	CounterRetryExceededErr                   // retry_exceeded_err: work requests failed with IBV_WC_RETRY_EXC_ERR
 	CounterRetryRNRExceededErr                // retry_rnr_exceeded_err: work requests failed with IBV_WC_RNR_RETRY_EXC_ERR
-	CounterCompleterRetryErr                  // completer_retry_err: retransmissions, after a timeout (or an early go-back) or a NAK
+	CounterCompleterRetryErr                  // completer_retry_err: retransmissions, after a timeout (or an early go-back or a tail probe) or a NAK
 	CounterSendErr                            // send_err: sends (batches of packets) the network layer refused
 	CounterLinkDowned                         // link_downed: times the port went down
 	CounterRDMASends                          // rdma_sends: RDMA WRITE and READ operations started

@@ -160,3 +160,17 @@ fi
 		t.Fatalf("setting up nvmet in vm%d: %v\n%s", n, err, out)
 	}
 }
+
+// GuestNetem makes vm1 mistreat the packets it sends (netem on its eth0,
+// qdisc arguments such as "loss 1%") until the test ends.
+func GuestNetem(t *testing.T, vm, args string) {
+	t.Helper()
+	if out, err := exec.Command(vm, "exec", "1", "tc qdisc add dev eth0 root netem "+args).CombinedOutput(); err != nil {
+		t.Fatalf("netem: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command(vm, "exec", "1", "tc qdisc del dev eth0 root").CombinedOutput(); err != nil {
+			t.Errorf("removing netem: %v\n%s", err, out)
+		}
+	})
+}
