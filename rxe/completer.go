@@ -585,6 +585,7 @@ func (c *completer) onTimer(now time.Time) {
 	if t := c.tailAt(); !t.IsZero() && !now.Before(t) && (c.retryAt.IsZero() || now.Before(c.retryAt)) {
 		c.tails++
 		c.tailDue = true
+		c.rttSet = false // its answer may be the probe's (Karn's rule)
 		c.stats.add(verbs.CounterCompleterRetryErr, 1)
 	}
 	if c.retryAt.IsZero() || now.Before(c.retryAt) {

@@ -22,6 +22,9 @@
 #   idle QP     bytes of heap per connected, idle RC QP (go test -bench)
 #   loss        1 MiB RDMA WRITE goodput at 0.1, 1, 5 and 10 % random
 #               loss vs lossless, in-memory network (go test -bench)
+#   lost tail   an 8-byte WRITE whose only packet is lost once, timeout
+#               code 14: vs that timeout, 67 ms, which is how long Linux
+#               rxe waits before it sends the packet again (go test -bench)
 #
 # Needs fi_pingpong and iperf3 (apt-get install libfabric-bin iperf3).
 set -euo pipefail
@@ -120,7 +123,7 @@ m() {
 bench=$(go test -run XXX -bench 'DialAccept' -benchtime 2000x -count "$rounds" ./rdmacm 2>/dev/null)
 dial_go=$(echo "$bench" | awk '/^BenchmarkDialAccept/ {print $3 / 1000}' | median)
 dial_tcp=$(echo "$bench" | awk '/^BenchmarkTCPDialAccept/ {print $3 / 1000}' | median)
-bench=$(go test -run XXX -bench 'IdleQPMemory|WriteUnderLoss' -count "$rounds" ./rxe 2>/dev/null)
+bench=$(go test -run XXX -bench 'IdleQPMemory|WriteUnderLoss|LostLastPacket' -count "$rounds" ./rxe 2>/dev/null)
 idle=$(echo "$bench" | awk '/^BenchmarkIdleQPMemory/ {for (i = 1; i < NF; i++) if ($(i+1) == "B/QP") print $i}' | median)
 loss0=$(echo "$bench" | awk '/^BenchmarkWriteUnderLoss\/loss=0%/ {for (i = 1; i < NF; i++) if ($(i+1) == "MB/s") print $i}' | median)
 lossat() { echo "$bench" | awk -v p="^BenchmarkWriteUnderLoss/loss=$1%" '$0 ~ p {for (i = 1; i < NF; i++) if ($(i+1) == "MB/s") print $i}' | median; }
@@ -128,12 +131,13 @@ loss01=$(lossat 0.1)
 loss1=$(lossat 1)
 loss5=$(lossat 5)
 loss10=$(lossat 10)
+tail=$(echo "$bench" | awk '/^BenchmarkLostLastPacket/ {print $3 / 1000}' | median)
 
 awk -v lc="$(m lat_c)" -v lg="$(m lat_go)" -v rw="$(m rate_write)" -v rs="$(m rate_send)" \
 	-v rwd="$(m rate_write_d)" -v rsd="$(m rate_send_d)" \
 	-v bt="$(m bw_tcp)" -v bwr="$(m bw_write)" -v brd="$(m bw_read)" -v bsd="$(m bw_send)" \
 	-v dg="$dial_go" -v dt="$dial_tcp" -v idle="$idle" -v l0="$loss0" -v l01="$loss01" -v l1="$loss1" \
-	-v l5="$loss5" -v l10="$loss10" -v fl="$(m lat_floor)" 'BEGIN {
+	-v l5="$loss5" -v l10="$loss10" -v fl="$(m lat_floor)" -v tl="$tail" 'BEGIN {
 	printf "%-40s %14s %22s %8s  %s\n", "figure", "rdmago", "anchor (same run)", "ratio", "goal"
 	printf "%-40s %11.1f us %19.1f us %7.2fx  %s\n", "8 B SEND, half a round trip", lg, lc, lg / lc, "<= 0.90x fi_pingpong tcp"
 	printf "%-40s %11.1f us %19.2f us %7.2fx  %s\n", "8 B SEND, half a round trip (vs floor)", lg, fl, lg / fl, "<= 1.15x C UDP ping-pong"
@@ -150,4 +154,5 @@ awk -v lc="$(m lat_c)" -v lg="$(m lat_go)" -v rw="$(m rate_write)" -v rs="$(m ra
 	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB WRITE at 1 % loss (vs lossless)", l1, l0, l1 / l0, ">= 0.70x"
 	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB WRITE at 5 % loss (vs lossless)", l5, l0, l5 / l0, ">= 0.30x"
 	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB WRITE at 10 % loss (vs lossless)", l10, l0, l10 / l0, "-"
+	printf "%-40s %11.0f us %19.0f us %7.2fx  %s\n", "lost last packet (vs timeout 14, Linux)", tl, 4.096 * 16384, tl / (4.096 * 16384), "<= 2.00x Linux rxe"
 }'
