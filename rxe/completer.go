@@ -51,7 +51,7 @@ type completer struct {
 	quicks  int       // early go-backs since the last progress
 
 	srtt       time.Duration // the smoothed round trip, of the same samples
-	lastSentAt time.Time     // when the last request went
+	quietSince time.Time     // when the last request went or answer came
 	tails      int           // tail probes since the last progress
 	tailDue    bool          // a tail probe is to go (requester.sendTail)
 }
@@ -82,8 +82,8 @@ func (c *completer) deadline() time.Time {
 // ACK of the last requests, brings no NAK: the requester hears nothing
 // until its retransmit timer, which the program sets for the worst case
 // (2.1 s for the timeout code 19 rdma_cm gives RoCE connections), and a
-// ping-pong stalls that long. So when the requester has heard nothing for
-// tailAfter() since it last sent, it sends its last request packet again,
+// ping-pong stalls that long. So when the requester has neither sent nor
+// heard anything for tailAfter(), it sends its last request packet again,
 // asking for an ACK, spending no retry: if that packet was lost, this is
 // its resend; if the ACK was, the responder answers the duplicate with an
 // ACK again (as the IBTA has it, and Linux rxe does); if more went
@@ -124,10 +124,13 @@ func (c *completer) tailAt() time.Time {
 	if d == 0 {
 		return time.Time{}
 	}
-	if w := s.wqeAt(c.hiSent); w == nil || w.done || w.isReadOrAtomic() {
+	w := s.wqeAt(c.hiSent)
+	if w == nil || w.done || w.isReadOrAtomic() || w.sent <= uint32(c.hiSent.Diff(w.firstPSN)) {
+		// Answered, or a READ's, or to go again anyway: the
+		// requester went back and has yet to send it in this pass.
 		return time.Time{}
 	}
-	return c.lastSentAt.Add(d)
+	return c.quietSince.Add(d)
 }
 
 // Early go-back. The retransmit timer is set by the program for the worst
@@ -215,7 +218,7 @@ func (c *completer) sent(psn wire.PSN, now time.Time) {
 		c.rttPSN, c.rttAt, c.rttSet = psn, now, true
 	}
 	c.armQuick(now)
-	c.lastSent, c.lastSentAt = psn, now
+	c.lastSent, c.quietSince = psn, now
 	if c.nakSet {
 		d := psn.Diff(c.nakPSN)
 		if d == 0 || c.nakGoing {
@@ -268,6 +271,7 @@ func (c *completer) complete(p *wire.Packet, now time.Time) {
 		return
 	}
 	c.armQuick(now) // the responder is there
+	c.quietSince = now
 	op := rcOp(p.OpCode())
 	if op == wire.RCAcknowledge {
 		syn := p.AETH.Syndrome()
@@ -560,6 +564,9 @@ func (c *completer) noRoom(now time.Time) {
 	if !c.quickAt.IsZero() && !now.Before(c.quickAt) {
 		c.armQuick(now) // nothing could go: not a silence
 	}
+	if t := c.tailAt(); !t.IsZero() && !now.Before(t) {
+		c.quietSince = now // nor for the tail probe
+	}
 	if !c.retryAt.IsZero() && !now.Before(c.retryAt) {
 		if c.putOffs >= maxPutOffs {
 			c.onTimer(now)
@@ -586,7 +593,6 @@ func (c *completer) onTimer(now time.Time) {
 		c.tails++
 		c.tailDue = true
 		c.rttSet = false // its answer may be the probe's (Karn's rule)
-		c.stats.add(verbs.CounterCompleterRetryErr, 1)
 	}
 	if c.retryAt.IsZero() || now.Before(c.retryAt) {
 		if !c.quickAt.IsZero() && !now.Before(c.quickAt) {

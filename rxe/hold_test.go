@@ -54,21 +54,29 @@ func TestResponderExecutesHeldRequestsOnceTheGapFills(t *testing.T) {
 	}
 }
 
-func TestResponderNAKsTheNextGapOnceTheFirstFills(t *testing.T) {
+// Once the first gap fills, a second gap before packets still held is
+// not NAKed at once (the requester's pass is most likely sending it again
+// already): the held packets up to it are acknowledged, and the next
+// packet out of sequence NAKs it, as ever.
+func TestResponderAcknowledgesUpToTheNextGapOnceTheFirstFills(t *testing.T) {
 	s := newRecvRig(t)
-	s.postRecvs(4)
+	s.postRecvs(5)
 	t0 := time.Unix(1000, 0)
 	s.step(t0, false, send(1), send(3))
 	ps := s.step(t0, false, send(0))
-	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@2", "the first gap filled"); ps[0].AETH.Syndrome() != wire.NAKPSNSequenceError {
-		t.Fatalf("syndrome %#x, want a PSN sequence error NAK of the second gap", uint8(ps[0].AETH.Syndrome()))
+	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@1", "the first gap filled"); ps[0].AETH.Syndrome() != wire.SyndromeACKUnlimited {
+		t.Fatalf("syndrome %#x, want an ACK", uint8(ps[0].AETH.Syndrome()))
 	}
 	if got := s.wrids(); got != " 0 1" {
 		t.Fatalf("completions%s, want 0 1", got)
 	}
-	expectPSNs(t, s.step(t0, false, send(2)), " RC_ACKNOWLEDGE@3", "the second gap filled")
-	if got := s.wrids(); got != " 0 1 2 3" {
-		t.Fatalf("completions%s, want 0 1 2 3", got)
+	ps = s.step(t0, false, send(4))
+	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@2", "a packet past the second gap"); ps[0].AETH.Syndrome() != wire.NAKPSNSequenceError {
+		t.Fatalf("syndrome %#x, want a PSN sequence error NAK", uint8(ps[0].AETH.Syndrome()))
+	}
+	expectPSNs(t, s.step(t0, false, send(2)), " RC_ACKNOWLEDGE@4", "the second gap filled")
+	if got := s.wrids(); got != " 0 1 2 3 4" {
+		t.Fatalf("completions%s, want 0 1 2 3 4", got)
 	}
 }
 
@@ -138,9 +146,9 @@ func TestRequesterSkipsWhatAnACKCoveredAfterGoingBack(t *testing.T) {
 
 // A request whose answer never comes, with nothing sent after it to bring
 // a NAK, goes again long before the retransmit timer: the last packet is
-// sent again alone, asking for an ACK, once the requester has heard
-// nothing for tailAfter, then after twice that, spending no retry; then
-// only the timer.
+// sent again alone, asking for an ACK, once the requester has neither
+// sent nor heard anything for tailAfter, then after twice that, spending
+// no retry; then only the timer.
 func TestCompleterProbesTheTailWhenTheAnswersStop(t *testing.T) {
 	s := newSendRig(t)
 	t0 := time.Unix(1000, 0)
@@ -153,7 +161,7 @@ func TestCompleterProbesTheTailWhenTheAnswersStop(t *testing.T) {
 		t.Fatalf("tailAfter %v, want %v", d, wait)
 	}
 	retries := s.comp.retries
-	at := t0
+	at := t0.Add(rtt) // the silence starts with the last answer
 	for k := 1; k <= maxTails; k++ {
 		expectPSNs(t, s.step(at.Add(wait-time.Nanosecond)), "", fmt.Sprintf("just before tail probe %d", k))
 		at = at.Add(wait)
@@ -197,5 +205,90 @@ func TestCompleterProbesNoREADOrOpenGap(t *testing.T) {
 	s.answer(wire.RCAcknowledge, rigPSN.Add(1), wire.NAKPSNSequenceError, nil, t0.Add(2*time.Microsecond))
 	if d := s.comp.tailAt(); !d.IsZero() {
 		t.Fatalf("a gap open: tail probe at %v", d.Sub(t0))
+	}
+}
+
+// While the link has no room, a tail probe that falls due leaves no
+// deadline in the past (noRoom's contract): the owner's timer would fire
+// every microsecond until the link drained.
+func TestNoRoomLeavesNoTailProbeDue(t *testing.T) {
+	s := newSendRig(t)
+	t0 := time.Unix(1000, 0)
+	s.post(verbs.WRRDMAWrite, 100*rigMTU)
+	s.host.roomFor = sendBatch
+	if ps := s.step(t0); len(ps) != sendBatch {
+		t.Fatalf("sent %d", len(ps))
+	}
+	s.answer(wire.RCAcknowledge, rigPSN, wire.SyndromeACKUnlimited, nil, t0.Add(100*time.Microsecond))
+	now := t0.Add(2 * time.Millisecond) // well past tailAfter, well before the timer
+	for i := range 3 {
+		s.comp.noRoom(now)
+		if d := s.comp.deadline(); !d.After(now) {
+			t.Fatalf("noRoom %d: deadline %v before now: the owner spins", i, now.Sub(d))
+		}
+		now = now.Add(time.Microsecond)
+	}
+}
+
+// No tail probe while a go-back pass is under way (it stopped for room):
+// the pass sends the last packet again itself, and the probe must not
+// move its position past the packets it has yet to send.
+func TestTailProbeWaitsForAGoBackPassToEnd(t *testing.T) {
+	s := newSendRig(t)
+	t0 := time.Unix(1000, 0)
+	s.post(verbs.WRRDMAWrite, 100*rigMTU)
+	if ps := s.step(t0); len(ps) != 100 {
+		t.Fatalf("sent %d", len(ps))
+	}
+	t1 := t0.Add(100 * time.Microsecond)
+	s.answer(wire.RCAcknowledge, rigPSN, wire.SyndromeACKUnlimited, nil, t1)
+	// The timer: go back to 1; the link fills after one batch.
+	T := t1.Add(s.attr.timeout)
+	s.host.roomFor = s.host.built + sendBatch
+	ps := s.step(T)
+	if len(ps) != sendBatch || ps[0].BTH.PSN() != rigPSN.Add(1) {
+		t.Fatalf("timeout: sent%s", psns(ps))
+	}
+	// Room again, after tailAfter.
+	s.host.roomFor = 0
+	ps = s.step(T.Add(2 * time.Millisecond))
+	if len(ps) != 99-sendBatch {
+		t.Fatalf("with room again: sent %d packets, want the %d the pass had left (%d..99)", len(ps), 99-sendBatch, 1+sendBatch)
+	}
+}
+
+// The tail probe is for silence: a WRITE posted behind a long READ is
+// not sent again while the READ's responses come in.
+func TestNoTailProbeWhileAnswersFlow(t *testing.T) {
+	s := newSendRig(t)
+	t0 := time.Unix(1000, 0)
+	s.post(verbs.WRSend, 8)
+	s.step(t0)
+	s.answer(wire.RCAcknowledge, rigPSN, wire.SyndromeACKUnlimited, nil, t0.Add(100*time.Microsecond))
+	const n = 100
+	s.post(verbs.WRRDMARead, n*rigMTU)
+	s.post(verbs.WRRDMAWrite, 8)
+	t1 := t0.Add(time.Millisecond)
+	s.step(t1)
+	probes := 0
+	now := t1
+	for k := range n {
+		now = now.Add(100 * time.Microsecond)
+		op := wire.RCReadResponseMiddle
+		switch k {
+		case 0:
+			op = wire.RCReadResponseFirst
+		case n - 1:
+			op = wire.RCReadResponseLast
+		}
+		s.answer(op, rigPSN.Add(1+uint32(k)), wire.SyndromeACKUnlimited, make([]byte, rigMTU), now)
+		for _, p := range s.step(now) {
+			if p.OpCode() == wire.RCWriteOnly {
+				probes++
+			}
+		}
+	}
+	if probes > 0 {
+		t.Fatalf("%d tail probes of the WRITE while the READ's %d responses came in, one every 100 µs (tailAfter %v)", probes, n, s.comp.tailAfter())
 	}
 }

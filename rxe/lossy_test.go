@@ -413,3 +413,52 @@ func TestOneLossCostsOneGoBack(t *testing.T) {
 		t.Errorf("duplicate_request %d, want at most the %d requests held", got, held)
 	}
 }
+
+// Two requests lost in the first window of a long WRITE. The requester
+// goes back once, for the first NAK, and its pass sends the second lost
+// one again too. The responder, once the first gap fills, acknowledges
+// what it holds up to the second, rather than NAK the second while its
+// resend is on the way, which would make the requester go back again.
+func TestTwoLossesInAWindowCostOneGoBack(t *testing.T) {
+	var first atomic.Int64
+	var dropped [2]atomic.Bool
+	lose := [2]uint32{10, 50}
+	f := link.Faults{Delay: 2 * time.Millisecond, Filter: func(p []byte, from, to netip.Addr) bool {
+		var pkt wire.Packet
+		if pkt.Decode(p) != nil {
+			return true
+		}
+		psn := pkt.BTH.PSN()
+		if pkt.OpCode() == wire.RCWriteFirst {
+			first.CompareAndSwap(0, int64(psn)+1)
+		}
+		at := first.Load()
+		for i, l := range lose {
+			if at != 0 && psn == wire.PSN(at-1).Add(l) && dropped[i].CompareAndSwap(false, true) {
+				return false
+			}
+		}
+		return true
+	}}
+	const size = 1 << 20
+	a, b, _ := memPair(t, 17, f, pairOpts{mtu: verbs.MTU4096, timeout: 18, bufSize: size})
+	fill(a.buf, 3)
+	err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(0, size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wc := a.wait(1, 5*time.Second); wc[0].Status != verbs.WCSuccess {
+		t.Fatalf("completion %+v", wc[0])
+	}
+	if !bytes.Equal(a.buf, b.buf) {
+		t.Fatal("data differ")
+	}
+	ca, _ := a.qp.QueryCounters()
+	cb, _ := b.qp.QueryCounters()
+	t.Logf("requester: completer_retry_err %d rcvd_seq_err %d; responder: duplicate_request %d out_of_seq %d",
+		ca[verbs.CounterCompleterRetryErr], ca[verbs.CounterRcvdSeqErr], cb[verbs.CounterDuplicateRequest], cb[verbs.CounterOutOfSeqRequest])
+	if got := ca[verbs.CounterCompleterRetryErr]; got != 1 {
+		t.Errorf("completer_retry_err %d, want 1", got)
+	}
+}

@@ -348,7 +348,8 @@ func (r *requester) sendTail(mtu uint64, now time.Time) {
 	r.tail = true
 	r.build(w, mtu, now)
 	r.tail = false
-	w.sent = max(sent, w.sent)
+	w.sent = sent
+	r.stats.add(verbs.CounterCompleterRetryErr, 1)
 }
 
 // start assigns PSNs to a WQE and resolves its memory. It returns false

@@ -238,8 +238,12 @@ func (r *responder) respond(p *wire.Packet, now time.Time) {
 // request of PSN psn, just executed, filled (hold.go), and acknowledges
 // the last of them. Held packets are executed exactly as if they came now:
 // one that is refused (RNR, or an error) ends it, and the rest are dropped
-// for the requester to send again. If a gap remains before the packets
-// still held, it is NAKed at once.
+// for the requester to send again. If a gap remains before packets still
+// held, it is not NAKed here: the requester that went back for the first
+// has almost always sent the missing one again already, and a NAK in place
+// of the ACK would make it go back once more (and Linux rxe's requester,
+// which leaves its retry only on an ACK, would ignore it). The next packet
+// out of sequence NAKs it, as ever.
 func (r *responder) drainHeld(psn wire.PSN) {
 	if b := r.hold.take(psn); b != nil {
 		release(b) // its copy came while this one was held
@@ -252,8 +256,14 @@ func (r *responder) drainHeld(psn wire.PSN) {
 			break
 		}
 		var p wire.Packet
-		err := p.Decode(*b)
-		ok := err == nil && r.execute(&p)
+		if err := p.Decode(*b); err != nil {
+			// Cannot be: it decoded when it came. Let the requester
+			// send it again.
+			release(b)
+			r.hold.reset()
+			break
+		}
+		ok := r.execute(&p)
 		release(b)
 		if !ok {
 			// Refused, and answered (an RNR or error NAK): the
@@ -265,13 +275,8 @@ func (r *responder) drainHeld(psn wire.PSN) {
 		r.nakSeq = false
 		last, drained = at, true
 	}
-	if r.hold.n > 0 && r.holdingAhead() {
-		// Another gap: NAK it now rather than when the next packet
-		// comes (which covers everything before it, so no ACK).
-		r.ack = false
-		r.nakSeq, r.nakSeqSeen = true, 0
-		r.sendAck(r.epsn, wire.NAKPSNSequenceError)
-		return
+	if r.hold.n > 0 {
+		r.holdingAhead() // frees what is behind epsn
 	}
 	if drained {
 		if r.ack {
