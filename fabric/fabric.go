@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Fabric is an open fabric (fi_fabric): the provider's network.
@@ -388,8 +389,8 @@ type CQ struct {
 	Attr CQAttr
 	q    queue[CQEntry, CQErrEntry]
 
-	mu  sync.Mutex
-	eps []Progressor
+	mu  sync.Mutex                   // serializes attach and detach
+	eps atomic.Pointer[[]Progressor] // never changed in place: Read takes it without mu
 }
 
 // OpenCQ opens a completion queue (fi_cq_open).
@@ -409,20 +410,29 @@ func (d *Domain) OpenCQ(attr *CQAttr) (*CQ, error) {
 func (cq *CQ) attach(p Progressor) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
-	if !slices.Contains(cq.eps, p) {
-		cq.eps = append(cq.eps, p)
+	eps := cq.progressors()
+	if !slices.Contains(eps, p) {
+		eps = append(slices.Clip(eps), p)
+		cq.eps.Store(&eps)
 	}
 }
 
 func (cq *CQ) detach(p Progressor) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
-	for i, x := range cq.eps {
-		if x == p {
-			cq.eps = append(cq.eps[:i:i], cq.eps[i+1:]...)
-			return
-		}
+	eps := cq.progressors()
+	if i := slices.Index(eps, p); i >= 0 {
+		eps = slices.Delete(slices.Clone(eps), i, i+1)
+		cq.eps.Store(&eps)
 	}
+}
+
+// progressors returns the endpoints Read drives.
+func (cq *CQ) progressors() []Progressor {
+	if eps := cq.eps.Load(); eps != nil {
+		return *eps
+	}
+	return nil
 }
 
 func (cq *CQ) push(e CQEntry) { cq.q.push(e) }
@@ -433,10 +443,7 @@ func (cq *CQ) pushErr(e CQErrEntry) { cq.q.pushErr(e) }
 // the bound endpoints' progress first. It fails with ErrAgain when there
 // are none and ErrAvail when an error completion waits for ReadErr.
 func (cq *CQ) Read(buf []CQEntry) (int, error) {
-	cq.mu.Lock()
-	eps := cq.eps
-	cq.mu.Unlock()
-	for _, p := range eps {
+	for _, p := range cq.progressors() {
 		p.Progress()
 	}
 	return cq.q.take("fi_cq_read", buf)

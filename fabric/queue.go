@@ -3,6 +3,7 @@ package fabric
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // queue is what event and completion queues share: entries, error
@@ -16,6 +17,10 @@ type queue[T, E any] struct {
 	errs   []E
 	wake   chan struct{} // nil while nobody waits
 	closed bool
+	// some says items or errs hold something, or the queue is closed:
+	// set under mu at each change, so that a reader spinning on an
+	// empty queue (fi_cq_read in a loop) takes no lock.
+	some atomic.Bool
 }
 
 func newQueue[T, E any]() queue[T, E] { return queue[T, E]{} }
@@ -31,6 +36,7 @@ func (q *queue[T, E]) signal() {
 func (q *queue[T, E]) push(x T) {
 	q.mu.Lock()
 	q.items = append(q.items, x)
+	q.some.Store(true)
 	q.signal()
 	q.mu.Unlock()
 }
@@ -38,6 +44,7 @@ func (q *queue[T, E]) push(x T) {
 func (q *queue[T, E]) pushErr(e E) {
 	q.mu.Lock()
 	q.errs = append(q.errs, e)
+	q.some.Store(true)
 	q.signal()
 	q.mu.Unlock()
 }
@@ -46,6 +53,9 @@ func (q *queue[T, E]) pushErr(e E) {
 // entry waits, ErrAgain when there is nothing (or len(buf) is 0 and
 // something is there: then it returns 0, nil).
 func (q *queue[T, E]) take(op string, buf []T) (int, error) {
+	if !q.some.Load() {
+		return 0, ErrAgain
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.errs) > 0 {
@@ -59,6 +69,7 @@ func (q *queue[T, E]) take(op string, buf []T) (int, error) {
 	}
 	n := copy(buf, q.items)
 	q.items = q.items[:copy(q.items, q.items[n:])]
+	q.some.Store(len(q.items) > 0 || len(q.errs) > 0 || q.closed)
 	return n, nil
 }
 
@@ -71,6 +82,7 @@ func (q *queue[T, E]) takeErr() (E, error) {
 	}
 	e := q.errs[0]
 	q.errs = q.errs[1:]
+	q.some.Store(len(q.items) > 0 || len(q.errs) > 0 || q.closed)
 	return e, nil
 }
 
@@ -110,6 +122,7 @@ func (q *queue[T, E]) wait(ctx context.Context) error {
 func (q *queue[T, E]) close() {
 	q.mu.Lock()
 	q.closed = true
+	q.some.Store(true)
 	q.signal()
 	q.mu.Unlock()
 }
