@@ -166,3 +166,41 @@ func TestCloseDoesNotWaitForReadFromsSource(t *testing.T) {
 		t.Errorf("ReadFrom after Close: %v, want net.ErrClosed", err)
 	}
 }
+
+// A Read that waits while the peer's data and Close come at once ends with
+// net.ErrClosed and touches none of the memory Close frees (it read the
+// freed receive ring, and crashed, when the data woke it after Close).
+func TestCloseDuringAReadThatDataWakes(t *testing.T) {
+	noLeaks(t)
+	for range 30 {
+		cli, srv, _ := pair(t, small, small)
+		errc := make(chan error, 1)
+		go func() {
+			buf := make([]byte, 64)
+			for {
+				if _, err := cli.Read(buf); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			for {
+				if _, err := srv.Write(make([]byte, 64)); err != nil {
+					return
+				}
+			}
+		}()
+		time.Sleep(time.Millisecond)
+		cli.Close()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("Read through Close: %v, want net.ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close left a Read blocked")
+		}
+		srv.Close()
+	}
+}

@@ -268,9 +268,14 @@ func (c *Conn) Read(b []byte) (int, error) {
 		return 0, nil
 	}
 	var since time.Time // when this call first polled (spin)
-	for c.rmsgLen == 0 {
+	for {
+		// Closing first: a Close while this call waited frees the
+		// ring, even if data came meanwhile.
 		if c.closing {
 			return 0, c.opError("read", net.ErrClosed)
+		}
+		if c.rmsgLen > 0 {
+			break
 		}
 		if !c.readable {
 			if c.err != nil {
