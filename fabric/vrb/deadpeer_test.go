@@ -30,8 +30,8 @@ func TestVanishedPeerFailsAWaitingReceive(t *testing.T) {
 		victim string
 		retry  uint8
 	}{
-		{"server", 2},
-		{"client", 2},
+		{"server", 3},
+		{"client", 3},
 		{"server", 7},
 	} {
 		t.Run(fmt.Sprintf("vanish-%s/retry-%d", c.victim, c.retry), func(t *testing.T) {

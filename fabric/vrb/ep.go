@@ -79,8 +79,8 @@ type ep struct {
 // but is acknowledged by a live peer's device like any request. The
 // connection's retry count (connRetryCount) bounds how long an
 // unanswered probe or send takes to fail: with rdma_cm's ACK timeout (4.096
-// µs << 19, 2.1 s) a dead peer is noticed within probeEvery + 3 × 2.1 s,
-// under 10 s. The QP then flushes what is posted (FI_ECANCELED
+// µs << 19, 2.1 s) a dead peer is noticed within probeEvery + 4 × 2.1 s,
+// under 12 s. The QP then flushes what is posted (FI_ECANCELED
 // completions) and the EQ gets an FI_ETIMEDOUT error entry and
 // FI_SHUTDOWN. A QP whose retries never run out (the passive side takes
 // the count from the active side's request, and C's provider asks for
@@ -96,9 +96,12 @@ const (
 	// defaultConnRetryCount is the transport retry count the endpoint asks for
 	// in rdma_connect (the passive side's QP takes it from the REQ too).
 	// 7, which C's provider asks for, means "retry for ever" to the
-	// software RoCE devices (Linux rxe's and rdmago's), so a dead peer
-	// would never be noticed.
-	defaultConnRetryCount = 2
+	// software RoCE devices (Linux rxe's and rdmago's), so a send to a
+	// dead peer would never fail. 2 was too few on a lossy path: Linux
+	// rxe spends a retry for each sequence error NAK and each timeout
+	// until an ACK makes progress, and at 1 % loss a C peer's QP ran out
+	// in about one fi_pingpong run of ten (500 round trips of 4 KiB).
+	defaultConnRetryCount = 3
 )
 
 // connRetryCount is defaultConnRetryCount; tests change it.
