@@ -154,9 +154,9 @@ func TestCompleterProbesTheTailWhenTheAnswersStop(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	s.post(verbs.WRRDMAWrite, 3*rigMTU)
 	s.step(t0)
-	rtt := 100 * time.Microsecond
+	rtt := 300 * time.Microsecond
 	s.answer(wire.RCAcknowledge, rigPSN, wire.SyndromeACKUnlimited, nil, t0.Add(rtt))
-	wait := 4 * rtt // four of the shortest round trip, the longest of the three
+	wait := 4 * rtt // four of the shortest round trip, the longest of the four
 	if d := s.comp.tailAfter(); d != wait {
 		t.Fatalf("tailAfter %v, want %v", d, wait)
 	}
@@ -184,8 +184,9 @@ func TestCompleterProbesTheTailWhenTheAnswersStop(t *testing.T) {
 }
 
 // The tail probe sends no READ again (a READ request sent again is
-// answered with the whole READ), and none while a NAK's gap is open (the
-// early go-back's business).
+// answered with the whole READ), and then waits for progress before it
+// tries again; and it is not due while a NAK's gap is open (the early
+// go-back's business).
 func TestCompleterProbesNoREADOrOpenGap(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	s := newSendRig(t)
@@ -193,8 +194,13 @@ func TestCompleterProbesNoREADOrOpenGap(t *testing.T) {
 	s.post(verbs.WRRDMARead, 8)
 	s.step(t0)
 	s.answer(wire.RCAcknowledge, rigPSN, wire.SyndromeACKUnlimited, nil, t0.Add(time.Microsecond))
+	due := s.comp.tailAt()
+	if due.IsZero() {
+		t.Fatal("no tail probe due at all")
+	}
+	expectPSNs(t, s.step(due), "", "a READ last, when the probe falls due")
 	if d := s.comp.tailAt(); !d.IsZero() {
-		t.Fatalf("a READ last: tail probe at %v", d.Sub(t0))
+		t.Fatalf("a READ last: another probe at %v", d.Sub(t0))
 	}
 	s = newSendRig(t)
 	for range 3 {
