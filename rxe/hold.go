@@ -114,6 +114,19 @@ func (h *holdQueue) reset() {
 	}
 }
 
+// dropBefore frees the packets held for PSNs before psn: already
+// executed, from a later copy.
+func (h *holdQueue) dropBefore(psn wire.PSN) {
+	if h.n == 0 {
+		return
+	}
+	for i := range h.slots {
+		if s := &h.slots[i]; s.raw != nil && s.psn.Diff(psn) < 0 {
+			h.free(s)
+		}
+	}
+}
+
 // release gives a held packet's buffer back.
 func release(b *[]byte) {
 	if cap(*b) > 2*maxHeldLen {

@@ -17,6 +17,15 @@ func (s *recvRig) postRecvs(n int) {
 	}
 }
 
+// expectAnswer checks that ps is one acknowledgement, of the PSN and
+// with the syndrome given.
+func expectAnswer(t *testing.T, ps []*wire.Packet, want string, syn wire.Syndrome, when string) {
+	t.Helper()
+	if expectPSNs(t, ps, want, when); ps[0].AETH.Syndrome() != syn {
+		t.Fatalf("%s: syndrome %#x, want %#x", when, uint8(ps[0].AETH.Syndrome()), uint8(syn))
+	}
+}
+
 // wrids lists the WRIDs of the completions the rig's responder made.
 func (s *recvRig) wrids() string {
 	out := ""
@@ -30,25 +39,19 @@ func TestResponderExecutesHeldRequestsOnceTheGapFills(t *testing.T) {
 	s := newRecvRig(t)
 	s.postRecvs(4)
 	t0 := time.Unix(1000, 0)
-	ps := s.step(t0, false, send(1), send(2), send(3))
-	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@0", "packets past the gap"); ps[0].AETH.Syndrome() != wire.NAKPSNSequenceError {
-		t.Fatalf("syndrome %#x, want a PSN sequence error NAK", uint8(ps[0].AETH.Syndrome()))
-	}
+	expectAnswer(t, s.step(t0, false, send(1), send(2), send(3)), " RC_ACKNOWLEDGE@0", wire.NAKPSNSequenceError, "packets past the gap")
 	if len(s.host.wcs) != 0 || s.resp.hold.n != 3 {
 		t.Fatalf("past the gap: completions %+v, held %d; want none and 3", s.host.wcs, s.resp.hold.n)
 	}
 	// The missing packet executes, and the three held behind it after
 	// it, in PSN order; one ACK covers them all.
-	ps = s.step(t0, false, send(0))
-	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@3", "the gap filled"); ps[0].AETH.Syndrome() != wire.SyndromeACKUnlimited {
-		t.Fatalf("syndrome %#x, want an ACK", uint8(ps[0].AETH.Syndrome()))
-	}
+	expectAnswer(t, s.step(t0, false, send(0)), " RC_ACKNOWLEDGE@3", wire.SyndromeACKUnlimited, "the gap filled")
 	if got := s.wrids(); got != " 0 1 2 3" || s.resp.hold.n != 0 || s.resp.epsn != rigPSN.Add(4) {
 		t.Fatalf("completions%s, held %d, expected PSN %d; want 0 1 2 3, none and 4", got, s.resp.hold.n, s.resp.epsn.Diff(rigPSN))
 	}
 	// The requester's resends of them are duplicates: acknowledged
 	// again, not executed again.
-	ps = s.step(t0, false, send(1), send(2), send(3))
+	ps := s.step(t0, false, send(1), send(2), send(3))
 	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@3", "the resends"); len(s.host.wcs) != 4 {
 		t.Fatalf("the resends made completions %s", s.wrids())
 	}
@@ -63,17 +66,11 @@ func TestResponderAcknowledgesUpToTheNextGapOnceTheFirstFills(t *testing.T) {
 	s.postRecvs(5)
 	t0 := time.Unix(1000, 0)
 	s.step(t0, false, send(1), send(3))
-	ps := s.step(t0, false, send(0))
-	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@1", "the first gap filled"); ps[0].AETH.Syndrome() != wire.SyndromeACKUnlimited {
-		t.Fatalf("syndrome %#x, want an ACK", uint8(ps[0].AETH.Syndrome()))
-	}
+	expectAnswer(t, s.step(t0, false, send(0)), " RC_ACKNOWLEDGE@1", wire.SyndromeACKUnlimited, "the first gap filled")
 	if got := s.wrids(); got != " 0 1" {
 		t.Fatalf("completions%s, want 0 1", got)
 	}
-	ps = s.step(t0, false, send(4))
-	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@2", "a packet past the second gap"); ps[0].AETH.Syndrome() != wire.NAKPSNSequenceError {
-		t.Fatalf("syndrome %#x, want a PSN sequence error NAK", uint8(ps[0].AETH.Syndrome()))
-	}
+	expectAnswer(t, s.step(t0, false, send(4)), " RC_ACKNOWLEDGE@2", wire.NAKPSNSequenceError, "a packet past the second gap")
 	expectPSNs(t, s.step(t0, false, send(2)), " RC_ACKNOWLEDGE@4", "the second gap filled")
 	if got := s.wrids(); got != " 0 1 2 3 4" {
 		t.Fatalf("completions%s, want 0 1 2 3 4", got)
@@ -88,10 +85,7 @@ func TestResponderDropsWhatIsHeldAfterAnRNRNAK(t *testing.T) {
 	s.postRecvs(1)
 	t0 := time.Unix(1000, 0)
 	s.step(t0, false, send(1), send(2))
-	ps := s.step(t0, false, send(0))
-	if expectPSNs(t, ps, " RC_ACKNOWLEDGE@1", "the held SEND with no receive WQE"); ps[0].AETH.Syndrome() != wire.RNRNAKSyndrome(rigRNR) {
-		t.Fatalf("syndrome %#x, want an RNR NAK", uint8(ps[0].AETH.Syndrome()))
-	}
+	expectAnswer(t, s.step(t0, false, send(0)), " RC_ACKNOWLEDGE@1", wire.RNRNAKSyndrome(rigRNR), "the held SEND with no receive WQE")
 	if s.resp.hold.n != 0 || s.resp.epsn != rigPSN.Add(1) {
 		t.Fatalf("held %d, expected PSN %d; want none and 1", s.resp.hold.n, s.resp.epsn.Diff(rigPSN))
 	}

@@ -366,41 +366,8 @@ func TestSetProgressRefusesUnknownModes(t *testing.T) {
 // back, and that the requester sends all of it again before the ACK of
 // the held requests is back: those resends are the only duplicates.
 func TestOneLossCostsOneGoBack(t *testing.T) {
-	var first atomic.Int64 // PSN of the WRITE's first packet, plus 1
-	var dropped atomic.Bool
 	const lose = 10 // which packet of the WRITE is lost
-	f := link.Faults{Delay: 2 * time.Millisecond, Filter: func(p []byte, from, to netip.Addr) bool {
-		var pkt wire.Packet
-		if pkt.Decode(p) != nil {
-			return true
-		}
-		psn := pkt.BTH.PSN()
-		if pkt.OpCode() == wire.RCWriteFirst {
-			first.CompareAndSwap(0, int64(psn)+1)
-		}
-		if at := first.Load(); at != 0 && psn == wire.PSN(at-1).Add(lose) && dropped.CompareAndSwap(false, true) {
-			return false
-		}
-		return true
-	}}
-	// A long retransmit timeout: on a loaded machine the timer would go
-	// back too, which is not what this test is about.
-	const size = 1 << 20
-	a, b, _ := memPair(t, 17, f, pairOpts{mtu: verbs.MTU4096, timeout: 18, bufSize: size})
-	fill(a.buf, 3)
-	err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
-		SGList: []verbs.SGE{a.mr.SGE(0, size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if wc := a.wait(1, 5*time.Second); wc[0].Status != verbs.WCSuccess {
-		t.Fatalf("completion %+v", wc[0])
-	}
-	if !dropped.Load() || !bytes.Equal(a.buf, b.buf) {
-		t.Fatalf("dropped %v, data equal %v", dropped.Load(), bytes.Equal(a.buf, b.buf))
-	}
-	ca, _ := a.qp.QueryCounters()
-	cb, _ := b.qp.QueryCounters()
+	ca, cb := writeLosing(t, lose)
 	// The whole window went: maxUnackedPSN-lose-1 requests out of sequence.
 	want := 1 + (maxUnackedPSN-lose-2)/renakAfter
 	if got := ca[verbs.CounterRcvdSeqErr]; got != uint64(want) {
@@ -420,9 +387,25 @@ func TestOneLossCostsOneGoBack(t *testing.T) {
 // what it holds up to the second, rather than NAK the second while its
 // resend is on the way, which would make the requester go back again.
 func TestTwoLossesInAWindowCostOneGoBack(t *testing.T) {
-	var first atomic.Int64
-	var dropped [2]atomic.Bool
-	lose := [2]uint32{10, 50}
+	ca, cb := writeLosing(t, 10, 50)
+	t.Logf("requester: completer_retry_err %d rcvd_seq_err %d; responder: duplicate_request %d out_of_seq %d",
+		ca[verbs.CounterCompleterRetryErr], ca[verbs.CounterRcvdSeqErr], cb[verbs.CounterDuplicateRequest], cb[verbs.CounterOutOfSeqRequest])
+	if got := ca[verbs.CounterCompleterRetryErr]; got != 1 {
+		t.Errorf("completer_retry_err %d, want 1", got)
+	}
+}
+
+// writeLosing sends a 1 MiB RDMA WRITE (4 KiB MTU) over an in-memory
+// network with a one-way delay of 2 ms, losing the first copy of each of
+// its packets numbered in lose (from 0), and checks that it completes
+// with the data. It returns the requester's and the responder's QP
+// counters. The delay makes the whole window go before the first NAK is
+// back; a long retransmit timeout keeps the timer out of it, even on a
+// loaded machine.
+func writeLosing(t *testing.T, lose ...uint32) (ca, cb verbs.Counters) {
+	t.Helper()
+	var first atomic.Int64 // PSN of the WRITE's first packet, plus 1
+	dropped := make([]atomic.Bool, len(lose))
 	f := link.Faults{Delay: 2 * time.Millisecond, Filter: func(p []byte, from, to netip.Addr) bool {
 		var pkt wire.Packet
 		if pkt.Decode(p) != nil {
@@ -451,14 +434,15 @@ func TestTwoLossesInAWindowCostOneGoBack(t *testing.T) {
 	if wc := a.wait(1, 5*time.Second); wc[0].Status != verbs.WCSuccess {
 		t.Fatalf("completion %+v", wc[0])
 	}
+	for i := range dropped {
+		if !dropped[i].Load() {
+			t.Fatalf("packet %d was never lost", lose[i])
+		}
+	}
 	if !bytes.Equal(a.buf, b.buf) {
-		t.Fatal("data differ")
+		t.Fatal("the data differ")
 	}
-	ca, _ := a.qp.QueryCounters()
-	cb, _ := b.qp.QueryCounters()
-	t.Logf("requester: completer_retry_err %d rcvd_seq_err %d; responder: duplicate_request %d out_of_seq %d",
-		ca[verbs.CounterCompleterRetryErr], ca[verbs.CounterRcvdSeqErr], cb[verbs.CounterDuplicateRequest], cb[verbs.CounterOutOfSeqRequest])
-	if got := ca[verbs.CounterCompleterRetryErr]; got != 1 {
-		t.Errorf("completer_retry_err %d, want 1", got)
-	}
+	ca, _ = a.qp.QueryCounters()
+	cb, _ = b.qp.QueryCounters()
+	return ca, cb
 }

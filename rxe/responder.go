@@ -275,33 +275,13 @@ func (r *responder) drainHeld(psn wire.PSN) {
 		r.nakSeq = false
 		last, drained = at, true
 	}
-	if r.hold.n > 0 {
-		r.holdingAhead() // frees what is behind epsn
-	}
+	r.hold.dropBefore(r.epsn)
 	if drained {
 		if r.ack {
 			r.stats.add(verbs.CounterAckDeferred, 1)
 		}
 		r.ack, r.ackPSN, r.ackSyn = true, last, wire.SyndromeACKUnlimited
 	}
-}
-
-// holdingAhead reports whether a packet after epsn is held, freeing any
-// held for PSNs already executed.
-func (r *responder) holdingAhead() bool {
-	ahead := false
-	for i := range r.hold.slots {
-		s := &r.hold.slots[i]
-		if s.raw == nil {
-			continue
-		}
-		if s.psn.Diff(r.epsn) <= 0 {
-			r.hold.free(s)
-			continue
-		}
-		ahead = true
-	}
-	return ahead
 }
 
 // ucResync handles a UC packet after a gap: the message in progress is
