@@ -25,6 +25,11 @@ type queue[T, E any] struct {
 
 func newQueue[T, E any]() queue[T, E] { return queue[T, E]{} }
 
+// noteSome sets some from what the queue holds. Called with mu held.
+func (q *queue[T, E]) noteSome() {
+	q.some.Store(len(q.items) > 0 || len(q.errs) > 0 || q.closed)
+}
+
 // signal wakes the waiters. Called with mu held.
 func (q *queue[T, E]) signal() {
 	if q.wake != nil {
@@ -69,7 +74,7 @@ func (q *queue[T, E]) take(op string, buf []T) (int, error) {
 	}
 	n := copy(buf, q.items)
 	q.items = q.items[:copy(q.items, q.items[n:])]
-	q.some.Store(len(q.items) > 0 || len(q.errs) > 0 || q.closed)
+	q.noteSome()
 	return n, nil
 }
 
@@ -82,7 +87,7 @@ func (q *queue[T, E]) takeErr() (E, error) {
 	}
 	e := q.errs[0]
 	q.errs = q.errs[1:]
-	q.some.Store(len(q.items) > 0 || len(q.errs) > 0 || q.closed)
+	q.noteSome()
 	return e, nil
 }
 
