@@ -314,10 +314,13 @@ func (s *session) wait(ctx context.Context, cq *fabric.CQ) error {
 			s.ctrlEOF = time.Time{}
 			return nil
 		}
-		if errors.Is(err, fabric.ErrAvail) {
+		switch {
+		case err == fabric.ErrAgain:
+			// Nothing yet: the usual answer, told apart without
+			// errors.Is's walk on every turn of the spin.
+		case errors.Is(err, fabric.ErrAvail):
 			return s.cqErr(cq)
-		}
-		if err != nil && !errors.Is(err, fabric.ErrAgain) {
+		case err != nil && !errors.Is(err, fabric.ErrAgain):
 			return err
 		}
 		if spins%1024 == 1023 {
