@@ -345,21 +345,20 @@ func (r *responder) execute(p *wire.Packet) bool {
 			segs, total, ok := r.host.recvMemory(r.xsrq, w.sges, r.segsBuf[:0])
 			r.segsBuf = segs[:0]
 			if !ok {
-				r.host.pushRecv(r.xsrq, verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: r.qpn}, false)
-				return r.fatalNAK(psn, wire.NAKRemoteOperational, verbs.EventQPFatal, "receive WQE")
+				return r.failRecv(w.wrid, verbs.WCLocProtErr, psn, wire.NAKRemoteOperational, verbs.EventQPFatal, "receive WQE")
 			}
 			r.inMsg, r.kind, r.recv, r.segs, r.recvLen, r.off = true, kindSend, w, segs, total, 0
 		}
 		if r.off+uint64(len(p.Payload)) > r.recvLen {
-			r.host.pushRecv(r.xsrq, verbs.WC{WRID: r.recv.wrid, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, QPNum: r.qpn}, false)
+			wrid := r.recv.wrid
 			r.inMsg, r.recv = false, nil
-			return r.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "receive buffer too small")
+			return r.failRecv(wrid, verbs.WCLocLenErr, psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "receive buffer too small")
 		}
 		if p.IETH != nil && !r.host.invalidate(p.IETH.RKey()) {
 			// SEND_WITH_INV naming no type 2 window of this QP.
-			r.host.pushRecv(r.xsrq, verbs.WC{WRID: r.recv.wrid, Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv, QPNum: r.qpn}, false)
+			wrid := r.recv.wrid
 			r.inMsg, r.recv = false, nil
-			return r.fatalNAK(psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "invalidate R_Key")
+			return r.failRecv(wrid, verbs.WCRemInvReqErr, psn, wire.NAKInvalidRequest, verbs.EventQPReqErr, "invalidate R_Key")
 		}
 		scatter(r.segs, r.off, p.Payload)
 		r.off += uint64(len(p.Payload))
@@ -775,6 +774,16 @@ func (r *responder) rnrNAK(psn wire.PSN) bool {
 		r.epsn = psn.Add(1)
 	}
 	return false
+}
+
+// failRecv completes the receive WQE wrid with status and refuses the
+// message (fatalNAK). An RC QP is in ERR before the completion can be
+// polled, as a NIC's is: a program that queries the QP on seeing the
+// error finds it failed.
+func (r *responder) failRecv(wrid uint64, status verbs.WCStatus, psn wire.PSN, syn wire.Syndrome, ev verbs.EventType, why string) bool {
+	ret := r.fatalNAK(psn, syn, ev, why)
+	r.host.pushRecv(r.xsrq, verbs.WC{WRID: wrid, Status: status, Opcode: verbs.WCRecv, QPNum: r.qpn}, false)
+	return ret
 }
 
 // fatalNAK refuses a packet with an error NAK and moves the QP to ERR, as

@@ -107,9 +107,10 @@ func (q *qp) receiveUD(p *wire.Packet, in *inPacket) {
 	segs, total, ok := q.hw.resolveSGEs(q.pd, w.sges, true, q.resp.segsBuf[:0])
 	q.resp.segsBuf = segs[:0]
 	if !ok {
-		q.pushRecv(nil, verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
+		// In ERR before the completion can be polled (responder.failRecv).
 		q.event(verbs.EventQPFatal)
 		q.toError()
+		q.pushRecv(nil, verbs.WC{WRID: w.wrid, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.num}, false)
 		return
 	}
 	n := uint64(verbs.GRHLen + len(p.Payload))
