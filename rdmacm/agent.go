@@ -42,8 +42,12 @@ var cm struct {
 // held) may let go with a plain Unlock, and must, for delivering would
 // take that lock again.
 func cmUnlock() {
-	p := cm.pending
-	cm.pending = nil
+	// The agents to drain are copied out, so that cm.pending keeps its
+	// array for the next holder; one agent, the usual count, needs no heap.
+	var one [1]*agent
+	p := append(one[:0], cm.pending...)
+	clear(cm.pending)
+	cm.pending = cm.pending[:0]
 	deliver := len(cm.events) > 0 && !cm.delivering
 	cm.mu.Unlock()
 	for _, a := range p {
@@ -384,6 +388,17 @@ func (a *agent) reaperNeeded() bool {
 	return len(a.sendQueue) > 0 || a.finished < a.awaited
 }
 
+// popFront returns q without its first element. A queue that empties
+// starts again at the head of its array, so that a queue that seldom holds
+// more than one element keeps its array rather than walking off its end
+// and allocating a new one. The caller clears q[0].
+func popFront[T any](q []T) []T {
+	if len(q) == 1 {
+		return q[:0]
+	}
+	return q[1:]
+}
+
 // pump has the queued MADs posted when cm.mu is let go (drain). Called
 // with cm.mu held.
 func (a *agent) pump() {
@@ -543,7 +558,7 @@ func (a *agent) drain() {
 		}
 		q := a.sendQueue[0]
 		a.sendQueue[0] = queuedMAD{}
-		a.sendQueue = a.sendQueue[1:]
+		a.sendQueue = popFront(a.sendQueue)
 		ah, err := a.ah(q.dst, q.sgid)
 		if err != nil {
 			a.stats.Dropped++

@@ -101,6 +101,9 @@ func (id *cmID) event(ev BackendEvent) {
 	cm.events = append(cm.events, queuedEvent{id, ev})
 }
 
+// maxKeptEvents is the room of cm.events kept between deliveries.
+const maxKeptEvents = 64
+
 // deliverEvents hands the queued events to their IDs' handlers, in order,
 // with no lock held. One goroutine delivers at a time; one that finds
 // another at work leaves the queue to it. A handler is looked up when its
@@ -117,7 +120,7 @@ func deliverEvents() {
 	for len(cm.events) > 0 {
 		e := cm.events[0]
 		cm.events[0] = queuedEvent{}
-		cm.events = cm.events[1:]
+		cm.events = popFront(cm.events)
 		h := e.id.handle
 		cm.mu.Unlock()
 		switch {
@@ -130,7 +133,9 @@ func deliverEvents() {
 		}
 		cm.mu.Lock()
 	}
-	cm.events = nil
+	if cap(cm.events) > maxKeptEvents {
+		cm.events = nil // what a burst grew goes
+	}
 	cm.delivering = false
 	cmUnlock()
 }
