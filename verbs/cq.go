@@ -252,8 +252,10 @@ type CompChannel struct {
 	closed bool
 	over   []*CQ // events c had no room for, oldest first
 	moving bool  // the goroutine moving over into c runs
-	done   chan struct{}
-	mover  sync.WaitGroup
+	// done is closed by Close. Only a mover waits on it, so it is made
+	// when the first mover starts: most channels never need one.
+	done  chan struct{}
+	mover sync.WaitGroup
 }
 
 // compChannelLen is the room of a channel's queue before events wait in
@@ -268,7 +270,7 @@ func (c *Context) CreateCompChannel() (*CompChannel, error) {
 	if err := c.check("ibv_create_comp_channel"); err != nil {
 		return nil, err
 	}
-	return &CompChannel{ctx: c, c: make(chan *CQ, compChannelLen), done: make(chan struct{})}, nil
+	return &CompChannel{ctx: c, c: make(chan *CQ, compChannelLen)}, nil
 }
 
 func (ch *CompChannel) attach(d int) {
@@ -294,6 +296,9 @@ func (ch *CompChannel) post(cq *CQ) bool {
 	ch.over = append(ch.over, cq)
 	if !ch.moving {
 		ch.moving = true
+		if ch.done == nil {
+			ch.done = make(chan struct{})
+		}
 		ch.mover.Add(1)
 		go ch.move()
 	}
@@ -347,7 +352,9 @@ func (ch *CompChannel) Close() error {
 	}
 	if !ch.closed {
 		ch.closed = true
-		close(ch.done)
+		if ch.done != nil {
+			close(ch.done)
+		}
 	}
 	ch.mu.Unlock()
 	ch.mover.Wait()
