@@ -662,9 +662,11 @@ func (id *cmID) qpAttr(s verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) 
 // qpToRTS moves the ID's QP to RTR and RTS for its connection. Called with
 // cm.mu held.
 func (id *cmID) qpToRTS() error {
+	var attr verbs.QPAttr // one for both moves: Modify keeps no pointer to it, and it escapes
 	for _, s := range []verbs.QPState{verbs.QPSRTR, verbs.QPSRTS} {
-		attr, mask, err := id.qpAttr(s)
-		if err != nil {
+		var mask verbs.QPAttrMask
+		var err error
+		if attr, mask, err = id.qpAttr(s); err != nil {
 			return err
 		}
 		if err := id.qp.Modify(&attr, mask); err != nil {
