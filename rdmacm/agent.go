@@ -759,12 +759,15 @@ type retrier struct {
 	gen     int
 	stopped bool
 	timer   stopper
-	expired func() // called with cm.mu held when the retries run out
+	id      *cmID
+	expired func(*cmID) // called with id and cm.mu held when the retries run out
 }
 
-// startRetrier sends b and arms its retransmissions. Called with cm.mu held.
-func (a *agent) startRetrier(b []byte, dst netip.Addr, sgid int, timeout time.Duration, retries int, expired func()) *retrier {
-	r := &retrier{a: a, b: b, dst: dst, sgid: sgid, timeout: timeout, left: retries, expired: expired}
+// startRetrier sends b and arms its retransmissions; when they run out it
+// calls expired(id). (A method expression, not a method value bound to id,
+// so that each MAD resent costs no closure.) Called with cm.mu held.
+func (a *agent) startRetrier(b []byte, dst netip.Addr, sgid int, timeout time.Duration, retries int, id *cmID, expired func(*cmID)) *retrier {
+	r := &retrier{a: a, b: b, dst: dst, sgid: sgid, timeout: timeout, left: retries, id: id, expired: expired}
 	a.send(b, dst, sgid)
 	r.arm(timeout)
 	return r
@@ -788,7 +791,7 @@ func (r *retrier) fire(gen int) {
 	}
 	if r.left <= 0 {
 		r.stopped = true
-		r.expired()
+		r.expired(r.id)
 		return
 	}
 	r.left--
