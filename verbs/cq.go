@@ -245,9 +245,11 @@ func (cq *CQ) Destroy() error {
 // in order, as the program reads.
 type CompChannel struct {
 	ctx *Context
-	c   chan *CQ
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// c is made when first used (queue): rdma_create_qp makes two
+	// channels per QP, which a program that polls its CQs never reads.
+	c      chan *CQ
 	cqs    int
 	closed bool
 	over   []*CQ // events c had no room for, oldest first
@@ -259,10 +261,10 @@ type CompChannel struct {
 }
 
 // compChannelLen is the room of a channel's queue before events wait in
-// its overflow. The queue is allocated with the channel: rdma_cm makes two
-// per connection, and at 4096 entries (32 KiB) they took a third of a
-// connection's setup. A CQ has at most one event waiting per arming, and
-// most channels serve one or two CQs.
+// its overflow. The queue is allocated with the channel's first use:
+// rdma_cm makes two channels per QP, and at 4096 entries (32 KiB) they
+// took a third of a connection's setup. A CQ has at most one event
+// waiting per arming, and most channels serve one or two CQs.
 const compChannelLen = 8
 
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel).
@@ -270,7 +272,22 @@ func (c *Context) CreateCompChannel() (*CompChannel, error) {
 	if err := c.check("ibv_create_comp_channel"); err != nil {
 		return nil, err
 	}
-	return &CompChannel{ctx: c, c: make(chan *CQ, compChannelLen)}, nil
+	return &CompChannel{ctx: c}, nil
+}
+
+// queue returns c, making it first if need be.
+func (ch *CompChannel) queue() chan *CQ {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.queueLocked()
+}
+
+// queueLocked is queue with ch.mu held.
+func (ch *CompChannel) queueLocked() chan *CQ {
+	if ch.c == nil {
+		ch.c = make(chan *CQ, compChannelLen)
+	}
+	return ch.c
 }
 
 func (ch *CompChannel) attach(d int) {
@@ -288,7 +305,7 @@ func (ch *CompChannel) post(cq *CQ) bool {
 	}
 	if len(ch.over) == 0 {
 		select {
-		case ch.c <- cq:
+		case ch.queueLocked() <- cq:
 			return true
 		default:
 		}
@@ -315,10 +332,10 @@ func (ch *CompChannel) move() {
 			ch.mu.Unlock()
 			return
 		}
-		cq := ch.over[0]
+		cq, c := ch.over[0], ch.queueLocked()
 		ch.mu.Unlock()
 		select {
-		case ch.c <- cq:
+		case c <- cq:
 			ch.mu.Lock()
 			ch.over[0] = nil
 			ch.over = ch.over[1:]
@@ -332,7 +349,7 @@ func (ch *CompChannel) move() {
 // (ibv_get_cq_event). Each event must be acknowledged with CQ.AckEvents.
 func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 	select {
-	case cq := <-ch.c:
+	case cq := <-ch.queue():
 		return cq, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -340,7 +357,7 @@ func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 }
 
 // C returns the channel GetCQEvent reads, for use in select.
-func (ch *CompChannel) C() <-chan *CQ { return ch.c }
+func (ch *CompChannel) C() <-chan *CQ { return ch.queue() }
 
 // Close destroys the channel (ibv_destroy_comp_channel). It fails with
 // ErrBusy while CQs are bound to it.
