@@ -42,8 +42,12 @@ var cm struct {
 // held) may let go with a plain Unlock, and must, for delivering would
 // take that lock again.
 func cmUnlock() {
-	p := cm.pending
-	cm.pending = nil
+	// The agents to drain are copied out, so that cm.pending keeps its
+	// array for the next holder; one agent, the usual count, needs no heap.
+	var one [1]*agent
+	p := append(one[:0], cm.pending...)
+	clear(cm.pending)
+	cm.pending = cm.pending[:0]
 	deliver := len(cm.events) > 0 && !cm.delivering
 	cm.mu.Unlock()
 	for _, a := range p {
@@ -384,6 +388,17 @@ func (a *agent) reaperNeeded() bool {
 	return len(a.sendQueue) > 0 || a.finished < a.awaited
 }
 
+// popFront returns q without its first element. A queue that empties
+// starts again at the head of its array, so that a queue that seldom holds
+// more than one element keeps its array rather than walking off its end
+// and allocating a new one. The caller clears q[0].
+func popFront[T any](q []T) []T {
+	if len(q) == 1 {
+		return q[:0]
+	}
+	return q[1:]
+}
+
 // pump has the queued MADs posted when cm.mu is let go (drain). Called
 // with cm.mu held.
 func (a *agent) pump() {
@@ -543,7 +558,7 @@ func (a *agent) drain() {
 		}
 		q := a.sendQueue[0]
 		a.sendQueue[0] = queuedMAD{}
-		a.sendQueue = a.sendQueue[1:]
+		a.sendQueue = popFront(a.sendQueue)
 		ah, err := a.ah(q.dst, q.sgid)
 		if err != nil {
 			a.stats.Dropped++
@@ -744,12 +759,15 @@ type retrier struct {
 	gen     int
 	stopped bool
 	timer   stopper
-	expired func() // called with cm.mu held when the retries run out
+	id      *cmID
+	expired func(*cmID) // called with id and cm.mu held when the retries run out
 }
 
-// startRetrier sends b and arms its retransmissions. Called with cm.mu held.
-func (a *agent) startRetrier(b []byte, dst netip.Addr, sgid int, timeout time.Duration, retries int, expired func()) *retrier {
-	r := &retrier{a: a, b: b, dst: dst, sgid: sgid, timeout: timeout, left: retries, expired: expired}
+// startRetrier sends b and arms its retransmissions; when they run out it
+// calls expired(id). (A method expression, not a method value bound to id,
+// so that each MAD resent costs no closure.) Called with cm.mu held.
+func (a *agent) startRetrier(b []byte, dst netip.Addr, sgid int, timeout time.Duration, retries int, id *cmID, expired func(*cmID)) *retrier {
+	r := &retrier{a: a, b: b, dst: dst, sgid: sgid, timeout: timeout, left: retries, id: id, expired: expired}
 	a.send(b, dst, sgid)
 	r.arm(timeout)
 	return r
@@ -773,7 +791,7 @@ func (r *retrier) fire(gen int) {
 	}
 	if r.left <= 0 {
 		r.stopped = true
-		r.expired()
+		r.expired(r.id)
 		return
 	}
 	r.left--

@@ -282,7 +282,7 @@ func (id *ID) backendEvent(be BackendEvent) {
 		return
 	}
 	defer idMu.Unlock()
-	ev := &Event{Type: be.Type, Status: be.Status, Param: be.Param, UD: be.UD}
+	ud := be.UD
 	switch be.Type {
 	case EventAddrResolved:
 		id.state = stateAddrResolved
@@ -316,9 +316,10 @@ func (id *ID) backendEvent(be BackendEvent) {
 	case EventDisconnected:
 		id.state = stateDisconnect
 	case EventMulticastJoin, EventMulticastError:
-		ev.UD.Context = id.groupContext(be.Group)
+		ud.Context = id.groupContext(be.Group)
 	}
-	id.event(ev)
+	// Made here, not before the switch: a request's event is another.
+	id.event(&Event{Type: be.Type, Status: be.Status, Param: be.Param, UD: ud})
 }
 
 // kwait waits, on a synchronous ID, for the outcome of a backend call

@@ -37,7 +37,7 @@ func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 		if len(ch.queue) > 0 {
 			ev := ch.queue[0]
 			ch.queue[0] = nil
-			ch.queue = ch.queue[1:]
+			ch.queue = popFront(ch.queue)
 			if len(ch.queue) > 0 {
 				ch.signal()
 			}
@@ -77,7 +77,7 @@ func (ch *EventChannel) PollEvent() (*Event, bool) {
 	}
 	ev := ch.queue[0]
 	ch.queue[0] = nil
-	ch.queue = ch.queue[1:]
+	ch.queue = popFront(ch.queue)
 	if len(ch.queue) > 0 {
 		ch.signal()
 	}

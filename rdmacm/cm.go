@@ -277,7 +277,7 @@ func (id *cmID) sendREQ(p ConnParam) error {
 		return err
 	}
 	id.register()
-	c.retr = a.startRetrier(marshal(c.tid, req), c.peerGID, c.sgid, c.timeout, c.retries, id.reqTimedOut)
+	c.retr = a.startRetrier(marshal(c.tid, req), c.peerGID, c.sgid, c.timeout, c.retries, id, (*cmID).reqTimedOut)
 	return nil
 }
 
@@ -596,7 +596,7 @@ func (id *cmID) Accept(p *ConnParam) error {
 	c.state = cmRepSent
 	id.countDone()
 	id.agent.qpns[remoteKey{c.remoteQPN, c.remoteGUID}] = id
-	c.retr = id.agent.startRetrier(marshal(c.tid, rep), c.peerGID, c.sgid, c.timeout, c.retries, id.repTimedOut)
+	c.retr = id.agent.startRetrier(marshal(c.tid, rep), c.peerGID, c.sgid, c.timeout, c.retries, id, (*cmID).repTimedOut)
 	return nil
 }
 
@@ -723,7 +723,7 @@ func (id *cmID) sendDREQ(pdata []byte) {
 	m := &mad.DREQ{LocalCommID: c.localID, RemoteCommID: c.remoteID, RemoteQPN: c.remoteQPN}
 	copy(m.PrivateData[:], pdata)
 	c.state = cmDreqSent
-	c.retr = id.agent.startRetrier(marshal(c.tid, m), c.peerGID, c.sgid, c.timeout, c.retries, id.dreqTimedOut)
+	c.retr = id.agent.startRetrier(marshal(c.tid, m), c.peerGID, c.sgid, c.timeout, c.retries, id, (*cmID).dreqTimedOut)
 }
 
 // dreqTimedOut: the peer never answered the DREQ (IB_CM_DREQ_ERROR).

@@ -243,7 +243,6 @@ func (c *Conn) Close() error {
 	return destroyConn(c.ID, c.ch)
 }
 
-// destroyConn destroys an ID with its QP, then its event channel.
 // newChannelID makes an event channel and an ID on it, the start of every
 // asynchronous rdma_cm flow.
 func newChannelID(ps PortSpace) (*ID, *EventChannel, error) {
@@ -259,16 +258,17 @@ func newChannelID(ps PortSpace) (*ID, *EventChannel, error) {
 	return id, ch, nil
 }
 
+// destroyConn destroys an ID with its QP, then its event channel.
 func destroyConn(id *ID, ch *EventChannel) error {
-	var errs []error
+	var errs [3]error // errors.Join leaves out the nil ones
 	if id.QP() != nil {
-		errs = append(errs, id.DestroyQP()) // rdma_destroy_qp
+		errs[0] = id.DestroyQP() // rdma_destroy_qp
 	}
-	errs = append(errs, id.Destroy()) // rdma_destroy_id
+	errs[1] = id.Destroy() // rdma_destroy_id
 	if ch != nil {
-		errs = append(errs, ch.Close()) // rdma_destroy_event_channel
+		errs[2] = ch.Close() // rdma_destroy_event_channel
 	}
-	return errors.Join(errs...)
+	return errors.Join(errs[:]...)
 }
 
 // waitEvent reads ch's next event, acknowledges it, and returns it if it

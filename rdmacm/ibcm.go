@@ -101,6 +101,9 @@ func (id *cmID) event(ev BackendEvent) {
 	cm.events = append(cm.events, queuedEvent{id, ev})
 }
 
+// maxKeptEvents is the room of cm.events kept between deliveries.
+const maxKeptEvents = 64
+
 // deliverEvents hands the queued events to their IDs' handlers, in order,
 // with no lock held. One goroutine delivers at a time; one that finds
 // another at work leaves the queue to it. A handler is looked up when its
@@ -117,7 +120,7 @@ func deliverEvents() {
 	for len(cm.events) > 0 {
 		e := cm.events[0]
 		cm.events[0] = queuedEvent{}
-		cm.events = cm.events[1:]
+		cm.events = popFront(cm.events)
 		h := e.id.handle
 		cm.mu.Unlock()
 		switch {
@@ -130,7 +133,9 @@ func deliverEvents() {
 		}
 		cm.mu.Lock()
 	}
-	cm.events = nil
+	if cap(cm.events) > maxKeptEvents {
+		cm.events = nil // what a burst grew goes
+	}
 	cm.delivering = false
 	cmUnlock()
 }
@@ -657,9 +662,11 @@ func (id *cmID) qpAttr(s verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) 
 // qpToRTS moves the ID's QP to RTR and RTS for its connection. Called with
 // cm.mu held.
 func (id *cmID) qpToRTS() error {
+	var attr verbs.QPAttr // one for both moves: Modify keeps no pointer to it, and it escapes
 	for _, s := range []verbs.QPState{verbs.QPSRTR, verbs.QPSRTS} {
-		attr, mask, err := id.qpAttr(s)
-		if err != nil {
+		var mask verbs.QPAttrMask
+		var err error
+		if attr, mask, err = id.qpAttr(s); err != nil {
 			return err
 		}
 		if err := id.qp.Modify(&attr, mask); err != nil {

@@ -27,7 +27,7 @@ func (id *ID) createQPShared(attr *verbs.QPInitAttr, shared bool) error {
 
 func (id *ID) createQPOn(pd *verbs.PD, attr *verbs.QPInitAttr, shareCQ bool) error {
 	const op = "rdma_create_qp"
-	devCtx, devPD, initQP := id.device()
+	devCtx, devPD, b := id.device()
 	idMu.Lock()
 	has, srq := id.qp != nil, id.srq
 	idMu.Unlock()
@@ -40,22 +40,23 @@ func (id *ID) createQPOn(pd *verbs.PD, attr *verbs.QPInitAttr, shareCQ bool) err
 	if attr != nil && attr.SRQ == nil && srq != nil {
 		a := *attr
 		a.SRQ = srq // the ID's own, as rdma_create_qp takes id->srq
-		err := id.createQP(op, devCtx, devPD, pd, &a, initQP, shareCQ)
+		err := id.createQP(op, devCtx, devPD, pd, &a, b, shareCQ)
 		attr.Cap = a.Cap
 		return err
 	}
-	return id.createQP(op, devCtx, devPD, pd, attr, initQP, shareCQ)
+	return id.createQP(op, devCtx, devPD, pd, attr, b, shareCQ)
 }
 
-// device returns the context and PD of the ID's device, and how its QPs
-// are brought to INIT: nil if the ID is not bound to a device yet.
-func (id *ID) device() (*verbs.Context, *verbs.PD, func(*verbs.QP) error) {
+// device returns the context and PD of the ID's device, and the backend
+// whose AttachQP brings its QPs to INIT: nil if the ID is not bound to a
+// device yet.
+func (id *ID) device() (*verbs.Context, *verbs.PD, BackendID) {
 	idMu.Lock()
 	defer idMu.Unlock()
 	if id.b == nil || id.kdev == nil {
 		return nil, nil, nil
 	}
-	return id.kdev.ctx, id.kdev.pd, id.b.AttachQP
+	return id.kdev.ctx, id.kdev.pd, id.b
 }
 
 // CreateSRQ makes a shared receive queue on the ID's device, with pd or,
@@ -120,9 +121,9 @@ func (id *ID) DestroySRQ() error {
 }
 
 // createQP makes the ID's QP on devCtx, with pd or the device's devPD, and
-// moves it on with initQP. With shareCQ, a QP given no CQs gets one for
+// moves it on with b's AttachQP. With shareCQ, a QP given no CQs gets one for
 // both queues.
-func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, attr *verbs.QPInitAttr, initQP func(*verbs.QP) error, shareCQ bool) error {
+func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, attr *verbs.QPInitAttr, b BackendID, shareCQ bool) error {
 	if attr == nil {
 		return verbs.Errorf(op, verbs.ErrInvalidArgument, "no QP attributes")
 	}
@@ -142,7 +143,8 @@ func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, at
 	}
 	ctx := pd.Context()
 	var sendCh, recvCh *verbs.CompChannel
-	var madeCQs []*verbs.CQ
+	var made [2]*verbs.CQ
+	madeCQs := made[:0]
 	fail := func(err error) error {
 		for _, cq := range madeCQs {
 			cq.Destroy()
@@ -192,7 +194,7 @@ func (id *ID) createQP(op string, devCtx *verbs.Context, devPD, pd *verbs.PD, at
 	if err != nil {
 		return fail(err)
 	}
-	if err := initQP(qp); err != nil {
+	if err := b.AttachQP(qp); err != nil {
 		qp.Destroy()
 		return fail(err)
 	}

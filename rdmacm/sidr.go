@@ -33,12 +33,16 @@ func (id *cmID) sendSIDRREQ(user []byte) error {
 		return err
 	}
 	id.register()
-	c.retr = a.startRetrier(marshal(c.tid, m), c.peerGID, c.sgid, c.timeout, c.retries, func() {
-		c.retr = nil
-		id.toIdle()
-		id.event(BackendEvent{Type: EventUnreachable, Status: -int(verbs.ErrTimedOut)})
-	})
+	c.retr = a.startRetrier(marshal(c.tid, m), c.peerGID, c.sgid, c.timeout, c.retries, id, (*cmID).sidrTimedOut)
 	return nil
+}
+
+// sidrTimedOut is a SIDR_REQ's end when its retries ran out. Called with
+// cm.mu held.
+func (id *cmID) sidrTimedOut() {
+	id.c.retr = nil
+	id.toIdle()
+	id.event(BackendEvent{Type: EventUnreachable, Status: -int(verbs.ErrTimedOut)})
 }
 
 func (a *agent) handleSIDRREP(in *inMAD, m *mad.SIDRREP) {

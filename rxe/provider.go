@@ -42,7 +42,9 @@ var registry struct {
 	// The last list Devices made, when, and for which environment.
 	last []*verbs.Device
 	at   time.Time
-	env  string
+	// envAddr and envPort are the variables as they read then: a list
+	// made for the same strings is the answer again, with no parsing.
+	envAddr, envPort string
 }
 
 // devicesFresh is how long a device list stays the answer: reading the
@@ -56,19 +58,19 @@ const devicesFresh = time.Second
 // interfaces again when the last reading is more than devicesFresh old or
 // the environment variables have changed.
 func (provider) Devices() ([]*verbs.Device, error) {
-	want, err := envAddrs()
-	if err != nil {
-		return nil, err
-	}
-	port, err := envPort()
-	if err != nil {
-		return nil, err
-	}
-	env := fmt.Sprint(want, port)
+	rawAddr, rawPort := os.Getenv(EnvAddr), os.Getenv(EnvPort)
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
-	if env == registry.env && time.Since(registry.at) < devicesFresh {
+	if rawAddr == registry.envAddr && rawPort == registry.envPort && time.Since(registry.at) < devicesFresh {
 		return slices.Clone(registry.last), nil
+	}
+	want, err := parseEnvAddrs(rawAddr)
+	if err != nil {
+		return nil, err
+	}
+	port, err := parseEnvPort(rawPort)
+	if err != nil {
+		return nil, err
 	}
 	ifs, err := net.Interfaces()
 	if err != nil {
@@ -107,7 +109,8 @@ func (provider) Devices() ([]*verbs.Device, error) {
 			return nil, fmt.Errorf("rxe: %s names %v, which is not an address of an interface of this host that is up", EnvAddr, w)
 		}
 	}
-	registry.last, registry.at, registry.env = out, time.Now(), env
+	registry.last, registry.at = out, time.Now()
+	registry.envAddr, registry.envPort = rawAddr, rawPort
 	return slices.Clone(out), nil
 }
 
@@ -166,8 +169,9 @@ func netipPrefix(n *net.IPNet) (netip.Prefix, bool) {
 	return netip.PrefixFrom(a, ones), true
 }
 
-func envAddrs() ([]netip.Addr, error) {
-	s := strings.TrimSpace(os.Getenv(EnvAddr))
+// parseEnvAddrs parses the value of EnvAddr.
+func parseEnvAddrs(s string) ([]netip.Addr, error) {
+	s = strings.TrimSpace(s)
 	if s == "" {
 		return nil, nil
 	}
@@ -182,8 +186,9 @@ func envAddrs() ([]netip.Addr, error) {
 	return out, nil
 }
 
-func envPort() (uint16, error) {
-	s := strings.TrimSpace(os.Getenv(EnvPort))
+// parseEnvPort parses the value of EnvPort.
+func parseEnvPort(s string) (uint16, error) {
+	s = strings.TrimSpace(s)
 	if s == "" {
 		return wire.UDPPort, nil
 	}

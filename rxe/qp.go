@@ -74,9 +74,12 @@ type qp struct {
 	drainedSent bool
 	out         *outBatch // the packets being built; borrowed from hw for a step's sends
 	outSGID     int       // the GID index (link) the out batch leaves from
-	timer       timer
-	timerAt     time.Time // when timer fires (zero: it is stopped, or fired)
-	work        []inPacket
+	// timer wakes the owner at the engine's next deadline. It is made by
+	// the first armTimer: a QP that never waits for a deadline (one that
+	// connection setup makes and closes unused, say) never has one.
+	timer   timer
+	timerAt time.Time // when timer fires (zero: it is stopped, or fired)
+	work    []inPacket
 }
 
 // pendingOps are state changes Modify asks the owner to carry out.
@@ -197,7 +200,6 @@ func (q *qp) start() error {
 	q.attr.PortNum = 1
 	// Whole before it enters the table: from then on the receive loop
 	// may run it (stepHere), before this goroutine goes on.
-	q.timer = h.clock.newTimer()
 	h.mu.Lock()
 	if len(h.qps) >= maxQP {
 		h.mu.Unlock()

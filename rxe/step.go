@@ -93,11 +93,12 @@ func (q *qp) event(t verbs.EventType) {
 // run is the owner goroutine.
 func (q *qp) run() {
 	defer close(q.exited)
+	var tc <-chan time.Time // the timer's, taken in the first step after armTimer made it
 	for {
 		fired := false
 		select {
 		case <-q.wake:
-		case <-q.timer.ch():
+		case <-tc:
 			fired = true
 		case <-q.done:
 			q.stepMu.Lock() // a poster or poller may be stepping
@@ -110,6 +111,9 @@ func (q *qp) run() {
 			q.timerAt = time.Time{} // armTimer sets it again
 		}
 		q.step(q.hw.clock.now(), false)
+		if tc == nil && q.timer != nil {
+			tc = q.timer.ch()
+		}
 		q.stepMu.Unlock()
 	}
 }
@@ -129,7 +133,9 @@ func (q *qp) stopOwner() {
 			q.hw.putBuf(p.buf)
 		}
 	}
-	q.timer.stop()
+	if q.timer != nil {
+		q.timer.stop()
+	}
 }
 
 // step takes what arrived and was posted and does all the work it allows.
@@ -389,6 +395,14 @@ func (q *qp) armTimer(now time.Time) {
 		return
 	}
 	q.timerAt = d
+	if q.timer == nil {
+		// The QP's first deadline. The owner, which may already wait
+		// with no timer, is woken to take the timer's channel.
+		q.timer = q.hw.clock.newTimer()
+		q.timer.reset(max(d.Sub(now), time.Microsecond))
+		q.kick()
+		return
+	}
 	q.ensureOwner() // the owner waits for the timer
 	q.timer.reset(max(d.Sub(now), time.Microsecond))
 }

@@ -245,22 +245,26 @@ func (cq *CQ) Destroy() error {
 // in order, as the program reads.
 type CompChannel struct {
 	ctx *Context
-	c   chan *CQ
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// c is made when first used (queue): rdma_create_qp makes two
+	// channels per QP, which a program that polls its CQs never reads.
+	c      chan *CQ
 	cqs    int
 	closed bool
 	over   []*CQ // events c had no room for, oldest first
 	moving bool  // the goroutine moving over into c runs
-	done   chan struct{}
-	mover  sync.WaitGroup
+	// done is closed by Close. Only a mover waits on it, so it is made
+	// when the first mover starts: most channels never need one.
+	done  chan struct{}
+	mover sync.WaitGroup
 }
 
 // compChannelLen is the room of a channel's queue before events wait in
-// its overflow. The queue is allocated with the channel: rdma_cm makes two
-// per connection, and at 4096 entries (32 KiB) they took a third of a
-// connection's setup. A CQ has at most one event waiting per arming, and
-// most channels serve one or two CQs.
+// its overflow. The queue is allocated with the channel's first use:
+// rdma_cm makes two channels per QP, and at 4096 entries (32 KiB) they
+// took a third of a connection's setup. A CQ has at most one event
+// waiting per arming, and most channels serve one or two CQs.
 const compChannelLen = 8
 
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel).
@@ -268,7 +272,22 @@ func (c *Context) CreateCompChannel() (*CompChannel, error) {
 	if err := c.check("ibv_create_comp_channel"); err != nil {
 		return nil, err
 	}
-	return &CompChannel{ctx: c, c: make(chan *CQ, compChannelLen), done: make(chan struct{})}, nil
+	return &CompChannel{ctx: c}, nil
+}
+
+// queue returns c, making it first if need be.
+func (ch *CompChannel) queue() chan *CQ {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.queueLocked()
+}
+
+// queueLocked is queue with ch.mu held.
+func (ch *CompChannel) queueLocked() chan *CQ {
+	if ch.c == nil {
+		ch.c = make(chan *CQ, compChannelLen)
+	}
+	return ch.c
 }
 
 func (ch *CompChannel) attach(d int) {
@@ -286,7 +305,7 @@ func (ch *CompChannel) post(cq *CQ) bool {
 	}
 	if len(ch.over) == 0 {
 		select {
-		case ch.c <- cq:
+		case ch.queueLocked() <- cq:
 			return true
 		default:
 		}
@@ -294,6 +313,9 @@ func (ch *CompChannel) post(cq *CQ) bool {
 	ch.over = append(ch.over, cq)
 	if !ch.moving {
 		ch.moving = true
+		if ch.done == nil {
+			ch.done = make(chan struct{})
+		}
 		ch.mover.Add(1)
 		go ch.move()
 	}
@@ -310,10 +332,10 @@ func (ch *CompChannel) move() {
 			ch.mu.Unlock()
 			return
 		}
-		cq := ch.over[0]
+		cq, c := ch.over[0], ch.queueLocked()
 		ch.mu.Unlock()
 		select {
-		case ch.c <- cq:
+		case c <- cq:
 			ch.mu.Lock()
 			ch.over[0] = nil
 			ch.over = ch.over[1:]
@@ -327,7 +349,7 @@ func (ch *CompChannel) move() {
 // (ibv_get_cq_event). Each event must be acknowledged with CQ.AckEvents.
 func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 	select {
-	case cq := <-ch.c:
+	case cq := <-ch.queue():
 		return cq, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -335,7 +357,7 @@ func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 }
 
 // C returns the channel GetCQEvent reads, for use in select.
-func (ch *CompChannel) C() <-chan *CQ { return ch.c }
+func (ch *CompChannel) C() <-chan *CQ { return ch.queue() }
 
 // Close destroys the channel (ibv_destroy_comp_channel). It fails with
 // ErrBusy while CQs are bound to it.
@@ -347,7 +369,9 @@ func (ch *CompChannel) Close() error {
 	}
 	if !ch.closed {
 		ch.closed = true
-		close(ch.done)
+		if ch.done != nil {
+			close(ch.done)
+		}
 	}
 	ch.mu.Unlock()
 	ch.mover.Wait()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 )
@@ -64,7 +63,7 @@ func Devices() ([]*Device, error) {
 		}
 		devs = append(devs, d...)
 	}
-	sort.SliceStable(devs, func(i, j int) bool { return devs[i].name < devs[j].name })
+	slices.SortStableFunc(devs, func(a, b *Device) int { return strings.Compare(a.name, b.name) })
 	return devs, nil
 }
 

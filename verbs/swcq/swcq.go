@@ -18,9 +18,13 @@ import (
 type CQ struct {
 	notify func() // verbs' completion-channel hook, called when an armed CQ fires
 
-	mu          sync.Mutex
-	ring        []verbs.WC // circular: n entries from head
-	stamps      []stamp    // NewStamped: when each entry of ring was pushed
+	mu sync.Mutex
+	// ring is circular: n entries from head. It is made with the first
+	// completion (or Resize): a CQ that never takes one, such as those
+	// rdma_create_qp makes for a connection closed unused, costs no ring.
+	ring        []verbs.WC
+	size        int     // the room of ring, made or not
+	stamps      []stamp // NewStamped: when each entry of ring was pushed
 	head, n     int
 	armed       notifyMode
 	overrunTold bool // FirstOverrun has said so
@@ -43,7 +47,7 @@ const (
 // called (without the CQ's lock) each time an armed CQ takes a completion
 // that fires it.
 func New(cqe int, notify func()) *CQ {
-	return &CQ{notify: notify, ring: make([]verbs.WC, cqe), nonEmpty: make(chan struct{}, 1)}
+	return &CQ{notify: notify, size: cqe, nonEmpty: make(chan struct{}, 1)}
 }
 
 // NewStamped returns a CQ like New's that also records when each
@@ -89,12 +93,15 @@ func (cq *CQ) Push(wc *verbs.WC, solicited bool) bool {
 		cq.mu.Unlock()
 		return false
 	}
-	if cq.n == len(cq.ring) {
+	if cq.n == cq.size {
 		cq.overflow = true
 		cq.mu.Unlock()
 		return false
 	}
-	i := (cq.head + cq.n) % len(cq.ring)
+	if cq.ring == nil {
+		cq.ring = make([]verbs.WC, cq.size)
+	}
+	i := (cq.head + cq.n) % cq.size
 	cq.ring[i] = *wc
 	if cq.stamps != nil {
 		// Read under the lock, so that the stamps of the queue's
@@ -173,7 +180,7 @@ func (cq *CQ) poll(wc []verbs.WC) (int, error) {
 
 // pop drops the oldest completion (mu held).
 func (cq *CQ) pop() {
-	cq.head = (cq.head + 1) % len(cq.ring)
+	cq.head = (cq.head + 1) % cq.size
 	cq.n--
 }
 
@@ -229,7 +236,7 @@ func (cq *CQ) Len() int {
 func (cq *CQ) Cap() int {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
-	return len(cq.ring)
+	return cq.size
 }
 
 // Wait implements verbs.CQDriver.
@@ -292,13 +299,13 @@ func (cq *CQ) Resize(cqe int) error {
 		stamps = make([]stamp, cqe)
 	}
 	for i := 0; i < cq.n; i++ {
-		j := (cq.head + i) % len(cq.ring)
+		j := (cq.head + i) % cq.size
 		ring[i] = cq.ring[j]
 		if stamps != nil {
 			stamps[i] = cq.stamps[j]
 		}
 	}
-	cq.ring, cq.stamps, cq.head = ring, stamps, 0
+	cq.ring, cq.size, cq.stamps, cq.head = ring, cqe, stamps, 0
 	return nil
 }
 
