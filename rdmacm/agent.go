@@ -389,9 +389,9 @@ func (a *agent) reaperNeeded() bool {
 }
 
 // popFront returns q without its first element. A queue that empties
-// starts again at the head of its array, so that a queue that seldom holds
-// more than one element keeps its array rather than walking off its end
-// and allocating a new one. The caller clears q[0].
+// keeps its place in its array, so that a queue that seldom holds more
+// than one element reuses one slot rather than walking off the array's
+// end and allocating a new one. The caller clears q[0].
 func popFront[T any](q []T) []T {
 	if len(q) == 1 {
 		return q[:0]
