@@ -3,6 +3,7 @@ package verbs_test
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -17,9 +18,15 @@ type listProvider struct {
 func (p listProvider) Name() string                      { return p.name }
 func (p listProvider) Devices() ([]*verbs.Device, error) { return p.devs, nil }
 
-func TestRDMAGOProviderPicksTheProvidersListed(t *testing.T) {
+// registerTestProviders registers the test's two providers once: a
+// registration lasts for the process, and -count runs the test again.
+var registerTestProviders = sync.OnceFunc(func() {
 	verbs.RegisterProvider(listProvider{"ptest_a", []*verbs.Device{verbs.NewDevice("ptest_a0", 1, cqDevice{})}})
 	verbs.RegisterProvider(listProvider{"ptest_b", []*verbs.Device{verbs.NewDevice("ptest_b0", 2, cqDevice{})}})
+})
+
+func TestRDMAGOProviderPicksTheProvidersListed(t *testing.T) {
+	registerTestProviders()
 	for _, c := range []struct {
 		env  string
 		want []string
