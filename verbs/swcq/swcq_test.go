@@ -134,3 +134,44 @@ func TestEmptyOrRoomlessPollDrivesProgress(t *testing.T) {
 		}
 	}
 }
+
+// A CQ makes its ring with its first completion: before that, polls find
+// nothing, Cap and Len answer, Resize works, and the ring then holds
+// exactly the room asked for; plain and stamped alike.
+func TestACQWithNoRingYetBehavesAsAnEmptyOne(t *testing.T) {
+	for _, cq := range []*CQ{New(4, nil), NewStamped(4, nil)} {
+		var cur verbs.WCEx
+		if err := cq.StartPoll(&cur); err != verbs.ErrNoEntry {
+			t.Fatalf("StartPoll of a CQ with no ring: %v, want ErrNoEntry", err)
+		}
+		if n, err := cq.Poll(make([]verbs.WC, 2)); n != 0 || err != nil {
+			t.Fatalf("Poll of a CQ with no ring: %d, %v", n, err)
+		}
+		if cq.Cap() != 4 || cq.Len() != 0 {
+			t.Fatalf("Cap %d, Len %d; want 4 and 0", cq.Cap(), cq.Len())
+		}
+		if err := cq.Resize(2); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			if !cq.Push(&verbs.WC{WRID: uint64(i)}, false) {
+				t.Fatalf("push %d refused", i)
+			}
+		}
+		if cq.Push(&verbs.WC{}, false) {
+			t.Fatal("a push beyond the resized room was taken")
+		}
+		if err := cq.StartPoll(&cur); err != nil || cur.WRID != 0 {
+			t.Fatalf("StartPoll: %v, wr_id %d", err, cur.WRID)
+		}
+		if err := cq.NextPoll(&cur); err != nil || cur.WRID != 1 {
+			t.Fatalf("NextPoll: %v, wr_id %d", err, cur.WRID)
+		}
+		cq.Destroy()
+	}
+	cq := New(3, nil)
+	cq.Destroy()
+	if cq.Push(&verbs.WC{}, false) {
+		t.Fatal("a push after Destroy was taken")
+	}
+}
