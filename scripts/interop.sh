@@ -24,6 +24,7 @@ cd "$(dirname "$0")/.."
 vm=${1:-$PWD/../shared/interop/vm}
 rocesim=${2:-}
 out=${OUT:-$(mktemp -d /tmp/rdmago-interop.XXXXXX)}
+mkdir -p "$out" || exit 1
 status=0
 
 summary() { # name log: one line of counts from a go test -v log
