@@ -332,6 +332,12 @@ func providerHint() string {
 }
 
 func dial(ctx context.Context, ai *AddrInfo, opts *Options) (c *Conn, err error) {
+	// A context already done ends the dial before anything is sent, as
+	// net.Dialer's does: the address and route events come at once, and
+	// a REJ from a device nearby can come before a wait sees ctx.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	id, ch, err := newChannelID(ai.PortSpace)
 	if err != nil {
 		return nil, err
