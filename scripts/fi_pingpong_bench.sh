@@ -10,6 +10,7 @@
 # Needs fi_pingpong (apt-get install libfabric-bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 rounds=${1:-5}
 command -v fi_pingpong >/dev/null || { echo "fi_pingpong is not installed (apt-get install libfabric-bin)" >&2; exit 1; }
 bin=$(mktemp -d)/rdmago
@@ -17,19 +18,23 @@ trap 'rm -rf "$(dirname "$bin")"' EXIT
 go build -o "$bin" ./cmd/rdmago
 
 port=47600
-# pair PROG ARGS...: one server and one client; prints the client's row.
+# pair PROG ARGS...: one server and one client; prints the client's row,
+# or nothing if the pair failed (each side has a minute).
 pair() {
 	local prog=$1; shift
-	port=$((port + 1))
+	port=$((port + 10)) # the tcp provider's servers take the next ports too
 	if [ "$prog" = c ]; then set -- fi_pingpong "$@"; else set -- "$bin" fi_pingpong "$@"; fi
-	"$@" -B "$port" >/dev/null 2>&1 &
+	timeout 60 "$@" -B "$port" >/dev/null 2>&1 &
 	local srv=$!
-	sleep 0.3
-	"$@" -P "$port" 127.0.0.1 | awk 'NR == 2'
-	wait "$srv"
+	if wait_listen "$port"; then
+		timeout 60 "$@" -P "$port" 127.0.0.1 | awk 'NR == 2' || true
+	else
+		kill "$srv" 2>/dev/null || true
+	fi
+	wait "$srv" 2>/dev/null || true
 }
 
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+median() { sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else print "nan"}'; }
 
 declare -A lat bw
 for r in $(seq "$rounds"); do
@@ -38,7 +43,7 @@ for r in $(seq "$rounds"); do
 		b=$(pair $prog -p tcp -e msg -S 1048576 -I 1000 | awk '{print $6}')
 		lat[$prog]+="$l "
 		bw[$prog]+="$b "
-		printf 'round %d %-6s 64 B %8s usec/xfer   1 MiB %9s MB/sec\n' "$r" "$prog" "$l" "$b"
+		printf 'round %d %-6s 64 B %8s usec/xfer   1 MiB %9s MB/sec\n' "$r" "$prog" "${l:-failed}" "${b:-failed}"
 	done
 done
 for prog in c go; do

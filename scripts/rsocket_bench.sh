@@ -18,6 +18,7 @@
 # (RDMAGO_RXE_ADDR), the client at 127.0.0.1, as two hosts would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 rounds=${1:-5}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -36,10 +37,9 @@ limit=60
 lat() { # the device's 64 B SEND round trip, µs
 	RDMAGO_RXE_ADDR=127.0.0.2 timeout $limit "$dir/rdmago" ib_send_lat -s 64 -n 20000 -p "$1" >/dev/null 2>&1 &
 	local srv=$!
-	sleep 0.5
-	RDMAGO_RXE_ADDR=127.0.0.1 timeout $limit "$dir/rdmago" ib_send_lat -s 64 -n 20000 -p "$1" 127.0.0.2 |
-		awk '/^ *64 +[0-9]+ / {print 2 * $5; exit}' || true
-	wait "$srv" || true
+	wait_listen "$1" && RDMAGO_RXE_ADDR=127.0.0.1 timeout $limit "$dir/rdmago" ib_send_lat -s 64 -n 20000 -p "$1" 127.0.0.2 |
+		awk '/^ *64 +[0-9]+ / {print 2 * $5; exit}' || kill "$srv" 2>/dev/null || true
+	wait "$srv" 2>/dev/null || true
 }
 grpc() { # grpcbench OP [-tcp]: µs per call, or MB/s
 	RDMAGO_RXE_ADDR=127.0.0.2 timeout $limit "$dir/grpcbench" -s ${3:-} -a "127.0.0.2:$2" >/dev/null 2>&1 &

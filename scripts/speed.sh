@@ -32,6 +32,7 @@
 # Needs fi_pingpong and iperf3 (apt-get install libfabric-bin iperf3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 rounds=${1:-3}
 for t in fi_pingpong iperf3; do
 	command -v "$t" >/dev/null || { echo "$t is not installed (apt-get install libfabric-bin iperf3)" >&2; exit 1; }
@@ -64,18 +65,16 @@ perf() {
 	local port=$1 tool=$2; shift 2
 	RDMAGO_RXE_ADDR=$srvaddr timeout "$limit" "$bin" "$tool" -d rxe_lo -p "$port" "$@" >/dev/null 2>&1 &
 	local srv=$!
-	sleep 0.5
-	timeout "$limit" "$bin" "$tool" -d rxe_lo -p "$port" "$@" "$srvaddr" | awk '/^ *[0-9]+ +[0-9]+ / {print; exit}' || true
-	wait "$srv" || true
+	wait_listen "$port" && timeout "$limit" "$bin" "$tool" -d rxe_lo -p "$port" "$@" "$srvaddr" | awk '/^ *[0-9]+ +[0-9]+ / {print; exit}' || kill "$srv" 2>/dev/null || true
+	wait "$srv" 2>/dev/null || true
 }
 # fipp PORT ARGS...: C fi_pingpong server and client; prints the client's row.
 fipp() {
 	local port=$1; shift
 	timeout "$limit" fi_pingpong "$@" -B "$port" >/dev/null 2>&1 &
 	local srv=$!
-	sleep 0.3
-	timeout "$limit" fi_pingpong "$@" -P "$port" 127.0.0.1 | awk 'NR == 2' || true
-	wait "$srv" || true
+	wait_listen "$port" && timeout "$limit" fi_pingpong "$@" -P "$port" 127.0.0.1 | awk 'NR == 2' || kill "$srv" 2>/dev/null || true
+	wait "$srv" 2>/dev/null || true
 }
 # floor PORT SIZE [ack]: the C UDP ping-pong's half round trip, in us.
 floor() {
@@ -91,9 +90,8 @@ floor() {
 iperf() {
 	timeout "$limit" iperf3 -s -1 -p "$1" >/dev/null 2>&1 &
 	local srv=$!
-	sleep 0.3
-	timeout "$limit" iperf3 -c 127.0.0.1 -p "$1" -t 3 -f m | awk '/receiver/ {print $7}' || true
-	wait "$srv" || true
+	wait_listen "$1" && timeout "$limit" iperf3 -c 127.0.0.1 -p "$1" -t 3 -f m | awk '/receiver/ {print $7}' || kill "$srv" 2>/dev/null || true
+	wait "$srv" 2>/dev/null || true
 }
 
 declare -A v
