@@ -101,7 +101,8 @@ type ep struct {
 	drained  bool // the last read found the socket empty (or emptied it)
 	full     bool // the last write found the socket's buffer full (or filled it)
 	cur      *rxFrame
-	pend     *header // a message header waiting for a receive buffer
+	pend     *header // a message header waiting for a receive buffer (pendHdr)
+	pendHdr  header
 	scratch  []byte
 	free     []*txEntry // sent entries, for reuse by the program's sends
 	msgFrame rxFrame    // the receipt of a message, reused
