@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/hostcc"
 )
 
 // conn is one TCP connection of an endpoint's to a peer: a goroutine
@@ -94,6 +95,7 @@ func (c *conn) writer(self netip.AddrPort) {
 			return
 		}
 		x.(*net.TCPConn).SetNoDelay(true)
+		hostcc.SetConn(x.(*net.TCPConn)) // see package hostcc
 		c.mu.Lock()
 		if c.dead {
 			c.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/hostcc"
 	"github.com/rdmago/rdmago/fabric/internal/sockpoll"
 	"github.com/rdmago/rdmago/internal/yield"
 )
@@ -182,6 +183,7 @@ func (e *ep) accept(ln *net.TCPListener) {
 			return
 		}
 		nc.SetNoDelay(true)
+		hostcc.SetConn(nc) // see package hostcc
 		e.mu.Lock()
 		if e.closed {
 			e.mu.Unlock()

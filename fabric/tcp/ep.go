@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdmago/fabric"
+	"github.com/rdmago/rdmago/fabric/internal/hostcc"
 	"github.com/rdmago/rdmago/fabric/internal/sockpoll"
 )
 
@@ -260,6 +261,7 @@ func (e *ep) attach(c *net.TCPConn) error {
 		unix.Close(fd)
 		return fabric.Errorf("fi_connect", fabric.ErrIO, err.Error())
 	}
+	hostcc.Set(fd, local.Addr(), peer.Addr()) // see package hostcc
 	wt, err := sockpoll.Add(fd)
 	if err != nil {
 		unix.Close(fd)
