@@ -37,7 +37,7 @@ pair() {
 	wait "$srv" 2>/dev/null || true
 }
 
-median() { sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else print "nan"}'; }
+median() { sort -g | awk 'NF {v[++n] = $1} END {if (n) print (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2; else print "nan"}'; }
 
 declare -A lat bw
 for r in $(seq "$rounds"); do
@@ -57,5 +57,6 @@ for prog in c go; do
 done
 cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
 echo "congestion control: the system's is $cc; C keeps it, rdmago asks for reno on connections to this host (fabric/internal/hostcc)"
-awk -v lg="$lm_go" -v lc="$lm_c" -v bg="$bm_go" -v bc="$bm_c" 'BEGIN {
-	printf "rdmago/C: latency %.2fx (goal <= 0.90), bandwidth %.2fx (goal >= 1.10)\n", lg / lc, bg / bc }'
+awk -v lg="$lm_go" -v lc="$lm_c" -v bg="$bm_go" -v bc="$bm_c" '
+	function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2fx", a / b) : "n/a" }
+	BEGIN { printf "rdmago/C: latency %s (goal <= 0.90), bandwidth %s (goal >= 1.10)\n", ratio(lg, lc), ratio(bg, bc) }'

@@ -10,8 +10,10 @@ wait_listen() {
 	hex=$(printf '%04X' "$1")
 	tries=$(( ${2:-10} * 50 ))
 	while [ "$tries" -gt 0 ]; do
-		awk -v p="$hex" '$4 == "0A" && substr($2, length($2) - 3) == p {found = 1} END {exit !found}' \
-			/proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
+		# (cat: a host without IPv6 has no tcp6, and some awks stop at a
+		# missing file.)
+		cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+			awk -v p="$hex" '$4 == "0A" && substr($2, length($2) - 3) == p {found = 1} END {exit !found}' && return 0
 		sleep 0.02
 		tries=$((tries - 1))
 	done

@@ -37,8 +37,12 @@ limit=60
 lat() { # the device's 64 B SEND round trip, µs
 	RDMAGO_RXE_ADDR=127.0.0.2 timeout $limit "$dir/rdmago" ib_send_lat -s 64 -n 20000 -p "$1" >/dev/null 2>&1 &
 	local srv=$!
-	wait_listen "$1" && RDMAGO_RXE_ADDR=127.0.0.1 timeout $limit "$dir/rdmago" ib_send_lat -s 64 -n 20000 -p "$1" 127.0.0.2 |
-		awk '/^ *64 +[0-9]+ / {print 2 * $5; exit}' || kill "$srv" 2>/dev/null || true
+	if wait_listen "$1"; then
+		RDMAGO_RXE_ADDR=127.0.0.1 timeout $limit "$dir/rdmago" ib_send_lat -s 64 -n 20000 -p "$1" 127.0.0.2 |
+			awk '/^ *64 +[0-9]+ / {print 2 * $5; exit}' || true
+	else
+		kill "$srv" 2>/dev/null || true
+	fi
 	wait "$srv" 2>/dev/null || true
 }
 grpc() { # grpcbench OP [-tcp]: µs per call, or MB/s

@@ -70,7 +70,11 @@ perf() {
 	local port=$1 tool=$2; shift 2
 	RDMAGO_RXE_ADDR=$srvaddr timeout "$limit" "$bin" "$tool" -d rxe_lo -p "$port" "$@" >/dev/null 2>&1 &
 	local srv=$!
-	wait_listen "$port" && timeout "$limit" "$bin" "$tool" -d rxe_lo -p "$port" "$@" "$srvaddr" | awk '/^ *[0-9]+ +[0-9]+ / {print; exit}' || kill "$srv" 2>/dev/null || true
+	if wait_listen "$port"; then
+		timeout "$limit" "$bin" "$tool" -d rxe_lo -p "$port" "$@" "$srvaddr" | awk '/^ *[0-9]+ +[0-9]+ / {print; exit}' || true
+	else
+		kill "$srv" 2>/dev/null || true
+	fi
 	wait "$srv" 2>/dev/null || true
 }
 # fipp PORT ARGS...: C fi_pingpong server and client; prints the client's row.
@@ -78,7 +82,11 @@ fipp() {
 	local port=$1; shift
 	timeout "$limit" fi_pingpong "$@" -B "$port" >/dev/null 2>&1 &
 	local srv=$!
-	wait_listen "$port" && timeout "$limit" fi_pingpong "$@" -P "$port" 127.0.0.1 | awk 'NR == 2' || kill "$srv" 2>/dev/null || true
+	if wait_listen "$port"; then
+		timeout "$limit" fi_pingpong "$@" -P "$port" 127.0.0.1 | awk 'NR == 2' || true
+	else
+		kill "$srv" 2>/dev/null || true
+	fi
 	wait "$srv" 2>/dev/null || true
 }
 # floor PORT SIZE [ack]: the C UDP ping-pong's half round trip, in us.
@@ -96,7 +104,11 @@ floor() {
 iperf() {
 	timeout "$limit" iperf3 -s -1 -p "$1" >/dev/null 2>&1 &
 	local srv=$!
-	wait_listen "$1" && timeout "$limit" iperf3 -c 127.0.0.1 -p "$1" -t 3 -f m ${2:+-C "$2"} | awk '/receiver/ {print $7}' || kill "$srv" 2>/dev/null || true
+	if wait_listen "$1"; then
+		timeout "$limit" iperf3 -c 127.0.0.1 -p "$1" -t 3 -f m ${2:+-C "$2"} | awk '/receiver/ {print $7}' || true
+	else
+		kill "$srv" 2>/dev/null || true
+	fi
 	wait "$srv" 2>/dev/null || true
 }
 

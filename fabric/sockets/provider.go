@@ -21,7 +21,10 @@
 // peer acknowledges it, as C's. Messages nobody has posted a receive for
 // yet are kept until one comes (C's buffered receives). Progress is
 // automatic: a goroutine reads each connection and another writes it,
-// so no call waits for the network.
+// so no call waits for the network. A connection to the host itself asks
+// for the reno congestion control, as the tcp provider's do (see
+// fabric/internal/hostcc; RDMAGO_LOCAL_TCP_CC=system keeps the
+// system's).
 //
 // Importing the package registers the provider. Its fi_info entries are
 // the C provider's (FI_EP_DGRAM, then FI_EP_RDM, then FI_EP_MSG, one per

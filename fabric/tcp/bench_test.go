@@ -100,7 +100,7 @@ func TestPingPongAllocatesNothing(t *testing.T) {
 	for range 100 {
 		round() // warm up: frames, queues and staging buffers at their size
 	}
-	if avg := testing.AllocsPerRun(500, round); avg >= 0.5 {
+	if avg := testing.AllocsPerRun(500, round); avg != 0 { // (a whole number: allocations over rounds, truncated)
 		t.Errorf("%.2f allocations per round trip, want none", avg)
 	}
 }

@@ -100,15 +100,18 @@ type ep struct {
 	rbuf     []byte // staged bytes read from the socket: rbuf[rlo:rhi]
 	rlo, rhi int
 	drained  bool // the last read found the socket empty (or emptied it)
-	full     bool // the last write found the socket's buffer full (or filled it)
-	cur      *rxFrame
-	pend     *header // a message header waiting for a receive buffer (pendHdr)
-	pendHdr  header
-	scratch  []byte
-	free     []*txEntry // sent entries, for reuse by the program's sends
-	msgFrame rxFrame    // the receipt of a message, reused
-	msgDone  func()     // e.finishMsg, made once
-	msgFail  func(fabric.Errno)
+	// receives counts the calls of receive; drainedIn is the one in which
+	// a read last found the socket empty.
+	receives, drainedIn uint64
+	full                bool // the last write found the socket's buffer full (or filled it)
+	cur                 *rxFrame
+	pend                *header // a message header waiting for a receive buffer (pendHdr)
+	pendHdr             header
+	scratch             []byte
+	free                []*txEntry // sent entries, for reuse by the program's sends
+	msgFrame            rxFrame    // the receipt of a message, reused
+	msgDone             func()     // e.finishMsg, made once
+	msgFail             func(fabric.Errno)
 	// internalKey, if set, tells the keys of a layered provider's own
 	// regions, whose remote reads are not counted as the program's.
 	internalKey func(key uint64) bool

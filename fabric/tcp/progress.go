@@ -143,6 +143,9 @@ func (e *ep) readRaw(b []byte) (int, error) {
 	}
 	n, err := rawIO(unix.SYS_READ, e.fd, b)
 	e.drained = n < len(b)
+	if e.drained {
+		e.drainedIn = e.receives
+	}
 	if err == syscall.EAGAIN || err == syscall.EINTR {
 		return 0, nil
 	}
@@ -158,6 +161,7 @@ func (e *ep) readRaw(b []byte) (int, error) {
 // receive takes in frames until the socket is empty or a message waits
 // for a receive buffer. Called with e.mu held.
 func (e *ep) receive() {
+	e.receives++
 	for e.up && (e.state == stConnected || e.state == stShutdown) {
 		if e.cur == nil && e.pend != nil {
 			// A message waits for a receive buffer.
@@ -166,6 +170,9 @@ func (e *ep) receive() {
 			}
 			h := *e.pend
 			e.pend = nil
+			// The background loop, which armed nothing while the
+			// message waited, must watch the socket again.
+			e.kickLoops()
 			if !e.start(h) {
 				return
 			}
@@ -213,13 +220,15 @@ func (e *ep) receive() {
 		if len(f.dst) == 0 && f.discard == 0 {
 			e.cur = nil
 			f.done()
-			if e.drained && e.rlo == e.rhi {
-				// The socket was empty at the last read: the
+			if e.drained && e.drainedIn == e.receives && e.rlo == e.rhi {
+				// A read of this call found the socket empty: the
 				// program gets the completion now, rather than after
 				// a poll that would almost always find nothing
 				// (about a quarter of a microsecond of a ping-pong's
 				// turn). Data that comes later wakes the background
 				// loop's epoll as ever, and the next Progress reads it.
+				// (An older read proves nothing: a message that
+				// waited for a buffer was read long ago.)
 				return
 			}
 			continue

@@ -21,7 +21,11 @@
 // raises FI_SHUTDOWN; one that sends a malformed frame or touches memory
 // it may not fails the connection: the operations outstanding complete
 // with an error, and the event queue gets an error entry and FI_SHUTDOWN.
-// Close ends a connect in progress at once.
+// Close ends a connect in progress at once. A connection to the host
+// itself asks for the reno congestion control, where C keeps the
+// system's: a pacing one (bbr) slows large messages on loopback to about
+// a third (RDMAGO_LOCAL_TCP_CC=system keeps the system's; see
+// fabric/internal/hostcc).
 //
 // Offered: FI_EP_MSG with FI_MSG (send, senddata, inject, sendmsg) and
 // FI_RMA (write, writedata, inject_write, read), over IPv4 and IPv6, with

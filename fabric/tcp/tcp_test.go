@@ -389,3 +389,52 @@ func (s *rdmSide) ok(t *testing.T) fabric.CQEntry {
 func TestFabricAPIConnectionless(t *testing.T) {
 	fabrictest.RunConnectionless(t, fabrictest.Connectionless{Name: "tcp", Entry: "tcp;ofi_rxm", Type: fabric.EPRDM, Tagged: true})
 }
+
+// A message that came before any receive was posted waits in the socket
+// (its header read); once the program posts receives and takes it in with
+// one CQ read, the message behind it must still arrive with no further
+// polling: the background loop, which watched nothing while the first
+// waited, watches the socket again, and the program's early completion
+// does not trust the read that found the socket empty long ago.
+func TestMessagesBehindAWaitingOneArriveWithoutPolling(t *testing.T) {
+	cli, srv := connected(t, nil)
+	for _, m := range []string{"first", "second"} {
+		if err := cli.ep.Inject([]byte(m), fabric.AddrNotAvail); err != nil {
+			t.Fatal(err)
+		}
+		// Let the server's background loop read the first header and
+		// find no receive posted; the second comes after that read.
+		time.Sleep(100 * time.Millisecond)
+	}
+	bufs := [][]byte{make([]byte, 16), make([]byte, 16)}
+	for _, b := range bufs {
+		if err := srv.ep.Recv(b, nil, fabric.AddrNotAvail, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Let the background loop look again (the posts kicked it) and go
+	// back to waiting, before the program takes the first message in.
+	time.Sleep(100 * time.Millisecond)
+	var e [1]fabric.CQEntry
+	got := 0
+	deadline := time.Now().Add(5 * time.Second)
+	for got == 0 && time.Now().Before(deadline) {
+		n, err := srv.cq.Read(e[:])
+		if err != nil && err != fabric.ErrAgain {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	if got == 0 {
+		t.Fatal("the first message never completed")
+	}
+	// From here on the program only waits, as fi_cq_sread does.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := srv.cq.Wait(ctx); err != nil {
+		t.Fatalf("the second message did not arrive without polling: %v", err)
+	}
+	if n, _ := srv.cq.Read(e[:]); n != 1 || string(bufs[1][:e[0].Len]) != "second" {
+		t.Fatalf("got %d completions, %q", n, bufs[1][:e[0].Len])
+	}
+}

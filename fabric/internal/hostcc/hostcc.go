@@ -15,41 +15,86 @@
 // messages, which fit the pacing budget, were the same with both.
 //
 // So for a connection to its own host a provider asks for reno, which
-// Linux lets any process choose (net.ipv4.tcp_allowed_congestion_control
-// always holds it), and which on a connection that never loses a
-// segment behaves as cubic does. Connections to other hosts keep the
-// system's choice. C libfabric's tcp provider leaves the system's choice
-// on every connection.
+// Linux lets any process choose unless the administrator restricted
+// net.ipv4.tcp_allowed_congestion_control, and which on a connection that
+// never loses a segment stays in slow start as cubic does. Connections
+// to other hosts keep the system's choice. C libfabric's tcp provider
+// leaves the system's choice on every connection.
+//
+// The environment variable RDMAGO_LOCAL_TCP_CC changes what is asked for:
+// "system" keeps the system's choice on these connections too, and any
+// other value names the congestion control to ask for instead of reno.
 package hostcc
 
 import (
 	"net"
 	"net/netip"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
 
 // Local is the congestion control asked for on connections to the host
-// itself.
+// itself, unless RDMAGO_LOCAL_TCP_CC says otherwise.
 const Local = "reno"
 
+// Env is the environment variable that overrides Local ("system": ask
+// for nothing).
+const Env = "RDMAGO_LOCAL_TCP_CC"
+
 // IsLocal reports whether a connection from local to peer stays on this
-// host: the peer is a loopback address, or the connection's own address
-// (which Linux routes through the loopback device too).
+// host: either end is a loopback address, or the peer is an address of
+// this host (Linux routes a connection to any of its own addresses
+// through the loopback device).
 func IsLocal(local, peer netip.Addr) bool {
 	local, peer = local.Unmap(), peer.Unmap()
-	return peer.IsLoopback() || peer == local
+	if local.IsLoopback() || peer.IsLoopback() || peer.WithZone("") == local.WithZone("") {
+		return true
+	}
+	return isHostAddr(peer)
 }
 
-// Set asks for Local on the connected TCP socket fd if the connection
-// from local to peer stays on this host, and reports whether it did. A
-// refusal (a kernel without reno, a seccomp filter) leaves the socket as
-// it was: the choice is about speed only.
-func Set(fd int, local, peer netip.Addr) bool {
-	if !IsLocal(local, peer) {
+// isHostAddr reports whether a is one of this host's addresses.
+func isHostAddr(a netip.Addr) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
 		return false
 	}
-	return unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, Local) == nil
+	a = a.WithZone("")
+	for _, x := range addrs {
+		if ipn, ok := x.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == a {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Want returns the congestion control to ask for on connections to the
+// host itself: Local, or what RDMAGO_LOCAL_TCP_CC names ("" for
+// "system": none).
+func Want() string {
+	v, ok := os.LookupEnv(Env)
+	switch {
+	case !ok || v == "":
+		return Local
+	case v == "system":
+		return ""
+	}
+	return v
+}
+
+// Set asks for Want() on the connected TCP socket fd if the connection
+// from local to peer stays on this host, and reports whether it did. A
+// refusal (a kernel without it, an administrator's restriction) leaves
+// the socket as it was: the choice is about speed only.
+func Set(fd int, local, peer netip.Addr) bool {
+	cc := Want()
+	if cc == "" || !IsLocal(local, peer) {
+		return false
+	}
+	return unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc) == nil
 }
 
 // SetConn is Set for a connection of the net package.
