@@ -479,6 +479,12 @@ func (e *ep) background() {
 		if !held {
 			continue
 		}
+		if e.pend != nil && len(e.rxq) > 0 {
+			// A message waited for a receive buffer and one was
+			// posted (Recv kicked the loop): take it in now, for a
+			// program that only waits for its completion.
+			e.progressLocked()
+		}
 		var events uint32
 		if e.up {
 			if e.pend == nil {

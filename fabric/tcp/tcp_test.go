@@ -438,3 +438,27 @@ func TestMessagesBehindAWaitingOneArriveWithoutPolling(t *testing.T) {
 		t.Fatalf("got %d completions, %q", n, bufs[1][:e[0].Len])
 	}
 }
+
+// A message that came before any receive was posted is taken in by the
+// background loop once one is posted, for a program that only waits
+// (fi_cq_sread), as rxm's loop does.
+func TestAWaitingMessageArrivesForAProgramThatOnlyWaits(t *testing.T) {
+	cli, srv := connected(t, nil)
+	if err := cli.ep.Inject([]byte("early"), fabric.AddrNotAvail); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // its header read, no receive posted
+	buf := make([]byte, 16)
+	if err := srv.ep.Recv(buf, nil, fabric.AddrNotAvail, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := srv.cq.Wait(ctx); err != nil {
+		t.Fatalf("the waiting message did not arrive: %v", err)
+	}
+	var e [1]fabric.CQEntry
+	if n, _ := srv.cq.Read(e[:]); n != 1 || string(buf[:e[0].Len]) != "early" {
+		t.Fatalf("got %d completions, %q", n, buf[:e[0].Len])
+	}
+}
