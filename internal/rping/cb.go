@@ -77,6 +77,22 @@ func (c *cb) setState(s state) {
 	c.st = s
 }
 
+// ended reports whether st is DISCONNECTED or ERROR (c.mu held).
+func (c *cb) ended() bool { return c.st == stateDisconnected || c.st == stateError }
+
+// completed moves to s on a work completion, unless the connection has
+// ended: the CQ handler and the CM event handler run apart, and a
+// completion handled just after the DISCONNECTED event must not hide it
+// (the main flow, woken by both, would find the completion's state where
+// it waits for the next step, and fail instead of ending).
+func (c *cb) completed(s state) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ended() {
+		c.st = s
+	}
+}
+
 // post is sem_post.
 func (c *cb) post() {
 	select {
@@ -308,11 +324,11 @@ func (c *cb) handleCompletions() bool {
 			r.debugf("send completion\n")
 		case verbs.WCRDMAWrite:
 			r.debugf("rdma write completion\n")
-			c.setState(stateWriteComplete)
+			c.completed(stateWriteComplete)
 			c.post()
 		case verbs.WCRDMARead:
 			r.debugf("rdma read completion\n")
-			c.setState(stateReadComplete)
+			c.completed(stateReadComplete)
 			c.post()
 		case verbs.WCRecv:
 			r.debugf("recv completion\n")
@@ -349,6 +365,9 @@ func (c *cb) recv(wc *verbs.WC) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.ended() {
+		return true // (see completed)
+	}
 	if !c.r.o.Server {
 		if c.st == stateReadAdv {
 			c.st = stateWriteAdv

@@ -53,7 +53,11 @@
 // stays an error even if a later -a succeeds; a second client of a server
 // without -P is rejected at once (rping would stall its event thread);
 // the client waits up to 5 seconds for its own DISCONNECTED event before
-// it exits, so that its last line always appears; -h prints the usage with
+// it exits, so that its last line always appears; a completion handled
+// after the DISCONNECTED event leaves the connection DISCONNECTED (rping's
+// CQ thread would overwrite the state, and its server then fail with
+// "wait for RDMA_READ_ADV state 9" when its client is interrupted just as
+// an RDMA WRITE completes); -h prints the usage with
 // status 0; the client's control messages go out of 16 send buffers in
 // turn rather than one, so that none is rewritten while a SEND of it may
 // still be in flight; and the advertised addresses are the memory
