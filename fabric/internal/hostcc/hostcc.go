@@ -23,7 +23,9 @@
 //
 // The environment variable RDMAGO_LOCAL_TCP_CC changes what is asked for:
 // "system" keeps the system's choice on these connections too, and any
-// other value names the congestion control to ask for instead of reno.
+// other value names the congestion control to ask for instead of reno
+// (one the kernel refuses leaves the system's choice, as a refusal of
+// reno does).
 package hostcc
 
 import (
