@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/fifo"
 	"github.com/rdmago/rdmago/rdmacm/mad"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -388,17 +389,6 @@ func (a *agent) reaperNeeded() bool {
 	return len(a.sendQueue) > 0 || a.finished < a.awaited
 }
 
-// popFront returns q without its first element. A queue that empties
-// keeps its place in its array, so that a queue that seldom holds more
-// than one element reuses one slot rather than walking off the array's
-// end and allocating a new one. The caller clears q[0].
-func popFront[T any](q []T) []T {
-	if len(q) == 1 {
-		return q[:0]
-	}
-	return q[1:]
-}
-
 // pump has the queued MADs posted when cm.mu is let go (drain). Called
 // with cm.mu held.
 func (a *agent) pump() {
@@ -557,8 +547,7 @@ func (a *agent) drain() {
 			}
 		}
 		q := a.sendQueue[0]
-		a.sendQueue[0] = queuedMAD{}
-		a.sendQueue = popFront(a.sendQueue)
+		a.sendQueue = fifo.PopFront(a.sendQueue)
 		ah, err := a.ah(q.dst, q.sgid)
 		if err != nil {
 			a.stats.Dropped++

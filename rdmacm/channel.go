@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/rdmago/rdmago/internal/fifo"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -36,8 +37,7 @@ func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 		ch.mu.Lock()
 		if len(ch.queue) > 0 {
 			ev := ch.queue[0]
-			ch.queue[0] = nil
-			ch.queue = popFront(ch.queue)
+			ch.queue = fifo.PopFront(ch.queue)
 			if len(ch.queue) > 0 {
 				ch.signal()
 			}
@@ -76,8 +76,7 @@ func (ch *EventChannel) PollEvent() (*Event, bool) {
 		return nil, false
 	}
 	ev := ch.queue[0]
-	ch.queue[0] = nil
-	ch.queue = popFront(ch.queue)
+	ch.queue = fifo.PopFront(ch.queue)
 	if len(ch.queue) > 0 {
 		ch.signal()
 	}

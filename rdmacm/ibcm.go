@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/fifo"
 	"github.com/rdmago/rdmago/rdmacm/mad"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -119,8 +120,7 @@ func deliverEvents() {
 	cm.delivering = true
 	for len(cm.events) > 0 {
 		e := cm.events[0]
-		cm.events[0] = queuedEvent{}
-		cm.events = popFront(cm.events)
+		cm.events = fifo.PopFront(cm.events)
 		h := e.id.handle
 		cm.mu.Unlock()
 		switch {

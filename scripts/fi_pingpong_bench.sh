@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-rounds=${1:-5}
+rounds=$(rounds_arg "${1:-5}" "$0 [ROUNDS]")
 command -v fi_pingpong >/dev/null || { echo "fi_pingpong is not installed (apt-get install libfabric-bin)" >&2; exit 1; }
 bin=$(mktemp -d)/rdmago
 trap 'rm -rf "$(dirname "$bin")"' EXIT

@@ -20,3 +20,12 @@ wait_listen() {
 	echo "nothing listens on TCP port $1" >&2
 	return 1
 }
+
+# rounds_arg VALUE USAGE: prints VALUE if it is a positive whole number;
+# otherwise says USAGE on stderr and exits with status 2.
+rounds_arg() {
+	case $1 in
+	'' | *[!0-9]* | 0 | 0*) echo "usage: $2 (ROUNDS a positive number)" >&2; exit 2 ;;
+	esac
+	echo "$1"
+}

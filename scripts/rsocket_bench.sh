@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-rounds=${1:-5}
+rounds=$(rounds_arg "${1:-5}" "$0 [ROUNDS]")
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 go build -o "$dir/rdmago" ./cmd/rdmago

@@ -37,7 +37,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-rounds=${1:-3}
+rounds=$(rounds_arg "${1:-3}" "$0 [ROUNDS]")
 for t in fi_pingpong iperf3; do
 	command -v "$t" >/dev/null || { echo "$t is not installed (apt-get install libfabric-bin iperf3)" >&2; exit 1; }
 done

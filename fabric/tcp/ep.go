@@ -475,18 +475,6 @@ func (e *ep) freeTx(t *txEntry) {
 	e.free = append(e.free, t)
 }
 
-// popFront removes q's first element, keeping the slice's storage when
-// it empties (so that a queue that never holds more than a few entries
-// does not reallocate).
-func popFront[T any](q []T) []T {
-	var zero T
-	q[0] = zero
-	if len(q) == 1 {
-		return q[:0]
-	}
-	return q[1:]
-}
-
 func (e *ep) live(op string) error {
 	switch e.state {
 	case stConnected:

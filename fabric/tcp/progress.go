@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmago/rdmago/fabric"
 	"github.com/rdmago/rdmago/fabric/internal/sockpoll"
+	"github.com/rdmago/rdmago/internal/fifo"
 )
 
 func (e *ep) progressLocked() {
@@ -65,7 +66,7 @@ func (e *ep) flushTx() {
 				}
 			}
 		}
-		e.txq = popFront(e.txq)
+		e.txq = fifo.PopFront(e.txq)
 		switch {
 		case t.ack:
 			e.ackq = append(e.ackq, t)
@@ -303,7 +304,7 @@ func (e *ep) start(h header) bool {
 				return false
 			}
 			t := e.ackq[0]
-			e.ackq = popFront(e.ackq)
+			e.ackq = fifo.PopFront(e.ackq)
 			if t.comp {
 				e.Comp.Done(fabric.CQEntry{Context: t.ctx, Flags: t.flags, Len: t.length})
 			} else if t.flags != 0 {
@@ -321,7 +322,7 @@ func (e *ep) start(h header) bool {
 			return true
 		}
 		r := e.rxq[0]
-		e.rxq = popFront(e.rxq)
+		e.rxq = fifo.PopFront(e.rxq)
 		got := min(n, uint64(len(r.buf)))
 		f := &e.msgFrame
 		*f = rxFrame{h: h, discard: n - got, rx: r, got: got, n: n}
