@@ -68,7 +68,7 @@ var rules = []rule{
 // internal/rping ...) are above the library, not under it.
 var (
 	library = []string{"verbs", "rxe", "rdmacm", "rdmacore", "fabric", "rsocket", "nvmeof"}
-	leaves  = []string{"internal/racesync", "internal/yield", "internal/units"}
+	leaves  = []string{"internal/racesync", "internal/yield", "internal/units", "internal/fifo"}
 )
 
 // violations returns what is wrong with the non-test imports of the
