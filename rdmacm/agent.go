@@ -130,7 +130,17 @@ type agent struct {
 	dead   bool // released: the receive loop must not use QP1 any more
 	rctx   context.Context
 	cancel context.CancelFunc
-	done   chan struct{}
+	done   chan struct{} // closed once nothing receives MADs for the agent (waitReceiver)
+
+	// inline says the device calls serve when QP1 received MADs
+	// (QP1Notifier), and no receive loop runs. serveMu guards the rest.
+	inline  bool
+	serveMu sync.Mutex
+	serving bool          // a goroutine serves
+	again   bool          // it must look at the CQ again before it ends
+	stopped bool          // the agent is released: serve no more
+	idle    chan struct{} // closed when the serving goroutine ends, if waitReceiver waits
+	wcs     [16]verbs.WC  // the serving goroutine's
 }
 
 // agentStats counts what a device's connection manager received and sent.
@@ -187,6 +197,9 @@ func (a *agent) release() {
 	if n, ok := verbs.DeviceDriverOf(a.dev).(UnreachableNotifier); ok {
 		n.OnCMUnreachable(nil)
 	}
+	if n, ok := verbs.DeviceDriverOf(a.dev).(QP1Notifier); ok && a.inline {
+		n.OnQP1Receive(nil)
+	}
 	a.cancel()
 	// QP1 goes now, so that the device may have a new one at once; a
 	// drain posting on it meanwhile (without cm.mu) gets an error.
@@ -201,7 +214,7 @@ func (a *agent) release() {
 		for _, ah := range ahs {
 			ah.Destroy()
 		}
-		<-a.done
+		a.waitReceiver()
 		a.reapers.Wait()
 		a.mr.Dereg()
 		a.cq.Destroy()
@@ -247,6 +260,7 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 		}
 		a.gids = append(a.gids, g.Addr())
 	}
+	a.rctx, a.cancel = context.WithCancel(context.Background())
 	if a.pd, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
@@ -278,21 +292,35 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 	if a.mr, err = a.pd.RegMR(buf, verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
+	// Told before the first receive is posted, so that no MAD comes
+	// unannounced.
+	n, inline := verbs.DeviceDriverOf(dev).(QP1Notifier)
+	if inline {
+		a.inline = true
+		n.OnQP1Receive(a.serve)
+	}
 	for i := 0; i < agentRecvs; i++ {
 		if err := a.postRecv(i); err != nil {
+			if inline {
+				n.OnQP1Receive(nil)
+			}
 			return nil, err
 		}
 	}
 	for i := agentSends - 1; i >= 0; i-- {
 		a.sendFree = append(a.sendFree, i)
 	}
-	a.rctx, a.cancel = context.WithCancel(context.Background())
-	go a.loop(a.rctx)
+	if !inline {
+		go a.loop(a.rctx)
+	}
 	return a, nil
 }
 
 // free releases what startAgent made, after a failure.
 func (a *agent) free() {
+	if a.cancel != nil {
+		a.cancel()
+	}
 	if a.qp != nil {
 		a.qp.Destroy()
 	}
@@ -326,7 +354,8 @@ func (a *agent) sendSlot(i int) []byte {
 	return a.mr.Buf()[off : off+mad.MADLen]
 }
 
-// loop receives MADs until the agent stops.
+// loop receives MADs until the agent stops, on a device that does not
+// call serve.
 func (a *agent) loop(ctx context.Context) {
 	defer close(a.done)
 	wcs := make([]verbs.WC, 16)
@@ -335,23 +364,89 @@ func (a *agent) loop(ctx context.Context) {
 			return
 		}
 		n, err := a.cq.Poll(wcs)
-		if err != nil {
+		if err != nil || !a.take(ctx, wcs[:n]) {
 			return
 		}
-		for _, wc := range wcs[:n] {
-			slot := int(wc.WRID)
-			if wc.Status == verbs.WCSuccess {
-				b := a.mr.Buf()[slot*recvSlotLen:]
-				a.receive(b[:min(int(wc.ByteLen), recvSlotLen)])
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			if err := a.postRecv(slot); err != nil {
-				return
-			}
+	}
+}
+
+// take handles the MADs of QP1's receive completions wcs and posts their
+// slots again. It returns false once the agent stopped or QP1 is gone.
+func (a *agent) take(ctx context.Context, wcs []verbs.WC) bool {
+	for _, wc := range wcs {
+		slot := int(wc.WRID)
+		if wc.Status == verbs.WCSuccess {
+			b := a.mr.Buf()[slot*recvSlotLen:]
+			a.receive(b[:min(int(wc.ByteLen), recvSlotLen)])
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if err := a.postRecv(slot); err != nil {
+			return false
 		}
 	}
+	return true
+}
+
+// serve is what the device calls when QP1 received MADs (QP1Notifier):
+// it handles them on the calling goroutine, in the order they came. One
+// goroutine serves at a time; another that calls meanwhile (a second
+// link's receive loop, or the server itself, whose sends stepped QP1)
+// leaves the new MADs to it.
+func (a *agent) serve() {
+	a.serveMu.Lock()
+	if a.serving || a.stopped {
+		a.again = a.serving
+		a.serveMu.Unlock()
+		return
+	}
+	a.serving, a.again = true, false
+	a.serveMu.Unlock()
+	for {
+		ok := true
+		for ok {
+			n, err := a.cq.Poll(a.wcs[:])
+			ok = err == nil && a.take(a.rctx, a.wcs[:n]) && n == len(a.wcs)
+			if err != nil || a.rctx.Err() != nil {
+				break
+			}
+		}
+		a.serveMu.Lock()
+		if !a.again || a.stopped || a.rctx.Err() != nil {
+			a.serving = false
+			if a.idle != nil {
+				close(a.idle)
+				a.idle = nil
+			}
+			a.serveMu.Unlock()
+			return
+		}
+		a.again = false
+		a.serveMu.Unlock()
+	}
+}
+
+// waitReceiver waits until nothing receives MADs for the agent any more:
+// the receive loop has ended, or no goroutine serves (then it closes
+// done). Called once, without cm.mu, after release.
+func (a *agent) waitReceiver() {
+	if !a.inline {
+		<-a.done
+		return
+	}
+	a.serveMu.Lock()
+	a.stopped = true
+	var idle chan struct{}
+	if a.serving {
+		a.idle = make(chan struct{})
+		idle = a.idle
+	}
+	a.serveMu.Unlock()
+	if idle != nil {
+		<-idle
+	}
+	close(a.done)
 }
 
 // reap takes QP1's send completions, freeing their slots and counting

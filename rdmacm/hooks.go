@@ -16,13 +16,14 @@ import (
 // below; the connection manager finds them by type assertion. They serve
 // a device that several processes share (one UDP port, one GID table):
 // each process runs its own IB CM on it, and the device must route each
-// MAD to the right one.
+// MAD to the right one; and they make the IB CM quicker.
 //
 // Without CommIDOwner, the upper 8 bits of communication IDs are 0;
 // without ServiceClaimer, a listener claims nothing (it is the device's
 // only process); without UnreachableNotifier, a REQ to a host with no
 // RoCE device is retried until its retries run out; without UDPPorter,
-// the device speaks RoCEv2 on 4791.
+// the device speaks RoCEv2 on 4791; without QP1Notifier, a goroutine of
+// the connection manager waits for QP1's receives.
 
 // CommIDOwner is what a device that several processes share tells each
 // one's connection manager: the upper 8 bits its communication IDs (and
@@ -47,6 +48,17 @@ type ServiceClaimer interface {
 // SIDR_REQ at once; it sets fn to nil when it stops using the device.
 type UnreachableNotifier interface {
 	OnCMUnreachable(fn func(dst netip.Addr, errno syscall.Errno, pkt []byte))
+}
+
+// QP1Notifier is a device that calls fn each time QP1 has completed
+// receives, on a goroutine that holds none of the device's locks (the one
+// that took the MADs off the network, as the kernel's MAD layer handles
+// them from the CQ's completion handler). The connection manager then
+// handles them on that goroutine, instead of waking one of its own for
+// each MAD; without it, a goroutine waits on QP1's receive CQ. It sets fn
+// to nil when it stops using the device.
+type QP1Notifier interface {
+	OnQP1Receive(fn func())
 }
 
 // UDPPorter is a device that speaks RoCEv2 on a UDP port other than 4791,

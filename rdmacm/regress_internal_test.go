@@ -6,6 +6,7 @@ package rdmacm
 import (
 	"context"
 	"net/netip"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -247,4 +248,76 @@ func FuzzAgentUnreachable(f *testing.F) {
 // ibcmOf is the built-in IB CM's ID under id. Called without cm.mu.
 func ibcmOf(id *ID) *cmID {
 	return id.backend().(*cmID)
+}
+
+// TestAgentServesMADsOneGoroutineAtATime: on a device that tells the
+// connection manager of QP1's receives (QP1Notifier, as rxe does), the
+// agent runs no receive loop and handles MADs on the goroutines that call
+// serve, one at a time: connections made while other goroutines call
+// serve without pause all complete, and the race detector sees no two
+// goroutines handle MADs at once.
+func TestAgentServesMADsOneGoroutineAtATime(t *testing.T) {
+	n := newRegressNet(t, 61, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ln, err := Listen(netip.AddrPortFrom(n.srv, 7481).String(), &Options{Backlog: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	go func() {
+		for {
+			c, err := ln.Accept(ctx)
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				c.WaitDisconnect(ctx)
+				c.Close()
+			}()
+		}
+	}()
+	dial := func() {
+		t.Helper()
+		c, err := Dial(ctx, netip.AddrPortFrom(n.srv, 7481).String(), &Options{LocalAddr: netip.AddrPortFrom(n.cli, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	dial() // starts both agents
+	agents := []*agent{agentOfDev(n.cliDev), agentOfDev(n.srvDev)}
+	for _, a := range agents {
+		if a == nil || !a.inline {
+			t.Fatal("the agent of an rxe device runs a receive loop")
+		}
+	}
+	stop := make(chan struct{})
+	var callers sync.WaitGroup
+	for _, a := range agents {
+		for range 2 {
+			callers.Add(1)
+			go func() {
+				defer callers.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						a.serve()
+						runtime.Gosched()
+					}
+				}
+			}()
+		}
+	}
+	for range 40 {
+		dial()
+	}
+	close(stop)
+	callers.Wait()
 }

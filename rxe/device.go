@@ -46,6 +46,7 @@ type device struct {
 	guid uint64
 
 	cmUnreachable atomic.Pointer[func(netip.Addr, syscall.Errno, []byte)]
+	qp1Received   atomic.Pointer[func()]
 	stats         counters
 
 	mu        sync.Mutex

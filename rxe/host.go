@@ -61,6 +61,7 @@ func (q *qp) pushRecv(x *srq, wc verbs.WC, solicited bool) {
 	if !cq.Push(&wc, solicited) {
 		q.cqOverflow(c, cq)
 	}
+	q.received = true
 }
 
 func (q *qp) peerMemory(x *srq, rkey uint32, va, n uint64, right verbs.AccessFlags) ([]byte, bool) {

@@ -74,6 +74,9 @@ type qp struct {
 	drainedSent bool
 	out         *outBatch // the packets being built; borrowed from hw for a step's sends
 	outSGID     int       // the GID index (link) the out batch leaves from
+	// received: the step completed a receive. For QP1 the device tells
+	// the connection manager once the step is over (takeReceived).
+	received bool
 	// timer wakes the owner at the engine's next deadline. It is made by
 	// the first armTimer: a QP that never waits for a deadline (one that
 	// connection setup makes and closes unused, say) never has one.

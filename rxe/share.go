@@ -203,5 +203,26 @@ func (d *device) OnCMUnreachable(fn func(dst netip.Addr, errno syscall.Errno, pk
 	d.cmUnreachable.Store(&fn)
 }
 
+// OnQP1Receive sets the function the device calls each time QP1 has
+// completed receives: on the goroutine that ran QP1 (the receive loop
+// that read the MADs, a poller, a poster or QP1's own goroutine), once it
+// holds none of the QP's locks. The connection manager then handles its
+// MADs at once, where otherwise a goroutine of its own would wake for
+// each. A nil fn removes it.
+func (d *device) OnQP1Receive(fn func()) {
+	if fn == nil {
+		d.qp1Received.Store(nil)
+		return
+	}
+	d.qp1Received.Store(&fn)
+}
+
+// tellQP1 calls the OnQP1Receive function, if one is set.
+func (d *device) tellQP1() {
+	if fn := d.qp1Received.Load(); fn != nil {
+		(*fn)()
+	}
+}
+
 // UDPPort returns the UDP port the device speaks RoCEv2 on.
 func (d *device) UDPPort() uint16 { return d.cfg.Port }

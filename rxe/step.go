@@ -74,13 +74,27 @@ func (q *qp) stepHere(polled bool) {
 		q.kick()
 		return
 	}
-	defer q.stepMu.Unlock()
 	select {
 	case <-q.done:
+		q.stepMu.Unlock()
 		return // destroyed: its owner has let go of everything
 	default:
 	}
 	q.step(q.hw.clock.now(), polled)
+	tell := q.takeReceived()
+	q.stepMu.Unlock()
+	if tell {
+		q.hw.dev.tellQP1()
+	}
+}
+
+// takeReceived reports whether the step just run was QP1's and completed
+// a receive, which the device then tells the connection manager of
+// (device.OnQP1Receive), once stepMu is let go. Called with stepMu held.
+func (q *qp) takeReceived() bool {
+	r := q.received && q.typ == verbs.QPTGSI
+	q.received = false
+	return r
 }
 
 // event reports an asynchronous event on this QP.
@@ -114,7 +128,11 @@ func (q *qp) run() {
 		if tc == nil && q.timer != nil {
 			tc = q.timer.ch()
 		}
+		tell := q.takeReceived()
 		q.stepMu.Unlock()
+		if tell {
+			q.hw.dev.tellQP1()
+		}
 	}
 }
 

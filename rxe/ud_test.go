@@ -357,3 +357,88 @@ func TestGSIQPIsQP1AndTakesTheWellKnownQKey(t *testing.T) {
 		t.Fatalf("the wrong-Q_Key MAD arrived: %+v", more)
 	}
 }
+
+// TestQP1ReceiveIsToldOnceTheStepHoldsNoLock: the function OnQP1Receive
+// sets runs when QP1 completes a receive, and not for another QP's, on a
+// goroutine that holds none of QP1's locks: a send it posts on QP1 leaves
+// at once, as QP1's sends do when nobody else steps it, rather than
+// waiting for a goroutine of QP1's to take it.
+func TestQP1ReceiveIsToldOnceTheStepHoldsNoLock(t *testing.T) {
+	n := link.NewNetwork(1)
+	var ends [2]*udEnd
+	var gsis [2]*verbs.QP
+	var scqs [2]*verbs.CQ
+	for i, addr := range []string{"10.1.1.1", "10.1.1.2"} {
+		l, _ := n.Attach(netip.MustParseAddr(addr))
+		u := newUDEnd(t, "qp1tell"+addr, l, testQKey)
+		scq, err := u.ctx.CreateCQ(8, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gsi, err := u.pd.CreateQP(&verbs.QPInitAttr{SendCQ: scq, RecvCQ: u.cq, QPType: verbs.QPTGSI,
+			Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		udToRTS(t, gsi, 0x80010000)
+		t.Cleanup(func() {
+			gsi.Destroy()
+			scq.Destroy()
+		})
+		ends[i], gsis[i], scqs[i] = u, gsi, scq
+	}
+	a, b := ends[0], ends[1]
+	toA, toB := b.ah(t, a), a.ah(t, b)
+	type told struct{ received, sentAtOnce int }
+	tells := make(chan told, 4)
+	dev := verbs.DeviceDriverOf(b.ctx.Device()).(*device)
+	dev.OnQP1Receive(func() {
+		var wc [4]verbs.WC
+		k, _ := b.cq.Poll(wc[:])
+		answer := verbs.SendWR{WRID: 9, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{b.mr.SGE(3*b.slot, 64)},
+			AH: toA, RemoteQPN: 1, RemoteQKey: 0x80010000}
+		if err := gsis[1].PostSend([]verbs.SendWR{answer}); err != nil {
+			t.Error(err)
+		}
+		tells <- told{k, scqs[1].Len()}
+	})
+	t.Cleanup(func() { dev.OnQP1Receive(nil) })
+
+	// A datagram for b's ordinary UD QP: nothing to tell.
+	b.postRecvs(t, 0, 1)
+	a.send(t, toB, b.qp.Num(), testQKey, 0, 64)
+	b.wait(1, 5*time.Second)
+	a.wait(1, 5*time.Second)
+	// A MAD for QP1: told, once QP1's step let go of it.
+	for i, g := range gsis {
+		e := ends[i]
+		if err := g.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{e.mr.SGE(2*e.slot, e.slot)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mad := verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 256)},
+		AH: toB, RemoteQPN: 1, RemoteQKey: 0x80010000}
+	if err := gsis[0].PostSend([]verbs.SendWR{mad}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-tells:
+		if got.received != 1 {
+			t.Fatalf("told with %d receives on QP1's CQ, want 1", got.received)
+		}
+		if got.sentAtOnce != 1 {
+			t.Fatalf("a send posted on QP1 while told left %d completions at once, want 1: QP1 was still locked", got.sentAtOnce)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("QP1 received a MAD and nobody was told")
+	}
+	// The answer reaches a's QP1; a's device has nobody to tell.
+	if wc := a.wait(1, 5*time.Second)[0]; wc.QPNum != 1 || wc.Status != verbs.WCSuccess {
+		t.Fatalf("answer %+v", wc)
+	}
+	select {
+	case got := <-tells:
+		t.Fatalf("told again: %+v", got)
+	default:
+	}
+}
