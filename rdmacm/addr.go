@@ -117,9 +117,8 @@ func loopbackDevice(src netip.Addr) (*verbs.Device, netip.Addr) {
 	return nil, netip.Addr{}
 }
 
-// routeSource returns the local address the host's routing table picks to
-// reach dst (the source address rdma_resolve_addr finds). It sends nothing.
-func routeSource(dst netip.Addr) (netip.Addr, error) {
+// routeSourceNet is routeSource through the net package.
+func routeSourceNet(dst netip.Addr) (netip.Addr, error) {
 	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 4791)))
 	if err != nil {
 		return netip.Addr{}, err
