@@ -25,7 +25,13 @@
 #               loopback to about a third (fabric/internal/hostcc says
 #               why), so where the system's is bbr the first anchor is
 #               low and the second is kernel TCP at its best
-#   setup       rdmacm Dial+Accept vs TCP connect+accept (go test -bench)
+#   setup       rdmacm Dial+Accept vs TCP connect+accept (go test -bench),
+#               both ends in one process; and with the listener in a
+#               process of its own (ProcsDialAccept), vs TCP the same way
+#               and vs one UDP round trip between the two processes: what
+#               a REP costs at least, as it waits for the listening
+#               program's rdma_accept (TCP's handshake does not wait for
+#               the program)
 #   idle QP     bytes of heap per connected, idle RC QP (go test -bench)
 #   loss        1 MiB RDMA WRITE goodput at 0.1, 1, 5 and 10 % random
 #               loss vs lossless, in-memory network (go test -bench)
@@ -141,9 +147,14 @@ m() {
 
 # 2000 connections a run: at 200 the first, cold ones (for TCP too) weigh
 # enough that rounds differed by half.
-bench=$(go test -run XXX -bench 'DialAccept' -benchtime 2000x -count "$rounds" ./rdmacm 2>/dev/null)
-dial_go=$(echo "$bench" | awk '/^BenchmarkDialAccept/ {print $3 / 1000}' | median)
-dial_tcp=$(echo "$bench" | awk '/^BenchmarkTCPDialAccept/ {print $3 / 1000}' | median)
+bench=$(go test -run XXX -bench '^Benchmark(TCP)?DialAccept$' -benchtime 2000x -count "$rounds" ./rdmacm 2>/dev/null)
+dial_go=$(echo "$bench" | awk '/^BenchmarkDialAccept(-|[ \t])/ {print $3 / 1000}' | median)
+dial_tcp=$(echo "$bench" | awk '/^BenchmarkTCPDialAccept(-|[ \t])/ {print $3 / 1000}' | median)
+bench=$(go test -run '^$' -bench 'ProcsDialAccept' -benchtime 2000x -count "$rounds" ./rdmacm 2>/dev/null)
+pdial() { echo "$bench" | awk -v p="^BenchmarkProcsDialAccept/$1(-|[ \t])" '$0 ~ p {print $3 / 1000}' | median; }
+pdial_go=$(pdial rdmacm)
+pdial_tcp=$(pdial tcp)
+pdial_udp=$(pdial udp)
 bench=$(go test -run XXX -bench 'IdleQPMemory|WriteUnderLoss|LostLastPacket' -count "$rounds" ./rxe 2>/dev/null)
 idle=$(echo "$bench" | awk '/^BenchmarkIdleQPMemory/ {for (i = 1; i < NF; i++) if ($(i+1) == "B/QP") print $i}' | median)
 loss0=$(echo "$bench" | awk '/^BenchmarkWriteUnderLoss\/loss=0%/ {for (i = 1; i < NF; i++) if ($(i+1) == "MB/s") print $i}' | median)
@@ -157,7 +168,7 @@ tail=$(echo "$bench" | awk '/^BenchmarkLostLastPacket/ {print $3 / 1000}' | medi
 awk -v lc="$(m lat_c)" -v lg="$(m lat_go)" -v rw="$(m rate_write)" -v rs="$(m rate_send)" \
 	-v rwd="$(m rate_write_d)" -v rsd="$(m rate_send_d)" \
 	-v bt="$(m bw_tcp)" -v btr="$(m bw_reno)" -v cc="$cc" -v bwr="$(m bw_write)" -v brd="$(m bw_read)" -v bsd="$(m bw_send)" \
-	-v dg="$dial_go" -v dt="$dial_tcp" -v idle="$idle" -v l0="$loss0" -v l01="$loss01" -v l1="$loss1" \
+	-v dg="$dial_go" -v dt="$dial_tcp" -v pdg="$pdial_go" -v pdt="$pdial_tcp" -v pdu="$pdial_udp" -v idle="$idle" -v l0="$loss0" -v l01="$loss01" -v l1="$loss1" \
 	-v l5="$loss5" -v l10="$loss10" -v fl="$(m lat_floor)" -v fp="$(m lat_pair)" -v tl="$tail" 'BEGIN {
 	printf "%-40s %14s %22s %8s  %s\n", "figure", "rdmago", "anchor (same run)", "ratio", "goal"
 	printf "%-40s %11.1f us %19.1f us %7.2fx  %s\n", "8 B SEND, half a round trip", lg, lc, lg / lc, "<= 0.90x fi_pingpong tcp"
@@ -172,6 +183,8 @@ awk -v lc="$(m lat_c)" -v lg="$(m lat_go)" -v rw="$(m rate_write)" -v rs="$(m ra
 	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB RDMA READ (vs WRITE)", brd, bwr, brd / bwr, ">= 0.90x WRITE"
 	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB SEND (vs WRITE)", bsd, bwr, bsd / bwr, ">= 0.90x WRITE"
 	printf "%-40s %11.0f us %19.0f us %7.2fx  %s\n", "rdmacm Dial+Accept (vs TCP)", dg, dt, dg / dt, "<= 1.50x TCP"
+	printf "%-40s %11.0f us %19.0f us %7.2fx  %s\n", "Dial+Accept, 2 processes (vs TCP)", pdg, pdt, pdg / pdt, "-"
+	printf "%-40s %11.0f us %19.0f us %7.2fx  %s\n", "Dial+Accept, 2 processes (vs UDP RTT)", pdg, pdu, pdg / pdu, "- (a REP waits for rdma_accept)"
 	printf "%-40s %12.0f B %22s %8s  %s\n", "memory per idle RC QP", idle, "-", "-", "<= 16384 B"
 	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB WRITE at 0.1 % loss (vs lossless)", l01, l0, l01 / l0, "-"
 	printf "%-40s %9.0f MB/s %17.0f MB/s %7.2fx  %s\n", "1 MiB WRITE at 1 % loss (vs lossless)", l1, l0, l1 / l0, ">= 0.70x"
