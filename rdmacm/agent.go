@@ -123,7 +123,8 @@ type agent struct {
 	sendWCs    [8]verbs.WC
 	reapers    sync.WaitGroup
 
-	// The receive loop's own (and start's, before the loop runs).
+	// The serving goroutine's or the receive loop's (and startAgent's,
+	// before either runs).
 	recvWR  [1]verbs.RecvWR
 	recvSGE [1]verbs.SGE
 
@@ -133,14 +134,68 @@ type agent struct {
 	done   chan struct{} // closed once nothing receives MADs for the agent (waitReceiver)
 
 	// inline says the device calls serve when QP1 received MADs
-	// (QP1Notifier), and no receive loop runs. serveMu guards the rest.
-	inline  bool
-	serveMu sync.Mutex
-	serving bool          // a goroutine serves
-	again   bool          // it must look at the CQ again before it ends
-	stopped bool          // the agent is released: serve no more
-	idle    chan struct{} // closed when the serving goroutine ends, if waitReceiver waits
-	wcs     [16]verbs.WC  // the serving goroutine's
+	// (QP1Notifier), and no receive loop runs.
+	inline bool
+	turn   oneAtATime
+	wcs    [16]verbs.WC // the serving goroutine's
+}
+
+// oneAtATime lets one goroutine at a time do a job that several may ask
+// for: one that asks while another is at it leaves the job to it, and
+// that one does it again before it stops, for what came after it looked.
+type oneAtATime struct {
+	mu      sync.Mutex
+	busy    bool          // a goroutine does the job
+	again   bool          // it must do it again before it stops
+	stopped bool          // nobody does it any more
+	idle    chan struct{} // closed when the busy goroutine stops, if stop waits
+}
+
+// enter reports whether the caller is to do the job: false when another
+// goroutine does it (it will do it again) or after stop.
+func (t *oneAtATime) enter() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.busy || t.stopped {
+		t.again = t.busy
+		return false
+	}
+	t.busy, t.again = true, false
+	return true
+}
+
+// leave is what the goroutine doing the job calls when it has done it:
+// it reports whether to do it again (someone asked meanwhile, and neither
+// quit nor stop says to end); when it returns false, the goroutine is done.
+func (t *oneAtATime) leave(quit bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.again && !quit && !t.stopped {
+		t.again = false
+		return true
+	}
+	t.busy = false
+	if t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+	return false
+}
+
+// stop refuses every enter from now on and waits until the goroutine
+// doing the job, if any, is done.
+func (t *oneAtATime) stop() {
+	t.mu.Lock()
+	t.stopped = true
+	var idle chan struct{}
+	if t.busy {
+		t.idle = make(chan struct{})
+		idle = t.idle
+	}
+	t.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
 }
 
 // agentStats counts what a device's connection manager received and sent.
@@ -292,25 +347,22 @@ func startAgent(dev *verbs.Device) (a *agent, err error) {
 	if a.mr, err = a.pd.RegMR(buf, verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
-	// Told before the first receive is posted, so that no MAD comes
-	// unannounced.
-	n, inline := verbs.DeviceDriverOf(dev).(QP1Notifier)
-	if inline {
-		a.inline = true
-		n.OnQP1Receive(a.serve)
-	}
 	for i := 0; i < agentRecvs; i++ {
 		if err := a.postRecv(i); err != nil {
-			if inline {
-				n.OnQP1Receive(nil)
-			}
 			return nil, err
 		}
 	}
 	for i := agentSends - 1; i >= 0; i-- {
 		a.sendFree = append(a.sendFree, i)
 	}
-	if !inline {
+	if n, ok := verbs.DeviceDriverOf(dev).(QP1Notifier); ok {
+		a.inline = true
+		n.OnQP1Receive(a.serve)
+		// What came while the receives were posted, before the device
+		// had anyone to tell (the caller holds cm.mu, which serve
+		// waits for).
+		go a.serve()
+	} else {
 		go a.loop(a.rctx)
 	}
 	return a, nil
@@ -392,38 +444,22 @@ func (a *agent) take(ctx context.Context, wcs []verbs.WC) bool {
 // serve is what the device calls when QP1 received MADs (QP1Notifier):
 // it handles them on the calling goroutine, in the order they came. One
 // goroutine serves at a time; another that calls meanwhile (a second
-// link's receive loop, or the server itself, whose sends stepped QP1)
-// leaves the new MADs to it.
+// link's receive loop, or a goroutine the device started) leaves the new
+// MADs to it.
 func (a *agent) serve() {
-	a.serveMu.Lock()
-	if a.serving || a.stopped {
-		a.again = a.serving
-		a.serveMu.Unlock()
+	if !a.turn.enter() {
 		return
 	}
-	a.serving, a.again = true, false
-	a.serveMu.Unlock()
 	for {
-		ok := true
-		for ok {
+		for {
 			n, err := a.cq.Poll(a.wcs[:])
-			ok = err == nil && a.take(a.rctx, a.wcs[:n]) && n == len(a.wcs)
-			if err != nil || a.rctx.Err() != nil {
+			if err != nil || !a.take(a.rctx, a.wcs[:n]) || n < len(a.wcs) {
 				break
 			}
 		}
-		a.serveMu.Lock()
-		if !a.again || a.stopped || a.rctx.Err() != nil {
-			a.serving = false
-			if a.idle != nil {
-				close(a.idle)
-				a.idle = nil
-			}
-			a.serveMu.Unlock()
+		if !a.turn.leave(a.rctx.Err() != nil) {
 			return
 		}
-		a.again = false
-		a.serveMu.Unlock()
 	}
 }
 
@@ -435,17 +471,7 @@ func (a *agent) waitReceiver() {
 		<-a.done
 		return
 	}
-	a.serveMu.Lock()
-	a.stopped = true
-	var idle chan struct{}
-	if a.serving {
-		a.idle = make(chan struct{})
-		idle = a.idle
-	}
-	a.serveMu.Unlock()
-	if idle != nil {
-		<-idle
-	}
+	a.turn.stop()
 	close(a.done)
 }
 

@@ -205,3 +205,55 @@ func timewaiting(a *agent) bool {
 	}
 	return false
 }
+
+// TestOneAtATimeDoesTheJobAgainForWhoAskedMeanwhile: of the goroutines
+// asking for the job (serve's MADs), one does it; one that asks meanwhile
+// does not, and the first does the job again before it stops; stop
+// waits for it, and nobody does the job after.
+func TestOneAtATimeDoesTheJobAgainForWhoAskedMeanwhile(t *testing.T) {
+	var turn oneAtATime
+	if !turn.enter() {
+		t.Fatal("nobody at the job, and the first to ask may not do it")
+	}
+	if turn.enter() {
+		t.Fatal("a second goroutine does the job at once")
+	}
+	if !turn.leave(false) {
+		t.Fatal("the job was asked for meanwhile, and the one at it stops without doing it again")
+	}
+	if turn.leave(false) {
+		t.Fatal("the job is done again with nobody asking")
+	}
+	if !turn.enter() {
+		t.Fatal("the job is free again, and the next to ask may not do it")
+	}
+	turn.enter() // asked meanwhile, but quit ends it
+	if turn.leave(true) {
+		t.Fatal("the job goes on after quit")
+	}
+	if !turn.enter() {
+		t.Fatal("the job is free after quit, and the next to ask may not do it")
+	}
+	stopped := make(chan struct{})
+	go func() {
+		turn.stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while a goroutine was at the job")
+	case <-time.After(20 * time.Millisecond):
+	}
+	turn.enter() // asked meanwhile: the stop wins
+	if turn.leave(false) {
+		t.Fatal("the job goes on after stop")
+	}
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop still waits after the goroutine at the job left")
+	}
+	if turn.enter() {
+		t.Fatal("the job is done after stop")
+	}
+}

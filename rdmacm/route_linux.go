@@ -12,8 +12,8 @@ import (
 // socket is made with bare system calls, as it is never read: the net
 // package would also register it with the runtime's poller and take it
 // off again, more than doubling the cost, and a Dial without a local
-// address pays it every time. A link-local dst with a zone goes through
-// the net package, which knows the zone's interface index.
+// address pays it every time. A link-local dst or source, with a zone,
+// goes through the net package, which knows the zone's interface.
 func routeSource(dst netip.Addr) (netip.Addr, error) {
 	if dst.Zone() != "" {
 		return routeSourceNet(dst)
@@ -29,6 +29,11 @@ func routeSource(dst netip.Addr) (netip.Addr, error) {
 		return netip.Addr{}, err
 	}
 	defer unix.Close(fd)
+	// As the net package's datagram sockets, which may connect to a
+	// broadcast address.
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_BROADCAST, 1); err != nil {
+		return netip.Addr{}, err
+	}
 	if err := unix.Connect(fd, sa); err != nil {
 		return netip.Addr{}, err
 	}
@@ -40,6 +45,10 @@ func routeSource(dst netip.Addr) (netip.Addr, error) {
 	case *unix.SockaddrInet4:
 		return netip.AddrFrom4(a.Addr), nil
 	case *unix.SockaddrInet6:
+		if a.ZoneId != 0 {
+			// A link-local source: the net package names its zone.
+			return routeSourceNet(dst)
+		}
 		return netip.AddrFrom16(a.Addr).Unmap(), nil
 	}
 	return netip.Addr{}, unix.EAFNOSUPPORT

@@ -292,7 +292,7 @@ func (q *qp) Num() uint32 { return q.num }
 func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	step, err := q.modify(attr, mask)
 	if step {
-		q.stepHere(false)
+		q.stepHereTold(false)
 	}
 	return err
 }

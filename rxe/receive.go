@@ -72,8 +72,12 @@ func (h *hw) recvLoop(i int) {
 				rd.mu.Lock()
 				var n int
 				n, err = h.readLink(i, l, tr, rd.batch, false)
+				tell := rd.batch.takeQP1()
 				rd.mu.Unlock()
 				busy = n > 0
+				if tell {
+					h.dev.tellQP1()
+				}
 			}
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -91,6 +95,9 @@ func (h *hw) recvLoop(i int) {
 			continue
 		}
 		h.dispatch(i, l, r, n, false)
+		if r.takeQP1() {
+			h.dev.tellQP1()
+		}
 	}
 }
 
@@ -120,6 +127,16 @@ type receiveBatch struct {
 	pkts  []link.Packet
 	qs    []*qp
 	touch []*qp // the QPs the batch went to, to be stepped
+	// qp1: stepping them, QP1 completed receives, which the reader
+	// tells the connection manager of once it let go of the link.
+	qp1 bool
+}
+
+// takeQP1 reports whether QP1 completed receives since it was last asked.
+func (r *receiveBatch) takeQP1() bool {
+	t := r.qp1
+	r.qp1 = false
+	return t
 }
 
 func newReceiveBatch(h *hw) *receiveBatch {
@@ -192,7 +209,9 @@ func (h *hw) dispatch(i int, l link.Link, r *receiveBatch, n int, polled bool) {
 		// Only a QP whose own program polls may hold its ACK for that
 		// program's answer; another context's QP found by the poll
 		// sends it at once.
-		q.stepHere(polled && q.ctx.manual.Load())
+		if q.stepHere(polled && q.ctx.manual.Load()) {
+			r.qp1 = true
+		}
 		r.touch[k] = nil
 	}
 	r.touch = r.touch[:0]
@@ -232,6 +251,11 @@ func (h *hw) progress() {
 			continue
 		}
 		n, _ := h.readLink(i, l, tr, readers[i].batch, true)
+		if readers[i].batch.takeQP1() {
+			// On a goroutine of its own: the poller is the program's,
+			// which may hold locks of its own.
+			h.dev.tellQP1Later()
+		}
 		readers[i].mu.Unlock()
 		if n > 0 {
 			return

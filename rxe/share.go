@@ -204,10 +204,12 @@ func (d *device) OnCMUnreachable(fn func(dst netip.Addr, errno syscall.Errno, pk
 }
 
 // OnQP1Receive sets the function the device calls each time QP1 has
-// completed receives: on the goroutine that ran QP1 (the receive loop
-// that read the MADs, a poller, a poster or QP1's own goroutine), once it
-// holds none of the QP's locks. The connection manager then handles its
-// MADs at once, where otherwise a goroutine of its own would wake for
+// completed receives, holding none of its locks: on the receive loop that
+// read the MADs, once it has let go of its link; or, when another
+// goroutine ran QP1 (a CQ poller, a poster, QP1's own goroutine), on a
+// goroutine started for it, since fn may post to QP1 or destroy it and
+// must not wait behind the caller. The connection manager then handles
+// its MADs at once, where otherwise a goroutine of its own would wake for
 // each. A nil fn removes it.
 func (d *device) OnQP1Receive(fn func()) {
 	if fn == nil {
@@ -221,6 +223,13 @@ func (d *device) OnQP1Receive(fn func()) {
 func (d *device) tellQP1() {
 	if fn := d.qp1Received.Load(); fn != nil {
 		(*fn)()
+	}
+}
+
+// tellQP1Later calls the OnQP1Receive function on a goroutine of its own.
+func (d *device) tellQP1Later() {
+	if fn := d.qp1Received.Load(); fn != nil {
+		go (*fn)()
 	}
 }
 

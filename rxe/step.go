@@ -61,30 +61,40 @@ func (q *qp) poke() {
 		q.kick()
 		return
 	}
-	q.stepHere(false)
+	q.stepHereTold(false)
 }
 
 // stepHere runs the owner's step on the calling goroutine, unless the
 // owner (or another goroutine) is at it already; then it wakes the owner,
 // which steps again once it is done. polled says a CQ poller delivered
 // packets to the QP (manual progress). The caller holds no lock of the
-// QP's.
-func (q *qp) stepHere(polled bool) {
+// QP's. It reports whether the step was QP1's and completed receives: the
+// caller then tells the connection manager (device.tellQP1), or has it
+// told (tellQP1Later).
+func (q *qp) stepHere(polled bool) (qp1Received bool) {
 	if !q.stepMu.TryLock() {
 		q.kick()
-		return
+		return false
 	}
 	select {
 	case <-q.done:
 		q.stepMu.Unlock()
-		return // destroyed: its owner has let go of everything
+		return false // destroyed: its owner has let go of everything
 	default:
 	}
 	q.step(q.hw.clock.now(), polled)
 	tell := q.takeReceived()
 	q.stepMu.Unlock()
-	if tell {
-		q.hw.dev.tellQP1()
+	return tell
+}
+
+// stepHereTold is stepHere for a goroutine that posts or modifies: if
+// QP1 received, the connection manager is told on a goroutine of its own.
+// Its handling may post to QP1 (the poster may be its own MAD poster) or
+// destroy it, and must not wait behind the caller.
+func (q *qp) stepHereTold(polled bool) {
+	if q.stepHere(polled) {
+		q.hw.dev.tellQP1Later()
 	}
 }
 
@@ -131,7 +141,9 @@ func (q *qp) run() {
 		tell := q.takeReceived()
 		q.stepMu.Unlock()
 		if tell {
-			q.hw.dev.tellQP1()
+			// Not here: the connection manager's handling may
+			// destroy QP1, which waits for this goroutine to end.
+			q.hw.dev.tellQP1Later()
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -358,19 +359,15 @@ func TestGSIQPIsQP1AndTakesTheWellKnownQKey(t *testing.T) {
 	}
 }
 
-// TestQP1ReceiveIsToldOnceTheStepHoldsNoLock: the function OnQP1Receive
-// sets runs when QP1 completes a receive, and not for another QP's, on a
-// goroutine that holds none of QP1's locks: a send it posts on QP1 leaves
-// at once, as QP1's sends do when nobody else steps it, rather than
-// waiting for a goroutine of QP1's to take it.
-func TestQP1ReceiveIsToldOnceTheStepHoldsNoLock(t *testing.T) {
-	n := link.NewNetwork(1)
-	var ends [2]*udEnd
-	var gsis [2]*verbs.QP
-	var scqs [2]*verbs.CQ
-	for i, addr := range []string{"10.1.1.1", "10.1.1.2"} {
-		l, _ := n.Attach(netip.MustParseAddr(addr))
-		u := newUDEnd(t, "qp1tell"+addr, l, testQKey)
+// gsiEnds makes two devices on an in-memory network, each with a UD QP
+// and QP1 (its sends completing into a CQ of their own, its receives into
+// the UD end's CQ), both in RTS.
+func gsiEnds(t *testing.T, name string, base byte) (ends [2]*udEnd, gsis [2]*verbs.QP, scqs [2]*verbs.CQ) {
+	t.Helper()
+	n := link.NewNetwork(uint64(base))
+	for i := range 2 {
+		l, _ := n.Attach(netip.AddrFrom4([4]byte{10, 1, base, byte(i + 1)}))
+		u := newUDEnd(t, fmt.Sprintf("%s%d", name, i), l, testQKey)
 		scq, err := u.ctx.CreateCQ(8, nil, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -385,8 +382,31 @@ func TestQP1ReceiveIsToldOnceTheStepHoldsNoLock(t *testing.T) {
 			gsi.Destroy()
 			scq.Destroy()
 		})
+		if err := gsi.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{u.mr.SGE(2*u.slot, u.slot)}}}); err != nil {
+			t.Fatal(err)
+		}
 		ends[i], gsis[i], scqs[i] = u, gsi, scq
 	}
+	return ends, gsis, scqs
+}
+
+// sendMAD sends a 256-byte MAD from e's QP1 to QP1 at ah.
+func sendMAD(t *testing.T, e *udEnd, gsi *verbs.QP, ah *verbs.AH) {
+	t.Helper()
+	mad := verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SGList: []verbs.SGE{e.mr.SGE(0, 256)},
+		AH: ah, RemoteQPN: 1, RemoteQKey: 0x80010000}
+	if err := gsi.PostSend([]verbs.SendWR{mad}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestQP1ReceiveIsToldOnceTheStepHoldsNoLock: the function OnQP1Receive
+// sets runs when QP1 completes a receive, and not for another QP's, on a
+// goroutine that holds none of QP1's locks: a send it posts on QP1 leaves
+// at once, as QP1's sends do when nobody else steps it, rather than
+// waiting for a goroutine of QP1's to take it.
+func TestQP1ReceiveIsToldOnceTheStepHoldsNoLock(t *testing.T) {
+	ends, gsis, scqs := gsiEnds(t, "qp1tell", 41)
 	a, b := ends[0], ends[1]
 	toA, toB := b.ah(t, a), a.ah(t, b)
 	type told struct{ received, sentAtOnce int }
@@ -410,17 +430,7 @@ func TestQP1ReceiveIsToldOnceTheStepHoldsNoLock(t *testing.T) {
 	b.wait(1, 5*time.Second)
 	a.wait(1, 5*time.Second)
 	// A MAD for QP1: told, once QP1's step let go of it.
-	for i, g := range gsis {
-		e := ends[i]
-		if err := g.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{e.mr.SGE(2*e.slot, e.slot)}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mad := verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SGList: []verbs.SGE{a.mr.SGE(0, 256)},
-		AH: toB, RemoteQPN: 1, RemoteQKey: 0x80010000}
-	if err := gsis[0].PostSend([]verbs.SendWR{mad}); err != nil {
-		t.Fatal(err)
-	}
+	sendMAD(t, a, gsis[0], toB)
 	select {
 	case got := <-tells:
 		if got.received != 1 {
@@ -440,5 +450,57 @@ func TestQP1ReceiveIsToldOnceTheStepHoldsNoLock(t *testing.T) {
 	case got := <-tells:
 		t.Fatalf("told again: %+v", got)
 	default:
+	}
+}
+
+// TestQP1ReceiveToldForItsOwnerHoldsNothingUp: when QP1's own goroutine
+// takes a MAD in (the receive loop found QP1 being stepped by another
+// goroutine), the connection manager is told on another goroutine, which
+// may block while QP1 is destroyed: destroying QP1 waits for its own
+// goroutine, which must not be the one told.
+func TestQP1ReceiveToldForItsOwnerHoldsNothingUp(t *testing.T) {
+	ends, gsis, _ := gsiEnds(t, "qp1owner", 42)
+	a, b := ends[0], ends[1]
+	dev := verbs.DeviceDriverOf(b.ctx.Device()).(*device)
+	told, unblock := make(chan struct{}, 4), make(chan struct{})
+	dev.OnQP1Receive(func() {
+		told <- struct{}{}
+		<-unblock
+	})
+	t.Cleanup(func() { dev.OnQP1Receive(nil) })
+	defer close(unblock)
+	q := verbs.QPDriverOf(gsis[1]).(*qp)
+	// While this goroutine holds QP1's step, the receive loop leaves the
+	// MAD to QP1's own goroutine.
+	q.stepMu.Lock()
+	sendMAD(t, a, gsis[0], a.ah(t, b))
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		q.mu.Lock()
+		waiting := len(q.inbox)
+		q.mu.Unlock()
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			q.stepMu.Unlock()
+			t.Fatal("the MAD never reached QP1")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	q.stepMu.Unlock()
+	select {
+	case <-told:
+	case <-time.After(5 * time.Second):
+		t.Fatal("QP1 received a MAD and nobody was told")
+	}
+	destroyed := make(chan error, 1)
+	go func() { destroyed <- gsis[1].Destroy() }()
+	select {
+	case err := <-destroyed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("destroying QP1 waits for the goroutine told of its MAD")
 	}
 }
