@@ -1,17 +1,13 @@
 package rdmacm_test
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"io"
 	"net"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/selfserver"
 	"github.com/rdmago/rdmago/rdmacm"
 )
 
@@ -83,67 +79,53 @@ const dialServerAddr = "127.0.0.3:7496"
 // TestProcsDialServer is the server process of BenchmarkProcsDialAccept;
 // it skips unless the benchmark started it. It accepts connections and
 // closes each once its peer disconnects, as BenchmarkDialAccept's
-// listener does, until the benchmark closes its standard input.
+// listener does (or, for udp, echoes datagrams), until the benchmark ends.
 func TestProcsDialServer(t *testing.T) {
 	tr := os.Getenv(dialServerEnv)
 	if tr == "" {
 		t.Skip("runs as the server process of BenchmarkProcsDialAccept")
 	}
 	ctx := context.Background()
-	var accept func() (io.Closer, error)
-	var l io.Closer
 	switch tr {
 	case "udp":
 		u, err := net.ListenPacket("udp", dialServerAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		l = u
-		accept = func() (io.Closer, error) {
-			buf := make([]byte, 512)
-			for {
-				n, from, err := u.ReadFrom(buf)
-				if err != nil {
-					return nil, err
-				}
-				u.WriteTo(buf[:n], from)
+		selfserver.Serving(func() { u.Close() })
+		buf := make([]byte, 512)
+		for {
+			n, from, err := u.ReadFrom(buf)
+			if err != nil {
+				return
 			}
+			u.WriteTo(buf[:n], from)
 		}
 	case "tcp":
-		tl, err := net.Listen("tcp", dialServerAddr)
+		l, err := net.Listen("tcp", dialServerAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		l = tl
-		accept = func() (io.Closer, error) {
-			c, err := tl.Accept()
-			if err == nil {
-				go func() { c.Read(make([]byte, 1)); c.Close() }()
+		selfserver.Serving(func() { l.Close() })
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
 			}
-			return c, err
+			go func() { c.Read(make([]byte, 1)); c.Close() }()
 		}
 	default:
-		cl, err := rdmacm.Listen(dialServerAddr, &rdmacm.Options{Backlog: 64})
+		l, err := rdmacm.Listen(dialServerAddr, &rdmacm.Options{Backlog: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
-		l = cl
-		accept = func() (io.Closer, error) {
-			c, err := cl.Accept(ctx)
-			if err == nil {
-				go func() { c.WaitDisconnect(ctx); c.Close() }()
+		selfserver.Serving(func() { l.Close() })
+		for {
+			c, err := l.Accept(ctx)
+			if err != nil {
+				return
 			}
-			return c, err
-		}
-	}
-	fmt.Println("listening")
-	go func() {
-		io.Copy(io.Discard, os.Stdin)
-		l.Close()
-	}()
-	for {
-		if _, err := accept(); err != nil {
-			return
+			go func() { c.WaitDisconnect(ctx); c.Close() }()
 		}
 	}
 }
@@ -152,44 +134,5 @@ func TestProcsDialServer(t *testing.T) {
 // until it listens; it ends with the benchmark.
 func startDialServer(b *testing.B, tr string) {
 	b.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestProcsDialServer$", "-test.v")
-	cmd.Env = append(os.Environ(), dialServerEnv+"="+tr, "RDMAGO_RXE_ADDR=127.0.0.3", "RDMAGO_RXE_PORT=14791")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	in, err := cmd.StdinPipe() // closed to end the server
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		in.Close()
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	lines := bufio.NewScanner(out)
-	var said []string
-	for lines.Scan() && lines.Text() != "listening" {
-		said = append(said, lines.Text())
-	}
-	if lines.Err() != nil || len(said) > 0 && !strings.Contains(strings.Join(said, ""), "RUN") {
-		b.Fatalf("the server process did not listen: %q", said)
-	}
-	go func() {
-		for lines.Scan() {
-			if t := lines.Text(); !strings.HasPrefix(t, "---") && !strings.HasPrefix(t, "PASS") && t != "" {
-				fmt.Fprintln(os.Stderr, "server process:", t)
-			}
-		}
-	}()
+	selfserver.Start(b, "TestProcsDialServer", []string{dialServerEnv + "=" + tr, "RDMAGO_RXE_ADDR=127.0.0.3", "RDMAGO_RXE_PORT=14791"})
 }

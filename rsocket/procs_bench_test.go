@@ -1,7 +1,6 @@
 package rsocket_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/selfserver"
 	"github.com/rdmago/rdmago/rsocket"
 )
 
@@ -62,14 +61,10 @@ func TestProcServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	fmt.Println("listening")
 	if job == "echo-many" {
-		// Echo on every connection, until the benchmark closes this
-		// process's standard input.
-		go func() {
-			io.Copy(io.Discard, os.Stdin)
-			l.Close()
-		}()
+		// Echo on every connection, until the benchmark ends this
+		// process.
+		selfserver.Serving(func() { l.Close() })
 		for {
 			c, err := l.Accept()
 			if err != nil {
@@ -90,6 +85,7 @@ func TestProcServer(t *testing.T) {
 			}()
 		}
 	}
+	fmt.Println(selfserver.Ready)
 	c, err := l.Accept()
 	if err != nil {
 		t.Fatal(err)
@@ -148,47 +144,12 @@ func procDial(ctx context.Context, transport string, cfg rsocket.Config) (net.Co
 // until it listens; it ends with the benchmark.
 func startServer(b *testing.B, transport, job string) {
 	b.Helper()
-	args := []string{"-test.run=^TestProcServer$", "-test.v"}
+	var args []string
 	if p := os.Getenv("RSOCKET_BENCH_SERVER_PROFILE"); p != "" {
 		// A CPU profile of the server process: where its side spends.
 		args = append(args, "-test.cpuprofile="+p)
 	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), procServerEnv+"="+transport+" "+job, "RDMAGO_RXE_ADDR="+procServerAddr.Addr().String())
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	in, err := cmd.StdinPipe() // closed to end an echo-many server
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		in.Close()
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	lines := bufio.NewScanner(out)
-	for lines.Scan() && lines.Text() != "listening" {
-	}
-	go func() {
-		// What the server says after that is its failure, if any.
-		for lines.Scan() {
-			if t := lines.Text(); !strings.HasPrefix(t, "---") && !strings.HasPrefix(t, "PASS") && t != "" {
-				fmt.Fprintln(os.Stderr, "server process:", t)
-			}
-		}
-	}()
+	selfserver.Start(b, "TestProcServer", []string{procServerEnv + "=" + transport + " " + job, "RDMAGO_RXE_ADDR=" + procServerAddr.Addr().String()}, args...)
 }
 
 func procTransports(b *testing.B, f func(b *testing.B, transport string)) {
