@@ -264,10 +264,17 @@ func TestAgentServesMADsOneGoroutineAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
 	var conns sync.WaitGroup
-	defer conns.Wait()
+	accepting := make(chan struct{})
+	defer func() {
+		// The listener goes first, so that no connection is added
+		// while the wait for them runs.
+		ln.Close()
+		<-accepting
+		conns.Wait()
+	}()
 	go func() {
+		defer close(accepting)
 		for {
 			c, err := ln.Accept(ctx)
 			if err != nil {
